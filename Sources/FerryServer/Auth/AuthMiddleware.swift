@@ -1,0 +1,19 @@
+import Hummingbird
+
+/// Authenticates every request it guards and records the user in the context.
+struct AuthMiddleware: RouterMiddleware {
+    typealias Context = FerryRequestContext
+    let authority: TokenAuthority
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        var context = context
+        do {
+            context.userID = try await authority.userID(fromAuthorization: request.headers[.authorization])
+        } catch {
+            context.logger.info("authentication failed", metadata: ["reason": "\(error)"])
+            throw error
+        }
+        context.logger[metadataKey: "user"] = "\(context.userID ?? "")"
+        return try await next(request, context)
+    }
+}

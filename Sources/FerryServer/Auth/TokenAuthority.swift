@@ -1,0 +1,91 @@
+import FerryProtocol
+import Foundation
+import JWTKit
+
+/// Issues and verifies the HS256 bearer tokens of PROTOCOL.md.
+///
+/// JWTKit checks the signature; this type adds what the protocol demands on
+/// top: only HS256 is accepted whatever the header claims, `exp` and a
+/// non-empty `sub` are required, and every refusal says which rule failed.
+public struct TokenAuthority: Sendable {
+    private let keys: JWTKeyCollection
+
+    public init(secret: String) async {
+        let keys = JWTKeyCollection()
+        await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+        self.keys = keys
+    }
+
+    /// A token for `userID` that expires after `ttl`.
+    public func issue(userID: String, ttl: Duration, now: Date = Date()) async throws -> String {
+        let expiry = now.addingTimeInterval(Double(ttl.components.seconds))
+        return try await keys.sign(FerryClaims(sub: SubjectClaim(value: userID), exp: ExpirationClaim(value: expiry)))
+    }
+
+    /// The user id of a valid `Authorization` header value.
+    public func userID(fromAuthorization header: String?, now: Date = Date()) async throws(AuthFailure) -> String {
+        guard let header, !header.isEmpty else { throw .missingHeader }
+        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { throw .notBearer }
+        let token = String(parts[1]).trimmingCharacters(in: .whitespaces)
+        return try await userID(fromToken: token, now: now)
+    }
+
+    /// The user id of a valid token.
+    public func userID(fromToken token: String, now: Date = Date()) async throws(AuthFailure) -> String {
+        let segments = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard segments.count == 3,
+            let headerData = Data(base64URLEncoded: String(segments[0])),
+            let header = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any]
+        else { throw .malformed("it is not three base64url parts with a JSON header") }
+        guard let algorithm = header["alg"] as? String else { throw .malformed("its header has no alg") }
+        guard algorithm == "HS256" else { throw .wrongAlgorithm(algorithm) }
+
+        let claims: FerryClaims
+        do {
+            claims = try await keys.verify(token, as: FerryClaims.self)
+        } catch let error as JWTError where error.errorType == .signatureVerificationFailed {
+            throw .badSignature
+        } catch {
+            throw .malformed("its claims cannot be read (exp must be a number, sub a string)")
+        }
+        guard let expiry = claims.exp else { throw .missingExpiry }
+        guard expiry.value > now else { throw .expired }
+        guard let subject = claims.sub?.value, !subject.isEmpty else { throw .missingSubject }
+        return subject
+    }
+}
+
+/// The claims Ferry reads; both optional here so that their absence gets its own message.
+struct FerryClaims: JWTPayload {
+    var sub: SubjectClaim?
+    var exp: ExpirationClaim?
+
+    func verify(using algorithm: some JWTAlgorithm) async throws {}
+}
+
+/// Why a request was not authenticated. The messages never echo the token.
+public enum AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    case missingHeader
+    case notBearer
+    case malformed(String)
+    case wrongAlgorithm(String)
+    case badSignature
+    case missingExpiry
+    case expired
+    case missingSubject
+
+    public var description: String {
+        switch self {
+        case .missingHeader: "missing Authorization header; send 'Authorization: Bearer <JWT>'"
+        case .notBearer: "the Authorization header must use the Bearer scheme: 'Authorization: Bearer <JWT>'"
+        case .malformed(let why): "malformed token: \(why)"
+        case .wrongAlgorithm(let algorithm):
+            "token is signed with algorithm \(algorithm.prefix(20)); this server accepts HS256 only"
+        case .badSignature: "token signature is wrong: it was not signed with this server's secret"
+        case .missingExpiry: "token has no exp claim; tokens must expire"
+        case .expired: "token has expired; get a new one"
+        case .missingSubject: "token has no sub claim naming the user"
+        }
+    }
+}

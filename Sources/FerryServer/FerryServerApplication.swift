@@ -1,0 +1,81 @@
+import Hummingbird
+import Logging
+import ServiceLifecycle
+
+/// How to run a Ferry server.
+public struct ServerConfiguration: Sendable {
+    public var host: String
+    public var port: Int
+    public var jwtSecret: String
+    /// `nil` turns rate limiting off.
+    public var rateLimit: RateLimitPolicy?
+
+    public init(host: String = "127.0.0.1", port: Int = 8080, jwtSecret: String, rateLimit: RateLimitPolicy? = .default) {
+        self.host = host
+        self.port = port
+        self.jwtSecret = jwtSecret
+        self.rateLimit = rateLimit
+    }
+}
+
+/// Assembles the reference server: routes, middleware, storage and metrics.
+public enum FerryServerApplication {
+    /// Paths the server answers, with the one method each accepts.
+    static let routes: [String: HTTPRequest.Method] = [
+        "/v1/health": .get, "/v1/push": .post, "/v1/pull": .get, "/metrics": .get,
+    ]
+
+    /// Builds the application. The storage is closed when the application shuts down,
+    /// after the HTTP server has finished its in-flight requests.
+    public static func make(
+        configuration: ServerConfiguration,
+        storage: any SyncStorage,
+        rateLimiter: (any RateLimiter)? = nil,
+        metrics: ServerMetrics = ServerMetrics(),
+        logger: Logger = Logger(label: "ferry.server"),
+        onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) async -> some ApplicationProtocol {
+        let authority = await TokenAuthority(secret: configuration.jwtSecret)
+        let limiter = rateLimiter ?? configuration.rateLimit.map { TokenBucketRateLimiter(policy: $0) }
+        let controller = SyncController(storage: storage, metrics: metrics)
+
+        let router = Router(context: FerryRequestContext.self)
+        router.add(middleware: MetricsMiddleware(metrics: metrics))
+        router.add(middleware: ErrorEnvelopeMiddleware(routes: routes))
+        router.get("/v1/health", use: controller.health)
+        router.get("/metrics", use: controller.metricsText)
+        let authenticated = router.group("/v1").add(middleware: AuthMiddleware(authority: authority))
+        if let limiter {
+            authenticated.add(middleware: RateLimitMiddleware(limiter: limiter, metrics: metrics))
+        }
+        authenticated.post("push", use: controller.push)
+        authenticated.get("pull", use: controller.pull)
+
+        return Application(
+            router: router,
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ferry"),
+            services: [StorageCloser(storage: storage, logger: logger)],
+            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
+            logger: logger
+        )
+    }
+}
+
+/// Closes the storage once graceful shutdown has begun. It is listed before the
+/// HTTP server, so the service group stops the server (letting in-flight requests
+/// finish) before this closes the database.
+struct StorageCloser: Service {
+    let storage: any SyncStorage
+    let logger: Logger
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        do {
+            try await storage.close()
+            logger.info("database closed")
+        } catch {
+            logger.error("closing the database failed", metadata: ["error": "\(error)"])
+            throw error
+        }
+    }
+}

@@ -1,0 +1,65 @@
+import FerryProtocol
+import Foundation
+import Hummingbird
+
+/// Every failure, as the JSON error envelope of PROTOCOL.md with its status and headers.
+struct FerryHTTPError: Error, HTTPResponseError {
+    /// Seconds a client should wait before retrying after a `503`.
+    static let unavailableRetryAfter = 5
+
+    var code: ErrorCode
+    var message: String
+    var headers: HTTPFields = [:]
+
+    init(_ code: ErrorCode, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    /// Classifies any error thrown while handling a request. Bugs become `internal`
+    /// and are logged with the request id that the message also carries.
+    init(_ error: any Error, context: some RequestContext) {
+        switch error {
+        case let error as FerryHTTPError:
+            self = error
+        case let error as ProtocolViolation:
+            self.init(error.code, error.message)
+        case let error as AuthFailure:
+            self.init(.unauthorized, error.description)
+        case StorageError.unavailable(let why):
+            context.logger.warning("storage unavailable", metadata: ["reason": "\(why)"])
+            self.init(.unavailable, "the database is unavailable; retry later")
+            headers[.retryAfter] = "\(Self.unavailableRetryAfter)"
+        case let error as any HTTPResponseError where error.status == .contentTooLarge:
+            self.init(.batchTooLarge, Self.batchTooLargeMessage)
+        case let error as any HTTPResponseError where error.status == .notFound:
+            self.init(.notFound, "no such endpoint")
+        case let error as any HTTPResponseError where (400..<500).contains(error.status.code):
+            self.init(.badRequest, "\(error.status.reasonPhrase)")
+        default:
+            context.logger.error("internal error", metadata: ["error": "\(String(reflecting: error))"])
+            self.init(.internal, "internal server error; request id \(context.id)")
+        }
+    }
+
+    static let batchTooLargeMessage =
+        "the push body is larger than \(ProtocolLimits.maxPushBodyBytes) bytes (4 MiB); a push may carry at most \(ProtocolLimits.maxMutationsPerPush) mutations and 4 MiB"
+
+    var status: HTTPResponse.Status { HTTPResponse.Status(code: code.httpStatus) }
+
+    func response(from request: Request, context: some RequestContext) throws -> Response {
+        try JSONResponse.make(ErrorEnvelope(code: code, message: message), status: status, headers: headers)
+    }
+}
+
+/// Encodes JSON bodies the same way for every response.
+enum JSONResponse {
+    static func make(_ value: some Encodable, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = try encoder.encode(value)
+        var headers = headers
+        headers[.contentType] = "application/json; charset=utf-8"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+}

@@ -1,0 +1,64 @@
+import FerryProtocol
+import Foundation
+import Hummingbird
+
+/// The handlers of PROTOCOL.md's endpoints.
+struct SyncController: Sendable {
+    let storage: any SyncStorage
+    let metrics: ServerMetrics
+
+    func health(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        try await storage.checkHealth()
+        return try JSONResponse.make(HealthResponse(status: "ok"))
+    }
+
+    func push(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        let userID = try authenticatedUser(context)
+        // Refuse an announced oversized body before reading any of it; a body without a
+        // length is read up to the limit and no further.
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > ProtocolLimits.maxPushBodyBytes {
+            throw FerryHTTPError(.batchTooLarge, FerryHTTPError.batchTooLargeMessage)
+        }
+        let body = try await request.body.collect(upTo: ProtocolLimits.maxPushBodyBytes)
+        let pushRequest = try PushRequest.decode(from: Data(body.readableBytesView))
+        try pushRequest.validateBatch()
+        let response = try await storage.push(
+            userID: userID, clientID: pushRequest.clientID, mutations: pushRequest.mutations.map(IncomingMutation.init)
+        )
+        metrics.recordMutations(response.results)
+        context.logger.info(
+            "push applied",
+            metadata: [
+                "client": "\(pushRequest.clientID)", "mutations": "\(pushRequest.mutations.count)",
+                "lastMutationID": "\(response.lastMutationID)",
+            ]
+        )
+        return try JSONResponse.make(response)
+    }
+
+    func pull(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        let userID = try authenticatedUser(context)
+        let query = request.uri.queryParameters
+        var limit = ProtocolLimits.defaultPullLimit
+        if let text = query.get("limit") {
+            guard let value = Int(text), ProtocolLimits.pullLimitRange.contains(value) else {
+                throw ProtocolViolation.badRequest("limit must be a whole number from 1 to 1000, got '\(text.prefix(40))'")
+            }
+            limit = value
+        }
+        let cursor = query.get("cursor")
+        let response = try await storage.pull(userID: userID, cursor: cursor, limit: limit)
+        return try JSONResponse.make(response)
+    }
+
+    func metricsText(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        var headers = HTTPFields()
+        headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
+    }
+
+    private func authenticatedUser(_ context: FerryRequestContext) throws -> String {
+        guard let userID = context.userID else { throw AuthFailure.missingHeader }
+        return userID
+    }
+}

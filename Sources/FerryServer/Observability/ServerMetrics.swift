@@ -1,0 +1,41 @@
+import CoreMetrics
+import FerryProtocol
+import Prometheus
+
+/// The server's metrics, recorded through swift-metrics into a Prometheus registry
+/// owned by this server instance (no global bootstrap, so several servers can live
+/// in one process, as they do in tests).
+public final class ServerMetrics: Sendable {
+    public let registry: PrometheusCollectorRegistry
+    private let factory: PrometheusMetricsFactory
+
+    public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
+        self.registry = registry
+        self.factory = PrometheusMetricsFactory(registry: registry)
+    }
+
+    func recordRequest(endpoint: String, status: Int, duration: Duration) {
+        Counter(label: "ferry_http_requests_total", dimensions: [("endpoint", endpoint), ("status", "\(status)")], factory: factory)
+            .increment()
+        Timer(label: "ferry_http_request_duration_seconds", dimensions: [("endpoint", endpoint)], factory: factory)
+            .recordNanoseconds(duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
+    }
+
+    func recordMutations(_ results: [PushResult]) {
+        var counts: [MutationStatus: Int] = [:]
+        for result in results { counts[result.status, default: 0] += 1 }
+        for (status, count) in counts {
+            Counter(label: "ferry_mutations_total", dimensions: [("status", status.rawValue)], factory: factory)
+                .increment(by: count)
+        }
+    }
+
+    func recordRateLimited() {
+        Counter(label: "ferry_rate_limited_total", factory: factory).increment()
+    }
+
+    /// The Prometheus text exposition of every metric.
+    func exposition() -> [UInt8] {
+        registry.emitToBuffer()
+    }
+}

@@ -1,0 +1,59 @@
+/// A per-user token bucket in this process: the whole quota is available as a
+/// burst and refills continuously at `requests / window`.
+public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == Duration {
+    private struct Bucket {
+        var tokens: Double
+        var updated: C.Instant
+    }
+
+    private let policy: RateLimitPolicy
+    private let clock: C
+    private let refillPerSecond: Double
+    private var buckets: [String: Bucket] = [:]
+
+    public init(policy: RateLimitPolicy, clock: C) {
+        self.policy = policy
+        self.clock = clock
+        self.refillPerSecond = Double(policy.requests) / policy.window.seconds
+    }
+
+    public func acquire(for userID: String) -> RateLimitDecision {
+        let now = clock.now
+        let capacity = Double(policy.requests)
+        var bucket = buckets[userID] ?? Bucket(tokens: capacity, updated: now)
+        bucket.tokens = min(capacity, bucket.tokens + bucket.updated.duration(to: now).seconds * refillPerSecond)
+        bucket.updated = now
+        let allowed = bucket.tokens >= 1
+        if allowed { bucket.tokens -= 1 }
+        buckets[userID] = bucket
+        if buckets.count > 10_000 { forgetFullBuckets(at: now) }
+        return RateLimitDecision(
+            allowed: allowed,
+            limit: policy.requests,
+            remaining: Int(bucket.tokens.rounded(.down)),
+            resetSeconds: Int(((capacity - bucket.tokens) / refillPerSecond).rounded(.up)),
+            retryAfterSeconds: allowed ? 0 : max(1, Int(((1 - bucket.tokens) / refillPerSecond).rounded(.up)))
+        )
+    }
+
+    /// A bucket that has refilled completely is the same as no bucket: drop it to bound memory.
+    private func forgetFullBuckets(at now: C.Instant) {
+        let capacity = Double(policy.requests)
+        buckets = buckets.filter { _, bucket in
+            bucket.tokens + bucket.updated.duration(to: now).seconds * refillPerSecond < capacity
+        }
+    }
+}
+
+extension TokenBucketRateLimiter where C == ContinuousClock {
+    public init(policy: RateLimitPolicy) {
+        self.init(policy: policy, clock: ContinuousClock())
+    }
+}
+
+extension Duration {
+    var seconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}

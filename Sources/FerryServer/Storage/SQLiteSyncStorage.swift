@@ -1,0 +1,246 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// The embedded storage engine: one SQLite file in WAL mode through GRDB.
+///
+/// Change order comes from a counter bumped inside each push transaction.
+/// SQLite admits one writer at a time, across processes too, so a position is
+/// only ever handed out after every smaller one has committed: a reader that
+/// sees position N has seen everything before it, and pull cursors built on
+/// these positions cannot skip a change that commits late.
+public final class SQLiteSyncStorage: SyncStorage {
+    /// Rows per multi-row statement; keeps each statement well under SQLite's variable limit.
+    private static let rowsPerStatement = 200
+
+    private let writer: any DatabaseWriter
+    private let cursors: CursorCodec
+
+    /// Opens (creating if needed) the database at `path`, or an in-memory database for `nil`.
+    public init(path: String?) throws {
+        var configuration = Configuration()
+        configuration.label = "ferry.server.storage"
+        configuration.busyMode = .timeout(10)
+        do {
+            if let path {
+                writer = try DatabasePool(path: path, configuration: configuration)
+            } else {
+                writer = try DatabaseQueue(configuration: configuration)
+            }
+            try Self.migrator.migrate(writer)
+            let secret = try writer.read { db in
+                try Data.fetchOne(db, sql: "SELECT value FROM server_meta WHERE key = 'cursor_secret'")
+            }
+            guard let secret else { throw StorageError.corrupt("server_meta has no cursor_secret") }
+            cursors = CursorCodec(secret: secret)
+        } catch let error as DatabaseError {
+            throw StorageError.unavailable("cannot open SQLite database at \(path ?? ":memory:"): \(error.message ?? "\(error)")")
+        }
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE server_meta (key TEXT PRIMARY KEY NOT NULL, value BLOB NOT NULL);
+                    CREATE TABLE change_sequence (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL);
+                    INSERT INTO change_sequence (id, value) VALUES (1, 0);
+                    CREATE TABLE clients (
+                        user_id TEXT NOT NULL,
+                        client_id TEXT NOT NULL,
+                        last_mutation_id INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, client_id)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE records (
+                        user_id TEXT NOT NULL,
+                        entity TEXT NOT NULL,
+                        entity_id TEXT NOT NULL,
+                        version INTEGER NOT NULL,
+                        deleted INTEGER NOT NULL,
+                        natural_key TEXT,
+                        data BLOB,
+                        seq INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, entity, entity_id)
+                    ) WITHOUT ROWID;
+                    CREATE UNIQUE INDEX records_live_natural_key
+                        ON records (user_id, entity, natural_key) WHERE natural_key IS NOT NULL AND deleted = 0;
+                    CREATE UNIQUE INDEX records_pull ON records (user_id, seq);
+                    """
+            )
+            var secret = [UInt8](repeating: 0, count: 32)
+            var generator = SystemRandomNumberGenerator()
+            for index in secret.indices { secret[index] = generator.next() }
+            try db.execute(
+                sql: "INSERT INTO server_meta (key, value) VALUES ('cursor_secret', ?)", arguments: [Data(secret)]
+            )
+        }
+        return migrator
+    }
+
+    public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
+        try await mapErrors {
+            try await writer.write { db in
+                let lastMutationID =
+                    try Int64.fetchOne(
+                        db, sql: "SELECT last_mutation_id FROM clients WHERE user_id = ? AND client_id = ?",
+                        arguments: [userID, clientID]
+                    ) ?? 0
+                let lookups = BatchPlanner.lookups(for: mutations)
+                let loaded = try Self.load(lookups, userID: userID, db: db)
+                var planner = BatchPlanner(lastMutationID: lastMutationID, loaded: loaded)
+                let plan = planner.plan(mutations)
+                try Self.write(plan, userID: userID, db: db)
+                if plan.response.lastMutationID != lastMutationID {
+                    try db.execute(
+                        sql: """
+                            INSERT INTO clients (user_id, client_id, last_mutation_id) VALUES (?, ?, ?)
+                            ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id
+                            """,
+                        arguments: [userID, clientID, plan.response.lastMutationID]
+                    )
+                }
+                return plan.response
+            }
+        }
+    }
+
+    public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullResponse {
+        let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
+        let (records, lastPosition, hasMore) = try await mapErrors {
+            try await writer.read { db in
+                let rows = try Row.fetchAll(
+                    db.cachedStatement(
+                        sql: """
+                            SELECT entity, entity_id, version, deleted, natural_key, data, seq FROM records
+                            WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?
+                            """
+                    ),
+                    arguments: [userID, after, limit + 1]
+                )
+                let page = rows.prefix(limit)
+                return (page.map(Self.record(from:)), page.last.map { $0["seq"] as Int64 } ?? after, rows.count > limit)
+            }
+        }
+        return PullResponse(
+            changes: try records.map { try $0.change() },
+            cursor: cursors.encode(position: lastPosition, userID: userID),
+            hasMore: hasMore
+        )
+    }
+
+    public func checkHealth() async throws {
+        try await mapErrors { _ = try await writer.read { db in try Int.fetchOne(db, sql: "SELECT 1") } }
+    }
+
+    public func close() async throws {
+        try writer.close()
+    }
+
+    // MARK: - Set-based reads and writes
+
+    /// Loads, in a few queries, every record a batch names by identity and every live holder of its natural keys.
+    private static func load(_ lookups: BatchPlanner.Lookups, userID: String, db: Database) throws -> [StoredRecord] {
+        var found: [RecordKey: StoredRecord] = [:]
+        let columns = "r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data"
+        for chunk in Array(lookups.keys).chunked(rowsPerStatement) {
+            let sql = """
+                WITH wanted (entity, entity_id) AS (VALUES \(placeholders(rows: chunk.count, columns: 2)))
+                SELECT \(columns) FROM wanted JOIN records r
+                ON r.user_id = ? AND r.entity = wanted.entity AND r.entity_id = wanted.entity_id
+                """
+            var arguments: [any DatabaseValueConvertible] = chunk.flatMap { [$0.entity, $0.entityID] }
+            arguments.append(userID)
+            for row in try Row.fetchAll(db.cachedStatement(sql: sql), arguments: StatementArguments(arguments)) {
+                let record = record(from: row)
+                found[record.key] = record
+            }
+        }
+        for chunk in Array(lookups.naturalKeys).chunked(rowsPerStatement) {
+            let sql = """
+                WITH wanted (entity, natural_key) AS (VALUES \(placeholders(rows: chunk.count, columns: 2)))
+                SELECT \(columns) FROM wanted JOIN records r
+                ON r.user_id = ? AND r.entity = wanted.entity AND r.natural_key = wanted.natural_key AND r.deleted = 0
+                """
+            var arguments: [any DatabaseValueConvertible] = chunk.flatMap { [$0.entity, $0.naturalKey] }
+            arguments.append(userID)
+            for row in try Row.fetchAll(db.cachedStatement(sql: sql), arguments: StatementArguments(arguments)) {
+                let record = record(from: row)
+                found[record.key] = record
+            }
+        }
+        return Array(found.values)
+    }
+
+    /// Writes a batch's final record states with fresh change positions, in order of last change.
+    private static func write(_ plan: BatchPlanner.BatchPlan, userID: String, db: Database) throws {
+        guard !plan.writes.isEmpty else { return }
+        for chunk in plan.releasedNaturalKeys.chunked(rowsPerStatement) {
+            let sql = """
+                UPDATE records SET natural_key = NULL
+                WHERE user_id = ? AND (entity, entity_id) IN (VALUES \(placeholders(rows: chunk.count, columns: 2)))
+                """
+            let arguments: [any DatabaseValueConvertible] = [userID] + chunk.flatMap { [$0.entity, $0.entityID] }
+            try db.execute(sql: sql, arguments: StatementArguments(arguments))
+        }
+        guard
+            let end = try Int64.fetchOne(
+                db, sql: "UPDATE change_sequence SET value = value + ? WHERE id = 1 RETURNING value",
+                arguments: [plan.writes.count]
+            )
+        else { throw StorageError.corrupt("change_sequence is empty") }
+        var position = end - Int64(plan.writes.count)
+        for chunk in plan.writes.chunked(rowsPerStatement) {
+            let sql = """
+                INSERT INTO records (user_id, entity, entity_id, version, deleted, natural_key, data, seq)
+                VALUES \(placeholders(rows: chunk.count, columns: 8))
+                ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
+                    version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
+                    data = excluded.data, seq = excluded.seq
+                """
+            var arguments: [(any DatabaseValueConvertible)?] = []
+            arguments.reserveCapacity(chunk.count * 8)
+            for record in chunk {
+                position += 1
+                arguments += [
+                    userID, record.entity, record.entityID, record.version, record.deleted, record.naturalKey,
+                    record.data, position,
+                ]
+            }
+            try db.cachedStatement(sql: sql).execute(arguments: StatementArguments(arguments))
+        }
+    }
+
+    private static func record(from row: Row) -> StoredRecord {
+        StoredRecord(
+            entity: row["entity"], entityID: row["entity_id"], version: row["version"], deleted: row["deleted"],
+            naturalKey: row["natural_key"], data: row["data"]
+        )
+    }
+
+    private static func placeholders(rows: Int, columns: Int) -> String {
+        let row = "(" + Array(repeating: "?", count: columns).joined(separator: ", ") + ")"
+        return Array(repeating: row, count: rows).joined(separator: ", ")
+    }
+
+    /// Turns SQLite failures a client should retry (busy, I/O, full disk, closed) into `StorageError.unavailable`.
+    private func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as DatabaseError {
+            switch error.resultCode {
+            case .SQLITE_BUSY, .SQLITE_LOCKED, .SQLITE_IOERR, .SQLITE_FULL, .SQLITE_CANTOPEN, .SQLITE_READONLY,
+                .SQLITE_MISUSE:
+                throw StorageError.unavailable(error.message ?? "\(error.resultCode)")
+            default:
+                throw error
+            }
+        }
+    }
+}
+
+extension Array {
+    func chunked(_ size: Int) -> [ArraySlice<Element>] {
+        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
+    }
+}

@@ -1,0 +1,103 @@
+import FerryProtocol
+import Foundation
+
+/// Where the server keeps records, client positions and change order.
+///
+/// Handlers talk only to this protocol, so every storage engine (SQLite,
+/// PostgreSQL) implements the same PROTOCOL.md rules and passes the same tests.
+public protocol SyncStorage: Sendable {
+    /// Applies one validated batch in a single transaction (PROTOCOL.md push rules 1 to 5).
+    func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse
+
+    /// Returns the user's records changed after `cursor`, oldest change first.
+    /// Throws `ProtocolViolation` with `invalid_cursor` for a cursor this server did not issue.
+    func pull(userID: String, cursor: String?, limit: Int) async throws -> PullResponse
+
+    /// Succeeds when the database can be reached.
+    func checkHealth() async throws
+
+    /// Closes the database; called once, after the HTTP server has stopped.
+    func close() async throws
+}
+
+/// Failures of the storage layer that a client should retry later.
+public enum StorageError: Error, Sendable, CustomStringConvertible {
+    /// The database cannot be reached, is busy beyond the timeout, or is shutting down.
+    case unavailable(String)
+    /// The database holds something this server cannot read.
+    case corrupt(String)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let why): "database unavailable: \(why)"
+        case .corrupt(let why): "database content is not readable: \(why)"
+        }
+    }
+}
+
+/// A mutation as received, with its data encoded once and its validity decided.
+public struct IncomingMutation: Sendable {
+    public let mutation: Mutation
+    /// `data` encoded as stored; `nil` for deletes.
+    public let encodedData: Data?
+    /// Why the mutation must be `rejected`; `nil` when it may be applied.
+    public let rejection: String?
+
+    public init(_ mutation: Mutation) {
+        self.mutation = mutation
+        let encoded = mutation.data.flatMap { try? ProtocolValidation.encode($0) }
+        self.encodedData = encoded
+        self.rejection = mutation.rejectionReason(encodedDataBytes: encoded?.count)
+    }
+}
+
+/// Identity of a record within one user's data.
+struct RecordKey: Hashable, Sendable {
+    var entity: String
+    var entityID: String
+}
+
+/// A natural key within one user's entity.
+struct NaturalKeyRef: Hashable, Sendable {
+    var entity: String
+    var naturalKey: String
+}
+
+/// One row of the records table.
+struct StoredRecord: Sendable, Equatable {
+    var entity: String
+    var entityID: String
+    var version: Int64
+    var deleted: Bool
+    var naturalKey: String?
+    /// The record's data as encoded JSON; `nil` for a tombstone.
+    var data: Data?
+
+    var key: RecordKey { RecordKey(entity: entity, entityID: entityID) }
+
+    /// The natural key this record holds for uniqueness purposes: only live records hold one.
+    var liveNaturalKey: NaturalKeyRef? {
+        guard !deleted, let naturalKey else { return nil }
+        return NaturalKeyRef(entity: entity, naturalKey: naturalKey)
+    }
+
+    func state() throws -> RecordState {
+        RecordState(version: version, deleted: deleted, data: try decodedData())
+    }
+
+    func change() throws -> Change {
+        Change(
+            entity: entity, entityID: entityID, op: deleted ? .delete : .upsert,
+            version: version, naturalKey: naturalKey, data: deleted ? nil : try decodedData()
+        )
+    }
+
+    private func decodedData() throws -> JSONObject? {
+        guard let data else { return nil }
+        do {
+            return try JSONDecoder().decode(JSONObject.self, from: data)
+        } catch {
+            throw StorageError.corrupt("record \(entity)/\(entityID) has data that is not a JSON object")
+        }
+    }
+}

@@ -1,0 +1,28 @@
+import ArgumentParser
+import FerryServer
+import Foundation
+
+struct TokenCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "token",
+        abstract: "Print a token that a server with the same secret accepts."
+    )
+
+    @Option(help: "The user id (the token's sub claim).")
+    var user: String
+
+    @Option(help: "HS256 secret; falls back to FERRY_JWT_SECRET.")
+    var secret: String?
+
+    @Option(help: "Seconds until the token expires.")
+    var ttl = 86_400
+
+    func run() async throws {
+        guard !user.isEmpty else { throw CommandFailure("--user must not be empty") }
+        guard ttl > 0 else { throw CommandFailure("--ttl must be a positive number of seconds, got \(ttl)") }
+        guard let secret = secret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"], !secret.isEmpty else {
+            throw CommandFailure("no secret: pass --secret S or set FERRY_JWT_SECRET to the server's secret")
+        }
+        print(try await TokenAuthority(secret: secret).issue(userID: user, ttl: .seconds(ttl)))
+    }
+}

@@ -1,0 +1,16 @@
+import ArgumentParser
+
+@main
+struct Ferry: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ferry",
+        abstract: "Ferry: an offline-first sync engine. Runs the reference server and issues tokens.",
+        subcommands: [ServeCommand.self, TokenCommand.self]
+    )
+}
+
+/// A refusal the user can act on: printed as one line, exit status 1.
+struct CommandFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
