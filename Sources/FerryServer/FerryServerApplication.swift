@@ -34,8 +34,8 @@ public enum FerryServerApplication {
         metrics: ServerMetrics = ServerMetrics(),
         logger: Logger = Logger(label: "ferry.server"),
         onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
-    ) async -> some ApplicationProtocol {
-        let authority = await TokenAuthority(secret: configuration.jwtSecret)
+    ) async throws -> some ApplicationProtocol {
+        let authority = try await TokenAuthority(secret: configuration.jwtSecret)
         let limiter = rateLimiter ?? configuration.rateLimit.map { TokenBucketRateLimiter(policy: $0) }
         let controller = SyncController(storage: storage, metrics: metrics)
 

@@ -8,9 +8,13 @@ import JWTKit
 /// top: only HS256 is accepted whatever the header claims, `exp` and a
 /// non-empty `sub` are required, and every refusal says which rule failed.
 public struct TokenAuthority: Sendable {
+    /// HS256 needs a key at least as long as its 32-byte output.
+    public static let minimumSecretBytes = 32
+
     private let keys: JWTKeyCollection
 
-    public init(secret: String) async {
+    public init(secret: String) async throws(TokenSecretTooShort) {
+        guard secret.utf8.count >= Self.minimumSecretBytes else { throw TokenSecretTooShort(length: secret.utf8.count) }
         let keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
         self.keys = keys
@@ -53,6 +57,13 @@ public struct TokenAuthority: Sendable {
         guard expiry.value > now else { throw .expired }
         guard let subject = claims.sub?.value, !subject.isEmpty else { throw .missingSubject }
         return subject
+    }
+}
+
+public struct TokenSecretTooShort: Error, Sendable, CustomStringConvertible {
+    public var length: Int
+    public var description: String {
+        "the JWT secret is \(length) bytes; HS256 needs at least \(TokenAuthority.minimumSecretBytes) (for example: openssl rand -hex 32)"
     }
 }
 

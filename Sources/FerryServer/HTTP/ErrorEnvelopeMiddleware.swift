@@ -1,4 +1,5 @@
 import FerryProtocol
+import HTTPTypes
 import Hummingbird
 
 /// Outermost handler of failures: turns every error into the JSON envelope,

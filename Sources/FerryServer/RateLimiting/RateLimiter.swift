@@ -1,4 +1,5 @@
 import FerryProtocol
+import HTTPTypes
 import Hummingbird
 
 /// Decides whether a user may make one more request now.

@@ -1,4 +1,5 @@
 import FerryProtocol
+import Foundation
 
 /// The push rules of PROTOCOL.md as pure logic over the records a batch touches.
 ///

@@ -26,9 +26,10 @@ struct ServeCommand: AsyncParsableCommand {
     var rateLimit = "300/60"
 
     func run() async throws {
+        setvbuf(stdout, nil, _IOLBF, 0)  // the address line must appear at once, also when piped
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init) ?? .info
+            handler.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .info
             return handler
         }
         guard (0...65_535).contains(port) else {
@@ -48,19 +49,11 @@ struct ServeCommand: AsyncParsableCommand {
             throw CommandFailure("--database \(database): \(error)")
         }
 
-        var secret = jwtSecret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"]
-        if secret?.isEmpty ?? false { throw CommandFailure("the JWT secret must not be empty") }
-        var demoToken: String?
-        if secret == nil {
-            let generated = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
-            secret = generated
-            demoToken = try await TokenAuthority(secret: generated).issue(userID: "demo", ttl: .seconds(86_400))
-        }
-
-        let configuration = ServerConfiguration(host: host, port: port, jwtSecret: secret!, rateLimit: policy)
+        let (secret, demoToken) = try await resolveSecret()
+        let configuration = ServerConfiguration(host: host, port: port, jwtSecret: secret, rateLimit: policy)
         let host = self.host
         let database = self.database
-        let app = await FerryServerApplication.make(
+        let app = try await FerryServerApplication.make(
             configuration: configuration, storage: storage,
             onServerRunning: { port in
                 print("Ferry server listening on http://\(host):\(port) (database \(database), rate limit \(policy?.description ?? "off"))")
@@ -75,6 +68,22 @@ struct ServeCommand: AsyncParsableCommand {
         } catch {
             throw CommandFailure("cannot serve on \(host):\(port): \(error)")
         }
+    }
+}
+
+extension ServeCommand {
+    /// The configured secret, or a generated one with a token for the `demo` user.
+    private func resolveSecret() async throws -> (secret: String, demoToken: String?) {
+        if let secret = jwtSecret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"] {
+            do {
+                _ = try await TokenAuthority(secret: secret)
+            } catch {
+                throw CommandFailure("--jwt-secret / FERRY_JWT_SECRET: \(error)")
+            }
+            return (secret, nil)
+        }
+        let generated = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        return (generated, try await TokenAuthority(secret: generated).issue(userID: "demo", ttl: .seconds(86_400)))
     }
 }
 

@@ -23,6 +23,12 @@ struct TokenCommand: AsyncParsableCommand {
         guard let secret = secret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"], !secret.isEmpty else {
             throw CommandFailure("no secret: pass --secret S or set FERRY_JWT_SECRET to the server's secret")
         }
-        print(try await TokenAuthority(secret: secret).issue(userID: user, ttl: .seconds(ttl)))
+        let authority: TokenAuthority
+        do {
+            authority = try await TokenAuthority(secret: secret)
+        } catch {
+            throw CommandFailure("--secret: \(error)")
+        }
+        print(try await authority.issue(userID: user, ttl: .seconds(ttl)))
     }
 }

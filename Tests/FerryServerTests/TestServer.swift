@@ -1,0 +1,164 @@
+import AsyncHTTPClient
+import Crypto
+import FerryProtocol
+import FerryServer
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import ServiceLifecycle
+
+/// A real Ferry server on a loopback port with a real SQLite file, and an HTTP client for it.
+struct TestServer: Sendable {
+    static let secret = "test-secret-for-ferry-0123456789abcdef"
+
+    let baseURL: String
+    let databasePath: String
+
+    /// Runs `body` against a fresh server. Pass `databasePath` to reopen an existing database.
+    static func run<T: Sendable>(
+        rateLimit: RateLimitPolicy? = nil,
+        databasePath: String? = nil,
+        _ body: @Sendable (TestServer) async throws -> T
+    ) async throws -> T {
+        let path = databasePath ?? Self.temporaryDatabasePath()
+        let storage = try SQLiteSyncStorage(path: path)
+        var logger = Logger(label: "ferry.test")
+        logger.logLevel = .error
+        let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
+        let app = try await FerryServerApplication.make(
+            configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit),
+            storage: storage, logger: logger,
+            onServerRunning: { port in portContinuation.yield(port) }
+        )
+        let group = ServiceGroup(services: [app], logger: logger)
+        return try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            var iterator = ports.makeAsyncIterator()
+            guard let port = await iterator.next() else { throw TestFailure("server did not start") }
+            let server = TestServer(baseURL: "http://127.0.0.1:\(port)", databasePath: path)
+            do {
+                let result = try await body(server)
+                await group.triggerGracefulShutdown()
+                try await tasks.waitForAll()
+                return result
+            } catch {
+                await group.triggerGracefulShutdown()
+                try? await tasks.waitForAll()
+                throw error
+            }
+        }
+    }
+
+    static func temporaryDatabasePath() -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-tests-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory.appendingPathComponent("server.sqlite").path
+    }
+
+    static func token(for user: String, secret: String = secret, now: Date = Date(), ttl: Duration = .seconds(3600)) async throws
+        -> String
+    {
+        try await TokenAuthority(secret: secret).issue(userID: user, ttl: ttl, now: now)
+    }
+
+    /// Signs arbitrary header and claims with HS256, to build tokens the issuer would never make.
+    static func handMadeToken(header: [String: Any], claims: [String: Any], secret: String = secret, signature: Bool = true)
+        throws -> String
+    {
+        func part(_ object: [String: Any]) throws -> String {
+            try JSONSerialization.data(withJSONObject: object).base64URL
+        }
+        let input = try part(header) + "." + part(claims)
+        guard signature else { return input + "." }
+        let mac = HMAC<SHA256>.authenticationCode(for: Data(input.utf8), using: SymmetricKey(data: Data(secret.utf8)))
+        return input + "." + Data(mac).base64URL
+    }
+
+    // MARK: - Requests
+
+    struct Reply: Sendable {
+        var status: Int
+        var headers: HTTPHeaders
+        var body: Data
+
+        func decode<T: Decodable>(_ type: T.Type) throws -> T {
+            try JSONDecoder().decode(type, from: body)
+        }
+
+        var errorCode: String? { try? decode(ErrorEnvelope.self).error.code }
+        var errorMessage: String? { try? decode(ErrorEnvelope.self).error.message }
+    }
+
+    func send(
+        _ method: HTTPMethod, _ path: String, token: String? = nil, headers: [(String, String)] = [], body: Data? = nil
+    ) async throws -> Reply {
+        var request = HTTPClientRequest(url: baseURL + path)
+        request.method = method
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: body))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+        let bytes = try await response.body.collect(upTo: 64 * 1024 * 1024)
+        return Reply(status: Int(response.status.code), headers: response.headers, body: Data(bytes.readableBytesView))
+    }
+
+    func push(_ request: PushRequest, token: String) async throws -> Reply {
+        try await send(.POST, "/v1/push", token: token, body: JSONEncoder().encode(request))
+    }
+
+    /// Pushes and expects 200.
+    func pushOK(_ request: PushRequest, token: String) async throws -> PushResponse {
+        let reply = try await push(request, token: token)
+        guard reply.status == 200 else {
+            throw TestFailure("push answered \(reply.status): \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        return try reply.decode(PushResponse.self)
+    }
+
+    func pull(token: String, cursor: String? = nil, limit: Int? = nil) async throws -> Reply {
+        var query: [String] = []
+        if let cursor { query.append("cursor=\(cursor)") }
+        if let limit { query.append("limit=\(limit)") }
+        return try await send(.GET, "/v1/pull" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")), token: token)
+    }
+
+    func pullOK(token: String, cursor: String? = nil, limit: Int? = nil) async throws -> PullResponse {
+        let reply = try await pull(token: token, cursor: cursor, limit: limit)
+        guard reply.status == 200 else {
+            throw TestFailure("pull answered \(reply.status): \(String(decoding: reply.body, as: UTF8.self))")
+        }
+        return try reply.decode(PullResponse.self)
+    }
+
+    /// Pulls from the beginning until caught up; the user's records by `entity/entityID`.
+    func pullAll(token: String, limit: Int = 1000) async throws -> [String: Change] {
+        var records: [String: Change] = [:]
+        var cursor: String?
+        repeat {
+            let page = try await pullOK(token: token, cursor: cursor, limit: limit)
+            for change in page.changes { records["\(change.entity)/\(change.entityID)"] = change }
+            cursor = page.cursor
+            if !page.hasMore { return records }
+        } while true
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension Data {
+    var base64URL: String {
+        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+}
+
+extension JSONObject {
+    static func value(_ number: Int64) -> JSONObject { ["value": .integer(number)] }
+}
