@@ -104,7 +104,7 @@ extension PushRequest {
         do {
             return try JSONDecoder().decode(PushRequest.self, from: body)
         } catch let error as DecodingError {
-            throw .badRequest(DecodingFailure.describe(error))
+            throw .badRequest(DecodingFailure.nonIntegerField(in: body) ?? DecodingFailure.describe(error))
         } catch {
             throw .badRequest("body is not valid JSON: \(error)")
         }
@@ -156,6 +156,26 @@ enum DecodingFailure {
         @unknown default:
             return "\(error)"
         }
+    }
+
+    /// Foundation reports a fractional or out-of-range number where an integer is expected
+    /// as invalid JSON without a path; find such a field ourselves so the message names it.
+    static func nonIntegerField(in body: Data) -> String? {
+        guard let root = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
+            let mutations = root["mutations"] as? [Any]
+        else { return nil }
+        for (index, element) in mutations.enumerated() {
+            guard let mutation = element as? [String: Any] else { continue }
+            for field in ["id", "baseVersion"] {
+                guard let number = mutation[field] as? NSNumber, !(mutation[field] is Bool) else { continue }
+                if Int64(exactly: number.doubleValue) == nil || number.doubleValue.rounded() != number.doubleValue
+                    || "\(number)".contains(".") || "\(number)".lowercased().contains("e")
+                {
+                    return "mutations[\(index)].\(field): expected a whole number, got \(number)"
+                }
+            }
+        }
+        return nil
     }
 
     static func path(_ codingPath: [any CodingKey]) -> String {

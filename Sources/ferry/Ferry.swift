@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 @main
 struct Ferry: AsyncParsableCommand {
@@ -13,4 +14,9 @@ struct Ferry: AsyncParsableCommand {
 struct CommandFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
+}
+
+/// Prints a line unbuffered, so a script reading our output through a pipe sees it at once.
+func printNow(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }

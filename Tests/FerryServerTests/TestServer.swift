@@ -18,6 +18,7 @@ struct TestServer: Sendable {
     /// Runs `body` against a fresh server. Pass `databasePath` to reopen an existing database.
     static func run<T: Sendable>(
         rateLimit: RateLimitPolicy? = nil,
+        rateLimiter: (any RateLimiter)? = nil,
         databasePath: String? = nil,
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
@@ -28,7 +29,7 @@ struct TestServer: Sendable {
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = try await FerryServerApplication.make(
             configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit),
-            storage: storage, logger: logger,
+            storage: storage, rateLimiter: rateLimiter, logger: logger,
             onServerRunning: { port in portContinuation.yield(port) }
         )
         let group = ServiceGroup(services: [app], logger: logger)

@@ -26,7 +26,6 @@ struct ServeCommand: AsyncParsableCommand {
     var rateLimit = "300/60"
 
     func run() async throws {
-        setvbuf(stdout, nil, _IOLBF, 0)  // the address line must appear at once, also when piped
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .info
@@ -56,10 +55,10 @@ struct ServeCommand: AsyncParsableCommand {
         let app = try await FerryServerApplication.make(
             configuration: configuration, storage: storage,
             onServerRunning: { port in
-                print("Ferry server listening on http://\(host):\(port) (database \(database), rate limit \(policy?.description ?? "off"))")
+                printNow("Ferry server listening on http://\(host):\(port) (database \(database), rate limit \(policy?.description ?? "off"))")
                 if let demoToken {
-                    print("No --jwt-secret or FERRY_JWT_SECRET: generated a secret for this run.")
-                    print("Token for user 'demo' (valid 24 h):\n\(demoToken)")
+                    printNow("No --jwt-secret or FERRY_JWT_SECRET: generated a secret for this run.")
+                    printNow("Token for user 'demo' (valid 24 h):\n\(demoToken)")
                 }
             }
         )

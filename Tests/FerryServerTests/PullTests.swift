@@ -1,0 +1,113 @@
+import FerryProtocol
+import FerryServer
+import Foundation
+import Testing
+
+/// PROTOCOL.md `GET /v1/pull`: compacted state, tombstones, pages, cursors, isolation.
+@Suite("Pull")
+struct PullTests {
+    @Test("pages are compacted: a record changed five times appears once, at its latest version")
+    func compaction() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: (1...5).map {
+                .upsert(id: Int64($0), entity: "events", entityID: "e-1", data: .value(Int64($0)))
+            } + [.upsert(id: 6, entity: "events", entityID: "e-2", data: .value(6)), .delete(id: 7, entity: "events", entityID: "e-2")]), token: token)
+            let page = try await server.pullOK(token: token)
+            #expect(page.hasMore == false)
+            #expect(page.changes == [
+                Change(entity: "events", entityID: "e-1", op: .upsert, version: 5, data: .value(5)),
+                Change(entity: "events", entityID: "e-2", op: .delete, version: 2),
+            ])
+        }
+    }
+
+    @Test("pages of `limit` changes, hasMore until the last, then an incremental pull returns exactly what changed")
+    func pagesAndIncrements() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: (1...25).map {
+                .upsert(id: Int64($0), entity: "items", entityID: "i-\($0)", data: .value(Int64($0)))
+            }), token: token)
+            var seen: [String] = []
+            var cursor: String?
+            var pages = 0
+            while true {
+                let page = try await server.pullOK(token: token, cursor: cursor, limit: 10)
+                pages += 1
+                seen += page.changes.map(\.entityID)
+                cursor = page.cursor
+                if !page.hasMore { break }
+                #expect(page.changes.count == 10)
+            }
+            #expect(pages == 3)
+            #expect(seen == (1...25).map { "i-\($0)" })
+
+            let nothing = try await server.pullOK(token: token, cursor: cursor)
+            #expect(nothing.changes.isEmpty)
+            #expect(nothing.hasMore == false)
+
+            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 26, entity: "items", entityID: "i-3", data: .value(300)),
+                .delete(id: 27, entity: "items", entityID: "i-7"),
+                .upsert(id: 28, entity: "items", entityID: "i-26", data: .value(26)),
+            ]), token: token)
+            let increment = try await server.pullOK(token: token, cursor: nothing.cursor)
+            #expect(increment.changes.map(\.entityID) == ["i-3", "i-7", "i-26"])
+            #expect(increment.changes.map(\.op) == [.upsert, .delete, .upsert])
+            #expect(increment.changes.map(\.version) == [2, 2, 1])
+        }
+    }
+
+    @Test("users never see each other's data, and a cursor issued to one user is refused for another")
+    func isolation() async throws {
+        try await TestServer.run { server in
+            let alice = try await TestServer.token(for: "alice")
+            let bob = try await TestServer.token(for: "bob")
+            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "notes", entityID: "shared-id", data: .value(1))]), token: alice)
+            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "notes", entityID: "shared-id", data: .value(2))]), token: bob)
+            let alicePage = try await server.pullOK(token: alice)
+            let bobPage = try await server.pullOK(token: bob)
+            #expect(alicePage.changes.map(\.data) == [.value(1)])
+            #expect(bobPage.changes.map(\.data) == [.value(2)])
+            #expect(bobPage.changes.map(\.version) == [1])
+
+            let stolen = try await server.pull(token: bob, cursor: alicePage.cursor)
+            #expect(stolen.status == 400)
+            #expect(stolen.errorCode == "invalid_cursor")
+        }
+    }
+
+    @Test("cursors the server did not issue are refused with invalid_cursor; bad limits with bad_request")
+    func badParameters() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            for cursor in ["abc", "c1.AAAAAAAAAAE2WpMBArq8iw2HEG_lihRN", "", "c1.%20"] {
+                let reply = try await server.pull(token: token, cursor: cursor)
+                #expect(reply.status == 400)
+                #expect(reply.errorCode == "invalid_cursor")
+            }
+            for limit in ["0", "1001", "abc", "-1", "2.5"] {
+                let reply = try await server.send(.GET, "/v1/pull?limit=\(limit)", token: token)
+                #expect(reply.status == 400)
+                #expect(reply.errorCode == "bad_request")
+                #expect(reply.errorMessage?.contains("limit") == true)
+            }
+        }
+    }
+
+    @Test("cursors survive a server restart on the same database")
+    func cursorsSurviveRestart() async throws {
+        let path = TestServer.temporaryDatabasePath()
+        let token = try await TestServer.token(for: "alice")
+        let cursor = try await TestServer.run(databasePath: path) { server in
+            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "n", entityID: "1", data: .value(1))]), token: token)
+            return try await server.pullOK(token: token).cursor
+        }
+        try await TestServer.run(databasePath: path) { server in
+            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 2, entity: "n", entityID: "2", data: .value(2))]), token: token)
+            let page = try await server.pullOK(token: token, cursor: cursor)
+            #expect(page.changes.map(\.entityID) == ["2"])
+        }
+    }
+}

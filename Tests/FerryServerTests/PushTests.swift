@@ -1,0 +1,274 @@
+import FerryProtocol
+import FerryServer
+import Foundation
+import Testing
+
+/// PROTOCOL.md `POST /v1/push`, rule by rule, against a live server and a SQLite file.
+@Suite("Push")
+struct PushTests {
+    @Test("applied upserts start at version 1 and grow by exactly 1; results come in request order")
+    func versions() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let first = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [
+                    .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
+                    .upsert(id: 2, entity: "events", entityID: "e-2", data: .value(2)),
+                    .upsert(id: 5, entity: "events", entityID: "e-1", data: .value(3)),
+                ]), token: token)
+            #expect(first.lastMutationID == 5)
+            #expect(first.results.map(\.id) == [1, 2, 5])
+            #expect(first.results.map(\.status) == [.applied, .applied, .applied])
+            #expect(first.results.map(\.version) == [1, 1, 2])
+            let records = try await server.pullAll(token: token)
+            #expect(records["events/e-1"]?.version == 2)
+            #expect(records["events/e-1"]?.data == .value(3))
+        }
+    }
+
+    @Test("replaying a whole batch, then a partly overlapping one, answers duplicate and changes no version")
+    func replay() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let batch = PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 10, entity: "events", entityID: "e-1", data: .value(1)),
+                .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(2)),
+            ])
+            _ = try await server.pushOK(batch, token: token)
+            let replayed = try await server.pushOK(batch, token: token)
+            #expect(replayed.results.map(\.status) == [.duplicate, .duplicate])
+            #expect(replayed.results.map(\.version) == [1, 1])
+            #expect(replayed.results.map(\.entityID) == ["e-1", "e-2"])
+            #expect(replayed.lastMutationID == 11)
+
+            let overlapping = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [
+                    .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(99)),
+                    .upsert(id: 12, entity: "events", entityID: "e-3", data: .value(3)),
+                ]), token: token)
+            #expect(overlapping.results.map(\.status) == [.duplicate, .applied])
+            #expect(overlapping.lastMutationID == 12)
+            let records = try await server.pullAll(token: token)
+            #expect(records["events/e-1"]?.version == 1)
+            #expect(records["events/e-2"]?.version == 1)
+            #expect(records["events/e-2"]?.data == .value(2))
+            #expect(records["events/e-3"]?.version == 1)
+        }
+    }
+
+    @Test("ids are tracked per (user, clientID): another client's ids are independent")
+    func perClient() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(PushRequest(clientID: "a", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(1))]), token: token)
+            let other = try await server.pushOK(PushRequest(clientID: "b", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(2))]), token: token)
+            #expect(other.results.first?.status == .applied)
+            #expect(other.results.first?.version == 2)
+            let bob = try await TestServer.token(for: "bob")
+            let bobs = try await server.pushOK(PushRequest(clientID: "a", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(3))]), token: bob)
+            #expect(bobs.results.first?.status == .applied)
+            #expect(bobs.results.first?.version == 1)
+        }
+    }
+
+    @Test("ids that are not strictly increasing are refused with 400 and change nothing")
+    func nonIncreasingIDs() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            for ids: [Int64] in [[3, 2], [4, 4], [0, 1], [ProtocolLimits.maxMutationID + 1]] {
+                let reply = try await server.push(
+                    PushRequest(clientID: "c1", mutations: ids.enumerated().map { index, id in
+                        .upsert(id: id, entity: "events", entityID: "e-\(index)", data: .value(1))
+                    }), token: token)
+                #expect(reply.status == 400)
+                #expect(reply.errorCode == "bad_request")
+                #expect(reply.errorMessage?.contains("mutations[") == true)
+            }
+            #expect(try await server.pullAll(token: token).isEmpty)
+            // lastMutationID did not move either: id 1 is still new.
+            let fresh = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "e-0", data: .value(1))]), token: token)
+            #expect(fresh.results.first?.status == .applied)
+        }
+    }
+
+    @Test("a batch over 1000 mutations or over 4 MiB answers 413 naming both limits, and changes nothing")
+    func overLimits() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let tooMany = PushRequest(clientID: "c1", mutations: (1...1001).map {
+                .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: .value(1))
+            })
+            let reply = try await server.push(tooMany, token: token)
+            #expect(reply.status == 413)
+            #expect(reply.errorCode == "batch_too_large")
+            #expect(reply.errorMessage?.contains("1000") == true)
+            #expect(reply.errorMessage?.contains("4 MiB") == true)
+
+            let big = String(repeating: "x", count: 200_000)
+            let tooBig = PushRequest(clientID: "c1", mutations: (1...25).map {
+                .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: ["blob": .string(big)])
+            })
+            let bigReply = try await server.push(tooBig, token: token)
+            #expect(bigReply.status == 413)
+            #expect(bigReply.errorCode == "batch_too_large")
+            #expect(bigReply.errorMessage?.contains("1000") == true)
+            #expect(try await server.pullAll(token: token).isEmpty)
+        }
+    }
+
+    @Test("a natural-key merge, then the same mutation resent, reports the canonical entityID both times")
+    func naturalKeyMerge() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(PushRequest(clientID: "phone", mutations: [
+                .upsert(id: 1, entity: "events", entityID: "e-0017", data: .value(1), naturalKey: "hk:9F2A"),
+            ]), token: token)
+            let batch = PushRequest(clientID: "watch", mutations: [
+                .upsert(id: 41, entity: "events", entityID: "local-1", data: .value(1200), naturalKey: "hk:9F2A"),
+            ])
+            let merged = try await server.pushOK(batch, token: token)
+            #expect(merged.results.first?.status == .merged)
+            #expect(merged.results.first?.entityID == "e-0017")
+            #expect(merged.results.first?.version == 2)
+
+            let resent = try await server.pushOK(batch, token: token)  // the first response was "lost"
+            #expect(resent.results.first?.status == .duplicate)
+            #expect(resent.results.first?.entityID == "e-0017")
+            #expect(resent.results.first?.version == 2)
+
+            let records = try await server.pullAll(token: token)
+            #expect(records.count == 1)
+            #expect(records["events/e-0017"]?.data == .value(1200))
+            #expect(records["events/e-0017"]?.naturalKey == "hk:9F2A")
+        }
+    }
+
+    @Test("a natural key released and taken in one batch is unique among live records afterwards")
+    func naturalKeyHandOver() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [
+                .upsert(id: 1, entity: "s", entityID: "a", data: .value(1), naturalKey: "k1"),
+            ]), token: token)
+            let response = try await server.pushOK(PushRequest(clientID: "c", mutations: [
+                .upsert(id: 2, entity: "s", entityID: "a", data: .value(2), naturalKey: "k2"),
+                .upsert(id: 3, entity: "s", entityID: "b", data: .value(3), naturalKey: "k1"),
+                .delete(id: 4, entity: "s", entityID: "a"),
+                .upsert(id: 5, entity: "s", entityID: "c", data: .value(5), naturalKey: "k2"),
+            ]), token: token)
+            #expect(response.results.map(\.status) == [.applied, .applied, .applied, .applied])
+            #expect(response.results.map(\.entityID) == ["a", "b", "a", "c"])
+            let records = try await server.pullAll(token: token)
+            #expect(records["s/a"]?.op == .delete)
+            #expect(records["s/b"]?.naturalKey == "k1")
+            #expect(records["s/c"]?.naturalKey == "k2")
+        }
+    }
+
+    @Test("a rejected mutation in the middle does not stop the ones after it and advances lastMutationID")
+    func rejectedInTheMiddle() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let huge = String(repeating: "y", count: ProtocolLimits.maxDataBytes)
+            let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
+                .upsert(id: 2, entity: "Events!", entityID: "e-2", data: .value(2)),
+                .upsert(id: 3, entity: "events", entityID: "e-3", data: ["blob": .string(huge)]),
+                .upsert(id: 4, entity: "events", entityID: String(repeating: "z", count: 129), data: .value(4)),
+                Mutation(id: 5, entity: "events", entityID: "e-5", op: .delete, data: .value(5)),
+                Mutation(id: 6, entity: "events", entityID: "e-6", op: .upsert),
+                .upsert(id: 7, entity: "events", entityID: "e-7", data: .value(7)),
+            ]), token: token)
+            #expect(response.results.map(\.status) == [.applied, .rejected, .rejected, .rejected, .rejected, .rejected, .applied])
+            #expect(response.lastMutationID == 7)
+            let reasons = response.results.compactMap(\.error)
+            #expect(reasons.count == 5)
+            #expect(reasons[0].contains("entity"))
+            #expect(reasons[1].contains("262144"))
+            #expect(reasons[2].contains("entityID"))
+            #expect(reasons[3].contains("data must be absent"))
+            #expect(reasons[4].contains("data is required"))
+            // The rejected id is spent: resending it is a duplicate, never a retry.
+            let resent = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 2, entity: "events", entityID: "e-2", data: .value(2)),
+            ]), token: token)
+            #expect(resent.results.first?.status == .duplicate)
+            #expect(Set(try await server.pullAll(token: token).keys) == ["events/e-1", "events/e-7"])
+        }
+    }
+
+    @Test("baseVersion: a mismatch is a conflict carrying the current record, and nothing is applied")
+    func conflicts() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 1, entity: "notes", entityID: "n", data: .value(1), baseVersion: 0),
+                .upsert(id: 2, entity: "notes", entityID: "n", data: .value(2), baseVersion: 0),
+                .upsert(id: 3, entity: "notes", entityID: "n", data: .value(3), baseVersion: 1),
+                .upsert(id: 4, entity: "notes", entityID: "n", data: .value(4), baseVersion: 1),
+                .upsert(id: 5, entity: "notes", entityID: "missing", data: .value(5), baseVersion: 3),
+            ]), token: token)
+            #expect(response.results.map(\.status) == [.applied, .conflict, .applied, .conflict, .conflict])
+            #expect(response.results[1].current == RecordState(version: 1, deleted: false, data: .value(1)))
+            #expect(response.results[3].current == RecordState(version: 2, deleted: false, data: .value(3)))
+            #expect(response.results[3].version == 2)
+            #expect(response.results[4].current == nil)
+            #expect(response.results[4].version == nil)
+            #expect(response.lastMutationID == 5)
+            let records = try await server.pullAll(token: token)
+            #expect(records["notes/n"]?.version == 2)
+            #expect(records["notes/n"]?.data == .value(3))
+            #expect(records["notes/missing"] == nil)
+        }
+    }
+
+    @Test("deletes leave tombstones with a new version; deleting the unknown gives version null; an upsert revives")
+    func tombstones() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
+                .delete(id: 2, entity: "events", entityID: "e-1"),
+                .delete(id: 3, entity: "events", entityID: "never"),
+            ]), token: token)
+            #expect(response.results.map(\.status) == [.applied, .applied, .applied])
+            #expect(response.results.map(\.version) == [1, 2, nil])
+            var records = try await server.pullAll(token: token)
+            #expect(records["events/e-1"] == Change(entity: "events", entityID: "e-1", op: .delete, version: 2))
+            #expect(records["events/never"] == nil)
+
+            let revived = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 4, entity: "events", entityID: "e-1", data: .value(4)),
+            ]), token: token)
+            #expect(revived.results.first?.version == 3)
+            records = try await server.pullAll(token: token)
+            #expect(records["events/e-1"]?.op == .upsert)
+            #expect(records["events/e-1"]?.version == 3)
+        }
+    }
+
+    @Test("a duplicate of a record that no longer exists reports entityID and version as null")
+    func duplicateOfDeleted() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let upsert = PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))])
+            _ = try await server.pushOK(upsert, token: token)
+            _ = try await server.pushOK(PushRequest(clientID: "c2", mutations: [.delete(id: 1, entity: "e", entityID: "x")]), token: token)
+            let reply = try await server.push(upsert, token: token)
+            let text = String(decoding: reply.body, as: UTF8.self)
+            #expect(text.contains("\"entityID\":null"))
+            #expect(text.contains("\"version\":null"))
+            #expect(try reply.decode(PushResponse.self).results.first?.status == .duplicate)
+        }
+    }
+
+    @Test("an empty batch is valid and reports the client's lastMutationID")
+    func emptyBatch() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            #expect(try await server.pushOK(PushRequest(clientID: "c1", mutations: []), token: token).lastMutationID == 0)
+            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.delete(id: 9, entity: "e", entityID: "x")]), token: token)
+            #expect(try await server.pushOK(PushRequest(clientID: "c1", mutations: []), token: token).lastMutationID == 9)
+        }
+    }
+}

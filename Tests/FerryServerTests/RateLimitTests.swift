@@ -1,0 +1,80 @@
+import Clocks
+import FerryProtocol
+import FerryServer
+import Foundation
+import Testing
+
+@Suite("Rate limiting")
+struct RateLimitTests {
+    @Test("every authenticated response carries RateLimit-*; over the quota the server answers 429 with Retry-After and changes nothing")
+    func headersAnd429() async throws {
+        let clock = TestClock()
+        let limiter = TokenBucketRateLimiter(policy: RateLimitPolicy(requests: 3, window: .seconds(60)), clock: clock)
+        try await TestServer.run(rateLimiter: limiter) { server in
+            let token = try await TestServer.token(for: "alice")
+            var remaining: [String] = []
+            for id in 1...3 {
+                let reply = try await server.push(PushRequest(clientID: "c", mutations: [.upsert(id: Int64(id), entity: "e", entityID: "\(id)", data: .value(1))]), token: token)
+                #expect(reply.status == 200)
+                #expect(reply.headers["RateLimit-Limit"] == ["3"])
+                remaining += reply.headers["RateLimit-Remaining"]
+                #expect(Int(reply.headers["RateLimit-Reset"].first ?? "") ?? 0 >= 1)
+            }
+            #expect(remaining == ["2", "1", "0"])
+
+            let limited = try await server.push(PushRequest(clientID: "c", mutations: [.upsert(id: 4, entity: "e", entityID: "4", data: .value(1))]), token: token)
+            #expect(limited.status == 429)
+            #expect(limited.errorCode == "rate_limited")
+            let retryAfter = Int(limited.headers["Retry-After"].first ?? "") ?? 0
+            #expect((1...20).contains(retryAfter))  // one request refills in 60/3 = 20 s
+            #expect(limited.headers["RateLimit-Remaining"] == ["0"])
+            #expect(limited.headers["RateLimit-Limit"] == ["3"])
+
+            // Errors carry the headers too, and another user has a quota of their own.
+            let bob = try await TestServer.token(for: "bob")
+            let badRequest = try await server.send(.POST, "/v1/push", token: bob, body: Data("{".utf8))
+            #expect(badRequest.status == 400)
+            #expect(badRequest.headers["RateLimit-Remaining"] == ["2"])
+            // Health and metrics are not limited.
+            for _ in 0..<5 { #expect(try await server.send(.GET, "/v1/health").status == 200) }
+            #expect(try await server.send(.GET, "/metrics").status == 200)
+
+            // Once Retry-After has passed the quota is back, and the refused push left nothing behind.
+            await clock.advance(by: .seconds(retryAfter))
+            let records = try await server.pullOK(token: token)
+            #expect(records.changes.map(\.entityID) == ["1", "2", "3"])
+        }
+    }
+
+    @Test("the bucket allows the whole quota as a burst and refills continuously (test clock)")
+    func refill() async throws {
+        let clock = TestClock()
+        let limiter = TokenBucketRateLimiter(policy: RateLimitPolicy(requests: 300, window: .seconds(60)), clock: clock)
+        for expected in stride(from: 299, through: 0, by: -1) {
+            let decision = await limiter.acquire(for: "u")
+            #expect(decision.allowed)
+            #expect(decision.remaining == expected)
+        }
+        let refused = await limiter.acquire(for: "u")
+        #expect(!refused.allowed)
+        #expect(refused.retryAfterSeconds == 1)  // 5 requests per second refill
+        #expect(refused.resetSeconds == 60)
+        await clock.advance(by: .milliseconds(200))
+        #expect(await limiter.acquire(for: "u").allowed)
+        #expect(await !limiter.acquire(for: "u").allowed)
+        await clock.advance(by: .seconds(60))
+        let refilled = await limiter.acquire(for: "u")
+        #expect(refilled.remaining == 299)
+        #expect(refilled.resetSeconds == 1)
+        #expect(await limiter.acquire(for: "other").remaining == 299)
+    }
+
+    @Test("--rate-limit values: N/SECONDS, off, and clear refusals")
+    func parsing() throws {
+        #expect(try RateLimitPolicy.parse("300/60") == .default)
+        #expect(try RateLimitPolicy.parse("off") == nil)
+        for bad in ["", "300", "300/", "/60", "0/60", "10/0", "-1/60", "a/b", "1/2/3"] {
+            #expect(throws: RateLimitPolicyError.self, "\(bad)") { try RateLimitPolicy.parse(bad) }
+        }
+    }
+}
