@@ -10,17 +10,26 @@ import GRDB
 /// sees position N has seen everything before it, and pull cursors built on
 /// these positions cannot skip a change that commits late.
 public final class SQLiteSyncStorage: SyncStorage {
-    /// Rows per multi-row statement; keeps each statement well under SQLite's variable limit.
-    private static let rowsPerStatement = 200
+    /// Rows per multi-row statement: a whole batch, so each step of a push is one statement.
+    /// At 8 values a row that is 8,000 variables, well under SQLite's limit of 32,766.
+    private static let rowsPerStatement = ProtocolLimits.maxMutationsPerPush
 
     private let writer: any DatabaseWriter
     private let cursors: CursorCodec
 
     /// Opens (creating if needed) the database at `path`, or an in-memory database for `nil`.
-    public init(path: String?) throws {
+    /// `statementObserver` sees the SQL of every statement executed, for tests and diagnostics.
+    public init(path: String?, statementObserver: (@Sendable (String) -> Void)? = nil) throws {
         var configuration = Configuration()
         configuration.label = "ferry.server.storage"
         configuration.busyMode = .timeout(10)
+        if let statementObserver {
+            configuration.prepareDatabase { db in
+                db.trace(options: .statement) { event in
+                    if case .statement(let statement) = event { statementObserver(statement.sql) }
+                }
+            }
+        }
         do {
             if let path {
                 writer = try DatabasePool(path: path, configuration: configuration)
@@ -151,7 +160,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                 """
             var arguments: [any DatabaseValueConvertible] = chunk.flatMap { [$0.entity, $0.entityID] }
             arguments.append(userID)
-            for row in try Row.fetchAll(db.cachedStatement(sql: sql), arguments: StatementArguments(arguments)) {
+            for row in try Row.fetchAll(db, sql: sql, arguments: StatementArguments(arguments)) {
                 let record = record(from: row)
                 found[record.key] = record
             }
@@ -164,7 +173,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                 """
             var arguments: [any DatabaseValueConvertible] = chunk.flatMap { [$0.entity, $0.naturalKey] }
             arguments.append(userID)
-            for row in try Row.fetchAll(db.cachedStatement(sql: sql), arguments: StatementArguments(arguments)) {
+            for row in try Row.fetchAll(db, sql: sql, arguments: StatementArguments(arguments)) {
                 let record = record(from: row)
                 found[record.key] = record
             }
@@ -177,8 +186,8 @@ public final class SQLiteSyncStorage: SyncStorage {
         guard !plan.writes.isEmpty else { return }
         for chunk in plan.releasedNaturalKeys.chunked(rowsPerStatement) {
             let sql = """
-                UPDATE records SET natural_key = NULL
-                WHERE user_id = ? AND (entity, entity_id) IN (VALUES \(placeholders(rows: chunk.count, columns: 2)))
+                UPDATE records SET natural_key = NULL WHERE user_id = ? AND (entity, entity_id) IN
+                    (SELECT column1, column2 FROM (VALUES \(placeholders(rows: chunk.count, columns: 2))))
                 """
             let arguments: [any DatabaseValueConvertible] = [userID] + chunk.flatMap { [$0.entity, $0.entityID] }
             try db.execute(sql: sql, arguments: StatementArguments(arguments))
@@ -207,7 +216,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                     record.data, position,
                 ]
             }
-            try db.cachedStatement(sql: sql).execute(arguments: StatementArguments(arguments))
+            try db.execute(sql: sql, arguments: StatementArguments(arguments))
         }
     }
 
