@@ -22,7 +22,8 @@ public struct TokenAuthority: Sendable {
 
     /// A token for `userID` that expires after `ttl`.
     public func issue(userID: String, ttl: Duration, now: Date = Date()) async throws -> String {
-        let expiry = now.addingTimeInterval(Double(ttl.components.seconds))
+        // Whole seconds: NumericDate allows fractions, but not every JWT library reads them.
+        let expiry = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + Double(ttl.components.seconds)).rounded(.down))
         return try await keys.sign(FerryClaims(sub: SubjectClaim(value: userID), exp: ExpirationClaim(value: expiry)))
     }
 
