@@ -131,11 +131,17 @@ struct RobustnessTests {
 
     @Test("when the database is gone, health and push answer 503 with Retry-After")
     func databaseUnavailable() async throws {
-        let storage = try SQLiteSyncStorage(path: TestServer.temporaryDatabasePath())
-        try await storage.close()
-        await #expect(throws: StorageError.self) { try await storage.checkHealth() }
-        await #expect(throws: StorageError.self) {
-            _ = try await storage.push(userID: "u", clientID: "c", mutations: [IncomingMutation(.delete(id: 1, entity: "e", entityID: "x"))])
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            try await server.storage.close()
+            let health = try await server.send(.GET, "/v1/health")
+            #expect(health.status == 503)
+            #expect(health.errorCode == "unavailable")
+            #expect(health.headers["Retry-After"] == ["5"])
+            let push = try await server.push(PushRequest(clientID: "c", mutations: [.delete(id: 1, entity: "e", entityID: "x")]), token: token)
+            #expect(push.status == 503)
+            #expect(push.headers["Retry-After"] == ["5"])
+            #expect(try await server.pull(token: token).status == 503)
         }
     }
 

@@ -14,6 +14,7 @@ struct TestServer: Sendable {
 
     let baseURL: String
     let databasePath: String
+    let storage: SQLiteSyncStorage
 
     /// Runs `body` against a fresh server. Pass `databasePath` to reopen an existing database.
     static func run<T: Sendable>(
@@ -37,7 +38,7 @@ struct TestServer: Sendable {
             tasks.addTask { try await group.run() }
             var iterator = ports.makeAsyncIterator()
             guard let port = await iterator.next() else { throw TestFailure("server did not start") }
-            let server = TestServer(baseURL: "http://127.0.0.1:\(port)", databasePath: path)
+            let server = TestServer(baseURL: "http://127.0.0.1:\(port)", databasePath: path, storage: storage)
             do {
                 let result = try await body(server)
                 await group.triggerGracefulShutdown()

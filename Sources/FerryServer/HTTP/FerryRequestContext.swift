@@ -1,3 +1,4 @@
+import FerryProtocol
 import Hummingbird
 
 /// Per-request state: Hummingbird's core context plus the authenticated user.
@@ -10,6 +11,6 @@ public struct FerryRequestContext: RequestContext {
         self.coreContext = .init(source: source)
     }
 
-    /// Push bodies are collected by the push handler itself, against the protocol's limit.
-    public var maxUploadSize: Int { 0 }
+    /// No body may exceed the protocol's push limit.
+    public var maxUploadSize: Int { ProtocolLimits.maxPushBodyBytes }
 }

@@ -22,8 +22,6 @@ struct BatchPlanner {
         /// Records that held a live natural key before the batch and no longer hold it; the
         /// storage releases these keys before writing so the uniqueness index never sees two holders.
         var releasedNaturalKeys: [RecordKey]
-        /// Counts of results by status, for metrics.
-        var statusCounts: [MutationStatus: Int]
     }
 
     static func lookups(for mutations: [IncomingMutation]) -> Lookups {
@@ -61,11 +59,8 @@ struct BatchPlanner {
     mutating func plan(_ mutations: [IncomingMutation]) -> BatchPlan {
         var results: [PushResult] = []
         results.reserveCapacity(mutations.count)
-        var counts: [MutationStatus: Int] = [:]
         for (index, incoming) in mutations.enumerated() {
-            let result = decide(incoming, at: index)
-            counts[result.status, default: 0] += 1
-            results.append(result)
+            results.append(decide(incoming, at: index))
         }
         let lastMutationID = max(initialLastMutationID, mutations.last?.mutation.id ?? 0)
         let writes = lastTouch.sorted { $0.value < $1.value }.compactMap { records[$0.key] }
@@ -77,7 +72,7 @@ struct BatchPlanner {
         }
         return BatchPlan(
             response: PushResponse(lastMutationID: lastMutationID, results: results),
-            writes: writes, releasedNaturalKeys: released, statusCounts: counts
+            writes: writes, releasedNaturalKeys: released
         )
     }
 

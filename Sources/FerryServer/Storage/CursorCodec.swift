@@ -51,17 +51,3 @@ struct CursorCodec: Sendable {
         (0..<8).map { UInt8(truncatingIfNeeded: position >> (8 * (7 - $0))) }
     }
 }
-
-extension Data {
-    init?(base64URLEncoded string: String) {
-        var base64 = string.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        guard !base64.contains("=") else { return nil }
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        self.init(base64Encoded: base64)
-    }
-
-    func base64URLEncodedString() -> String {
-        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
-}

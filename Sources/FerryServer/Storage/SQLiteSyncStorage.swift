@@ -139,7 +139,11 @@ public final class SQLiteSyncStorage: SyncStorage {
     }
 
     public func checkHealth() async throws {
-        try await mapErrors { _ = try await writer.read { db in try Int.fetchOne(db, sql: "SELECT 1") } }
+        do {
+            _ = try await writer.read { db in try Int.fetchOne(db, sql: "SELECT 1 FROM change_sequence") }
+        } catch {
+            throw StorageError.unavailable("\(error)")
+        }
     }
 
     public func close() async throws {
