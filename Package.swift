@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v14), .iOS(.v17)],
     products: [
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
+        .library(name: "Ferry", targets: ["Ferry"]),
         .library(name: "FerryServer", targets: ["FerryServer"]),
         .executable(name: "ferry", targets: ["ferry"]),
     ],
@@ -26,6 +27,14 @@ let package = Package(
     ],
     targets: [
         .target(name: "FerryProtocol"),
+        .target(
+            name: "Ferry",
+            dependencies: [
+                "FerryProtocol",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .target(
             name: "FerryServer",
             dependencies: [

@@ -1,0 +1,33 @@
+import FerryProtocol
+
+/// A mutation the server refused because the record changed since this client saw it.
+public struct Conflict: Sendable, Equatable {
+    public var entity: String
+    public var entityID: String
+    /// What this client tried to write; `nil` for a delete.
+    public var local: JSONObject?
+    /// The record on the server; `nil` if it does not exist.
+    public var server: RecordState?
+}
+
+/// How a conflict ends.
+public enum ConflictResolution: Sendable, Equatable {
+    /// The local row takes the server's state.
+    case acceptServer
+    /// This data (`nil`: delete) is written locally and sent again over the server's version.
+    case keep(JSONObject?)
+}
+
+/// Decides every `conflict` the server reports. Conflicts are never retried blindly.
+public struct ConflictPolicy: Sendable {
+    public let resolve: @Sendable (Conflict) -> ConflictResolution
+
+    public init(resolve: @escaping @Sendable (Conflict) -> ConflictResolution) {
+        self.resolve = resolve
+    }
+
+    /// The default: the server's state wins and replaces the local row.
+    public static let serverWins = ConflictPolicy { _ in .acceptServer }
+    /// The local change wins: it is sent again over the server's version.
+    public static let clientWins = ConflictPolicy { conflict in .keep(conflict.local) }
+}

@@ -1,0 +1,202 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// The queue of local changes waiting for the server.
+///
+/// A batch is always a prefix of the pending entries in id order, because the
+/// server keeps one high-water mark per client: sending id 900 before id 600
+/// would make 600 a `duplicate`. Within that prefix, changes to the same record
+/// are coalesced into its latest state, carried by its latest entry's id, and a
+/// record created and deleted before the server ever saw it is not sent at all.
+struct Outbox: Sendable {
+    let store: FerryStore
+
+    /// Pending and dead-lettered entry counts.
+    func counts() async throws -> (pending: Int, deadLettered: Int) {
+        try await store.database.read { db in
+            let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state != ?", arguments: [OutboxState.deadLettered.rawValue]) ?? 0
+            let dead = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue]) ?? 0
+            return (pending, dead)
+        }
+    }
+
+    /// Takes the next batch: at most `limit` entries, coalesced, marked in flight.
+    /// `nil` when nothing is pending.
+    func nextBatch(limit: Int) async throws -> OutboxBatch? {
+        try await store.database.write { db in
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT id, entity, entity_id, op, data, natural_key FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
+                arguments: [OutboxState.pending.rawValue, limit]
+            )
+            guard !rows.isEmpty else { return nil }
+            var latest: [RecordRef: Row] = [:]
+            var entries: [RecordRef: [Int64]] = [:]
+            for row in rows {
+                let record = RecordRef(entity: row["entity"], entityID: row["entity_id"])
+                latest[record] = row
+                entries[record, default: []].append(row["id"])
+            }
+            var batch = OutboxBatch(entryCount: rows.count)
+            for (record, row) in latest {
+                let op = MutationOp(rawValue: row["op"]) ?? .upsert
+                let version = try Int64.fetchOne(db, sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?", arguments: [record.entity, record.entityID])
+                if op == .delete, version == nil {
+                    // Created and deleted before the server saw it: nothing to send.
+                    batch.unsent += entries[record] ?? []
+                    continue
+                }
+                var mutation = Mutation(id: row["id"], entity: record.entity, entityID: record.entityID, op: op)
+                if op == .upsert {
+                    let text: String? = row["data"]
+                    mutation.data = try text.map { try JSONDecoder().decode(JSONObject.self, from: Data($0.utf8)) } ?? [:]
+                    mutation.naturalKey = row["natural_key"]
+                    if store.table(forEntity: record.entity)?.detectsConflicts == true { mutation.baseVersion = version ?? 0 }
+                }
+                batch.mutations.append(mutation)
+                batch.entries[mutation.id] = entries[record] ?? []
+            }
+            batch.mutations.sort { $0.id < $1.id }
+            if !batch.unsent.isEmpty {
+                try db.execute(sql: "DELETE FROM ferry_outbox WHERE id IN (\(batch.unsent.map(String.init).joined(separator: ",")))")
+            }
+            let sent = batch.entries.values.flatMap { $0 }
+            if !sent.isEmpty {
+                try db.execute(
+                    sql: "UPDATE ferry_outbox SET state = ? WHERE id IN (\(sent.map(String.init).joined(separator: ",")))",
+                    arguments: [OutboxState.inFlight.rawValue]
+                )
+            }
+            return batch
+        }
+    }
+
+    /// Puts a batch's entries back to pending, to be taken again (after a 413, or when sync stops).
+    func release(_ batch: OutboxBatch) async throws {
+        let ids = batch.entries.values.flatMap { $0 }
+        guard !ids.isEmpty else { return }
+        try await store.database.write { db in
+            try db.execute(
+                sql: "UPDATE ferry_outbox SET state = ? WHERE state = ? AND id IN (\(ids.map(String.init).joined(separator: ",")))",
+                arguments: [OutboxState.pending.rawValue, OutboxState.inFlight.rawValue]
+            )
+        }
+    }
+
+    /// Applies the server's results in one transaction: acknowledged entries leave the
+    /// outbox, merged records are re-keyed, rejected ones are dead-lettered and conflicts
+    /// resolved by `policy`. Returns the outcome counts.
+    func apply(_ response: PushResponse, to batch: OutboxBatch, policy: ConflictPolicy) async throws -> BatchOutcome {
+        guard response.results.count == batch.mutations.count,
+            zip(response.results, batch.mutations).allSatisfy({ $0.id == $1.id })
+        else {
+            throw FerryError.protocolViolation("push results do not match the batch's mutations one to one")
+        }
+        return try await store.database.write { db in
+            var outcome = BatchOutcome(acknowledgedEntries: batch.unsent.count)
+            try FerryStore.withoutCapture(db) {
+                for (mutation, result) in zip(batch.mutations, response.results) {
+                    let entryIDs = batch.entries[mutation.id] ?? []
+                    let idList = entryIDs.map(String.init).joined(separator: ",")
+                    switch result.status {
+                    case .applied, .merged, .duplicate:
+                        if let canonical = result.entityID, canonical != mutation.entityID {
+                            try rekey(entity: mutation.entity, from: mutation.entityID, to: canonical, db: db)
+                            outcome.rekeyed += 1
+                        }
+                        if let version = result.version {
+                            try setVersion(version, entity: mutation.entity, entityID: result.entityID ?? mutation.entityID, db: db)
+                        }
+                        try db.execute(sql: "DELETE FROM ferry_outbox WHERE id IN (\(idList))")
+                        outcome.acknowledgedEntries += entryIDs.count
+                        if result.status == .merged { outcome.merged += 1 }
+                    case .rejected:
+                        try db.execute(
+                            sql: "UPDATE ferry_outbox SET state = ?, error = ? WHERE id IN (\(idList))",
+                            arguments: [OutboxState.deadLettered.rawValue, result.error ?? "rejected"]
+                        )
+                        outcome.deadLettered += entryIDs.count
+                    case .conflict:
+                        try db.execute(sql: "DELETE FROM ferry_outbox WHERE id IN (\(idList))")
+                        outcome.acknowledgedEntries += entryIDs.count
+                        outcome.conflicts += 1
+                        try resolve(mutation, current: result.current, policy: policy, db: db)
+                    }
+                }
+            }
+            return outcome
+        }
+    }
+
+    /// The local record takes the server's identity: the row is re-keyed, or removed when a
+    /// row with the canonical id already exists; later pending edits follow it.
+    private func rekey(entity: String, from local: String, to canonical: String, db: Database) throws {
+        try db.execute(
+            sql: "UPDATE ferry_outbox SET entity_id = ? WHERE entity = ? AND entity_id = ? AND state = ?",
+            arguments: [canonical, entity, local, OutboxState.pending.rawValue]
+        )
+        guard let table = store.table(forEntity: entity) else { return }
+        let name = table.table.quotedDatabaseIdentifier
+        let pk = table.primaryKey.quotedDatabaseIdentifier
+        if try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(name) WHERE \(pk) = ?)", arguments: [canonical]) == true {
+            try db.execute(sql: "DELETE FROM \(name) WHERE \(pk) = ?", arguments: [local])
+        } else {
+            try db.execute(sql: "UPDATE \(name) SET \(pk) = ? WHERE \(pk) = ?", arguments: [canonical, local])
+        }
+    }
+
+    private func resolve(_ mutation: Mutation, current: RecordState?, policy: ConflictPolicy, db: Database) throws {
+        let local = mutation.op == .upsert ? mutation.data : nil
+        var writer = RecordWriter(store: store)
+        switch policy.resolve(Conflict(entity: mutation.entity, entityID: mutation.entityID, local: local, server: current)) {
+        case .acceptServer:
+            try writer.write(
+                entity: mutation.entity, entityID: mutation.entityID,
+                data: current?.deleted == false ? current?.data : nil, naturalKey: mutation.naturalKey, db: db
+            )
+            if let current { try setVersion(current.version, entity: mutation.entity, entityID: mutation.entityID, db: db) }
+        case .keep(let data):
+            // Re-send over the server's version: a new entry, so it goes through the queue like any change.
+            if let current { try setVersion(current.version, entity: mutation.entity, entityID: mutation.entityID, db: db) }
+            try writer.write(entity: mutation.entity, entityID: mutation.entityID, data: data, naturalKey: mutation.naturalKey, db: db)
+            let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
+            try db.execute(
+                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (?, ?, ?, ?, ?)",
+                arguments: [mutation.entity, mutation.entityID, data == nil ? "delete" : "upsert", text, mutation.naturalKey]
+            )
+        }
+    }
+
+    private func setVersion(_ version: Int64, entity: String, entityID: String, db: Database) throws {
+        try db.execute(
+            sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version",
+            arguments: [entity, entityID, version]
+        )
+    }
+}
+
+/// A record within the user's data.
+struct RecordRef: Hashable {
+    var entity: String
+    var entityID: String
+}
+
+/// What `Outbox.nextBatch` took.
+struct OutboxBatch: Sendable {
+    /// Entries read from the queue for this batch.
+    var entryCount: Int
+    var mutations: [Mutation] = []
+    /// The outbox entries each mutation stands for (itself and the edits coalesced into it).
+    var entries: [Int64: [Int64]] = [:]
+    /// Entries that cancelled out and were removed without being sent.
+    var unsent: [Int64] = []
+}
+
+/// What applying one push response did.
+struct BatchOutcome: Sendable, Equatable {
+    var acknowledgedEntries = 0
+    var deadLettered = 0
+    var merged = 0
+    var rekeyed = 0
+    var conflicts = 0
+}

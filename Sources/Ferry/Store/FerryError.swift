@@ -1,0 +1,25 @@
+import FerryProtocol
+
+/// Errors of the client library, each with what to do about it.
+public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A synced table is missing or does not fit its registration.
+    case invalidTable(String)
+    /// The server refused the credentials; sync stops until a new token is provided.
+    case unauthorized(String)
+    /// The server answered in a way the protocol does not allow (a bug on one side).
+    case protocolViolation(String)
+    /// A request could not be completed and the retry budget ran out.
+    case unreachable(String)
+    /// The sync was cancelled.
+    case cancelled
+
+    public var description: String {
+        switch self {
+        case .invalidTable(let why): "synced table: \(why)"
+        case .unauthorized(let why): "the server refused the token: \(why)"
+        case .protocolViolation(let why): "unexpected server response: \(why)"
+        case .unreachable(let why): "server unreachable: \(why)"
+        case .cancelled: "sync cancelled"
+        }
+    }
+}

@@ -1,0 +1,110 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// One user's local database: the app's synced tables plus Ferry's outbox,
+/// record versions, sync position and journal, in one SQLite file (WAL).
+///
+/// The app writes through `database` as usual; triggers installed here
+/// capture each change of a synced table into the outbox in the same
+/// transaction, so a write and its outbox entry commit or vanish together.
+public final class FerryStore: Sendable {
+    /// The app's handle on its data. Writes to synced tables are captured automatically.
+    public let database: DatabasePool
+    /// This installation's client id, stable for the life of the file.
+    public let clientID: String
+    public let tables: [SyncedTable]
+
+    /// Opens or creates the store at `path`.
+    /// - Parameters:
+    ///   - schema: the app's own migrations, run before the synced tables are checked.
+    ///   - tables: the tables to sync; each must exist with a TEXT primary key column.
+    public init(path: String, schema: DatabaseMigrator? = nil, tables: [SyncedTable]) throws {
+        var configuration = Configuration()
+        configuration.label = "ferry.store"
+        configuration.busyMode = .timeout(10)
+        database = try DatabasePool(path: path, configuration: configuration)
+        self.tables = tables
+        try Self.migrator.migrate(database)
+        try schema?.migrate(database)
+        clientID = try database.write { db in
+            for table in tables { try ChangeCapture.install(for: table, in: db) }
+            // Entries caught in flight by a crash go back to pending: resending them is safe
+            // because the server answers a mutation id it already has with `duplicate`.
+            try db.execute(sql: "UPDATE ferry_outbox SET state = ? WHERE state = ?", arguments: [OutboxState.pending.rawValue, OutboxState.inFlight.rawValue])
+            return try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta")!
+        }
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("ferry-v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE ferry_meta (
+                        id INTEGER PRIMARY KEY CHECK (id = 1),
+                        client_id TEXT NOT NULL,
+                        capturing INTEGER NOT NULL,
+                        cursor TEXT,
+                        last_synced_at REAL
+                    );
+                    CREATE TABLE ferry_outbox (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        entity TEXT NOT NULL,
+                        entity_id TEXT NOT NULL,
+                        op TEXT NOT NULL,
+                        data TEXT,
+                        natural_key TEXT,
+                        state INTEGER NOT NULL DEFAULT 0,
+                        error TEXT
+                    );
+                    CREATE INDEX ferry_outbox_by_state ON ferry_outbox (state, id);
+                    CREATE INDEX ferry_outbox_by_record ON ferry_outbox (entity, entity_id);
+                    CREATE TABLE ferry_versions (
+                        entity TEXT NOT NULL,
+                        entity_id TEXT NOT NULL,
+                        version INTEGER NOT NULL,
+                        PRIMARY KEY (entity, entity_id)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE ferry_journal (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        at REAL NOT NULL,
+                        event TEXT NOT NULL
+                    );
+                    """
+            )
+            let clientID = "c-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(20)
+            try db.execute(sql: "INSERT INTO ferry_meta (id, client_id, capturing) VALUES (1, ?, 1)", arguments: [clientID])
+        }
+        return migrator
+    }
+
+    /// Records a change that is not a row of a synced table; it is uploaded like any other.
+    public func enqueue(entity: String, entityID: String, op: MutationOp, data: JSONObject? = nil, naturalKey: String? = nil) async throws {
+        let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
+        try await database.write { db in
+            try db.execute(
+                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (?, ?, ?, ?, ?)",
+                arguments: [entity, entityID, op.rawValue, text, naturalKey]
+            )
+        }
+    }
+
+    func table(forEntity entity: String) -> SyncedTable? {
+        tables.first { $0.entity == entity }
+    }
+
+    /// Runs `body` with change capture off, for writes that come from the server.
+    static func withoutCapture<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        try db.execute(sql: "UPDATE ferry_meta SET capturing = 0")
+        defer { try? db.execute(sql: "UPDATE ferry_meta SET capturing = 1") }
+        return try body()
+    }
+}
+
+/// States of an outbox entry.
+enum OutboxState: Int {
+    case pending = 0
+    case inFlight = 1
+    case deadLettered = 2
+}

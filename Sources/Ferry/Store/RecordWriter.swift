@@ -1,0 +1,68 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// Writes records that come from the server into the app's tables.
+/// Callers switch change capture off first, so these writes are never echoed back.
+struct RecordWriter {
+    let store: FerryStore
+    private var columnCache: [String: Set<String>] = [:]
+
+    init(store: FerryStore) {
+        self.store = store
+    }
+
+    /// Upserts the row with `data`, or deletes it when `data` is `nil`. Entities without a
+    /// synced table (explicitly enqueued changes) have no row to write.
+    mutating func write(entity: String, entityID: String, data: JSONObject?, naturalKey: String?, db: Database) throws {
+        guard let table = store.table(forEntity: entity) else { return }
+        let name = table.table.quotedDatabaseIdentifier
+        let pk = table.primaryKey.quotedDatabaseIdentifier
+        guard let data else {
+            try db.execute(sql: "DELETE FROM \(name) WHERE \(pk) = ?", arguments: [entityID])
+            return
+        }
+        var values: [(String, DatabaseValueConvertible?)] = [(table.primaryKey, entityID)]
+        if let column = table.naturalKey { values.append((column, naturalKey)) }
+        switch table.layout {
+        case .document(let column):
+            values.append((column, String(decoding: try ProtocolValidation.encode(data), as: UTF8.self)))
+        case .columns:
+            let known = try columns(of: table, db: db)
+            for (key, value) in data.sorted(by: { $0.key < $1.key }) where known.contains(key) && key != table.primaryKey && key != table.naturalKey {
+                values.append((key, try value.databaseValue()))
+            }
+        }
+        let names = values.map { $0.0.quotedDatabaseIdentifier }
+        let updates = names.dropFirst().map { "\($0) = excluded.\($0)" }
+        try db.execute(
+            sql: """
+                INSERT INTO \(name) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))
+                ON CONFLICT (\(pk)) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", "))
+                """,
+            arguments: StatementArguments(values.map { $0.1 })
+        )
+    }
+
+    private mutating func columns(of table: SyncedTable, db: Database) throws -> Set<String> {
+        if let cached = columnCache[table.table] { return cached }
+        let columns = Set(try db.columns(in: table.table).map(\.name))
+        columnCache[table.table] = columns
+        return columns
+    }
+}
+
+extension JSONValue {
+    /// The value as a column value: scalars as themselves, arrays and objects as JSON text.
+    func databaseValue() throws -> DatabaseValueConvertible? {
+        switch self {
+        case .null: nil
+        case .bool(let value): value
+        case .integer(let value): value
+        case .number(let value): value
+        case .string(let value): value
+        case .array, .object:
+            String(decoding: try JSONEncoder().encode(self), as: UTF8.self)
+        }
+    }
+}
