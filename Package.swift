@@ -58,11 +58,35 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        .target(
+            name: "FerryTestSupport",
+            dependencies: [
+                "FerryProtocol",
+                "FerryServer",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Tests/FerryTestSupport"
+        ),
+        .testTarget(
+            name: "FerryTests",
+            dependencies: [
+                "Ferry",
+                "FerryProtocol",
+                "FerryServer",
+                "FerryTestSupport",
+                .product(name: "Clocks", package: "swift-clocks"),
+            ]
+        ),
         .testTarget(
             name: "FerryServerTests",
             dependencies: [
                 "FerryProtocol",
                 "FerryServer",
+                "FerryTestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),

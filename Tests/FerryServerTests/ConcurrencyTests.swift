@@ -1,5 +1,6 @@
 import FerryProtocol
 import FerryServer
+import FerryTestSupport
 import Foundation
 import Testing
 

@@ -1,6 +1,7 @@
 import Clocks
 import FerryProtocol
 import FerryServer
+import FerryTestSupport
 import Foundation
 import Testing
 

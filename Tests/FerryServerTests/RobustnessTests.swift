@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import FerryProtocol
 import FerryServer
+import FerryTestSupport
 import Foundation
 import NIOCore
 import NIOHTTP1

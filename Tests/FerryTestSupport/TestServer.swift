@@ -9,15 +9,15 @@ import NIOHTTP1
 import ServiceLifecycle
 
 /// A real Ferry server on a loopback port with a real SQLite file, and an HTTP client for it.
-struct TestServer: Sendable {
-    static let secret = "test-secret-for-ferry-0123456789abcdef"
+public struct TestServer: Sendable {
+    public static let secret = "test-secret-for-ferry-0123456789abcdef"
 
-    let baseURL: String
-    let databasePath: String
-    let storage: SQLiteSyncStorage
+    public let baseURL: String
+    public let databasePath: String
+    public let storage: SQLiteSyncStorage
 
     /// Runs `body` against a fresh server. Pass `databasePath` to reopen an existing database.
-    static func run<T: Sendable>(
+    public static func run<T: Sendable>(
         rateLimit: RateLimitPolicy? = nil,
         rateLimiter: (any RateLimiter)? = nil,
         databasePath: String? = nil,
@@ -52,20 +52,20 @@ struct TestServer: Sendable {
         }
     }
 
-    static func temporaryDatabasePath() -> String {
+    public static func temporaryDatabasePath() -> String {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-tests-\(UUID().uuidString)")
         try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         return directory.appendingPathComponent("server.sqlite").path
     }
 
-    static func token(for user: String, secret: String = secret, now: Date = Date(), ttl: Duration = .seconds(3600)) async throws
+    public static func token(for user: String, secret: String = secret, now: Date = Date(), ttl: Duration = .seconds(3600)) async throws
         -> String
     {
         try await TokenAuthority(secret: secret).issue(userID: user, ttl: ttl, now: now)
     }
 
     /// Signs arbitrary header and claims with HS256, to build tokens the issuer would never make.
-    static func handMadeToken(header: [String: Any], claims: [String: Any], secret: String = secret, signature: Bool = true)
+    public static func handMadeToken(header: [String: Any], claims: [String: Any], secret: String = secret, signature: Bool = true)
         throws -> String
     {
         func part(_ object: [String: Any]) throws -> String {
@@ -79,20 +79,20 @@ struct TestServer: Sendable {
 
     // MARK: - Requests
 
-    struct Reply: Sendable {
-        var status: Int
-        var headers: HTTPHeaders
-        var body: Data
+    public struct Reply: Sendable {
+        public var status: Int
+        public var headers: HTTPHeaders
+        public var body: Data
 
-        func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        public func decode<T: Decodable>(_ type: T.Type) throws -> T {
             try JSONDecoder().decode(type, from: body)
         }
 
-        var errorCode: String? { try? decode(ErrorEnvelope.self).error.code }
-        var errorMessage: String? { try? decode(ErrorEnvelope.self).error.message }
+        public var errorCode: String? { try? decode(ErrorEnvelope.self).error.code }
+        public var errorMessage: String? { try? decode(ErrorEnvelope.self).error.message }
     }
 
-    func send(
+    public func send(
         _ method: HTTPMethod, _ path: String, token: String? = nil, headers: [(String, String)] = [], body: Data? = nil
     ) async throws -> Reply {
         var request = HTTPClientRequest(url: baseURL + path)
@@ -108,12 +108,12 @@ struct TestServer: Sendable {
         return Reply(status: Int(response.status.code), headers: response.headers, body: Data(bytes.readableBytesView))
     }
 
-    func push(_ request: PushRequest, token: String) async throws -> Reply {
+    public func push(_ request: PushRequest, token: String) async throws -> Reply {
         try await send(.POST, "/v1/push", token: token, body: JSONEncoder().encode(request))
     }
 
     /// Pushes and expects 200.
-    func pushOK(_ request: PushRequest, token: String) async throws -> PushResponse {
+    public func pushOK(_ request: PushRequest, token: String) async throws -> PushResponse {
         let reply = try await push(request, token: token)
         guard reply.status == 200 else {
             throw TestFailure("push answered \(reply.status): \(String(decoding: reply.body, as: UTF8.self))")
@@ -121,14 +121,14 @@ struct TestServer: Sendable {
         return try reply.decode(PushResponse.self)
     }
 
-    func pull(token: String, cursor: String? = nil, limit: Int? = nil) async throws -> Reply {
+    public func pull(token: String, cursor: String? = nil, limit: Int? = nil) async throws -> Reply {
         var query: [String] = []
         if let cursor { query.append("cursor=\(cursor)") }
         if let limit { query.append("limit=\(limit)") }
         return try await send(.GET, "/v1/pull" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")), token: token)
     }
 
-    func pullOK(token: String, cursor: String? = nil, limit: Int? = nil) async throws -> PullResponse {
+    public func pullOK(token: String, cursor: String? = nil, limit: Int? = nil) async throws -> PullResponse {
         let reply = try await pull(token: token, cursor: cursor, limit: limit)
         guard reply.status == 200 else {
             throw TestFailure("pull answered \(reply.status): \(String(decoding: reply.body, as: UTF8.self))")
@@ -137,7 +137,7 @@ struct TestServer: Sendable {
     }
 
     /// Pulls from the beginning until caught up; the user's records by `entity/entityID`.
-    func pullAll(token: String, limit: Int = 1000) async throws -> [String: Change] {
+    public func pullAll(token: String, limit: Int = 1000) async throws -> [String: Change] {
         var records: [String: Change] = [:]
         var cursor: String?
         repeat {
@@ -149,18 +149,18 @@ struct TestServer: Sendable {
     }
 }
 
-struct TestFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+public struct TestFailure: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
 
 extension Data {
-    var base64URL: String {
+    public var base64URL: String {
         base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
     }
 }
 
 extension JSONObject {
-    static func value(_ number: Int64) -> JSONObject { ["value": .integer(number)] }
+    public static func value(_ number: Int64) -> JSONObject { ["value": .integer(number)] }
 }

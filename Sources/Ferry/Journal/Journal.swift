@@ -1,0 +1,55 @@
+import Foundation
+import GRDB
+
+/// One thing that happened during sync and why, as a person debugging would want it.
+public struct JournalEvent: Sendable, Codable, Equatable {
+    public var at: Date
+    /// `run.started`, `run.finished`, `request`, `wait`, `deadLettered`, `pull.page`, …
+    public var kind: String
+    public var message: String
+    public var details: [String: String]
+
+    public init(at: Date = Date(), kind: String, message: String, details: [String: String] = [:]) {
+        self.at = at
+        self.kind = kind
+        self.message = message
+        self.details = details
+    }
+}
+
+/// The store's journal: structured events kept in the database and exported as JSON lines.
+public struct Journal: Sendable {
+    let database: DatabasePool
+
+    func record(_ event: JournalEvent) async {
+        guard let text = try? String(decoding: JSONEncoder.journal.encode(event), as: UTF8.self) else { return }
+        // The journal must never fail a sync; a lost line is logged by GRDB's error, not thrown.
+        try? await database.write { db in
+            try db.execute(sql: "INSERT INTO ferry_journal (at, event) VALUES (?, ?)", arguments: [event.at.timeIntervalSince1970, text])
+        }
+    }
+
+    /// The most recent `limit` events, oldest first.
+    public func events(limit: Int = 10_000) async throws -> [JournalEvent] {
+        let lines = try await database.read { db in
+            try String.fetchAll(db, sql: "SELECT event FROM (SELECT id, event FROM ferry_journal ORDER BY id DESC LIMIT ?) ORDER BY id", arguments: [limit])
+        }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return try lines.map { try decoder.decode(JournalEvent.self, from: Data($0.utf8)) }
+    }
+
+    /// The journal as JSON lines, one event a line.
+    public func jsonLines(limit: Int = 10_000) async throws -> String {
+        try await events(limit: limit).map { String(decoding: try JSONEncoder.journal.encode($0), as: UTF8.self) }.joined(separator: "\n")
+    }
+}
+
+extension JSONEncoder {
+    static var journal: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }
+}

@@ -1,0 +1,48 @@
+import Foundation
+
+/// What the engine is doing, in one value that observers receive on every change.
+public struct SyncStatus: Sendable, Equatable {
+    public enum Phase: Sendable, Equatable {
+        case idle
+        /// Uploading: `done` of `total` pending changes acknowledged so far.
+        case uploading(done: Int, total: Int)
+        case downloading(received: Int)
+        /// Waiting before the next request, and why (rate limit, server unavailable, backoff).
+        case waiting(seconds: Double, reason: String)
+        case failed(String)
+    }
+
+    public var phase: Phase = .idle
+    public var pending = 0
+    public var deadLettered = 0
+    public var lastSyncedAt: Date?
+    public var lastError: String?
+
+    public init() {}
+
+    /// For a progress bar: "Synced 2,500 of 5,000 (50%)" while uploading.
+    public var progressText: String {
+        switch phase {
+        case .idle: pending == 0 ? "Up to date" : "\(pending.formatted()) changes waiting"
+        case .uploading(let done, let total):
+            "Synced \(done.formatted()) of \(total.formatted()) (\(total == 0 ? 100 : done * 100 / total)%)"
+        case .downloading(let received): "Received \(received.formatted()) changes"
+        case .waiting(let seconds, let reason): "Waiting \(Int(seconds.rounded(.up))) s: \(reason)"
+        case .failed(let why): "Sync failed: \(why)"
+        }
+    }
+}
+
+extension Int {
+    func formatted() -> String {
+        let digits = String(abs(self))
+        var groups: [Substring] = []
+        var end = digits.endIndex
+        while end > digits.startIndex {
+            let start = digits.index(end, offsetBy: -3, limitedBy: digits.startIndex) ?? digits.startIndex
+            groups.insert(digits[start..<end], at: 0)
+            end = start
+        }
+        return (self < 0 ? "-" : "") + groups.joined(separator: ",")
+    }
+}

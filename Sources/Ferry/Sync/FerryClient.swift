@@ -1,0 +1,152 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// Tuning of a client; the defaults suit the reference server.
+public struct SyncConfiguration: Sendable {
+    /// Mutations per push (halved automatically on 413).
+    public var batchSize = 500
+    public var pullPageSize = 500
+    public var retry = RetryPolicy()
+    public var conflictPolicy = ConflictPolicy.serverWins
+
+    public init() {}
+}
+
+/// What one sync run did.
+public struct SyncReport: Sendable, Equatable {
+    public var upload = UploadSummary()
+    public var pull = PullSummary()
+    /// 429 answers met during the run.
+    public var rateLimited = 0
+    /// HTTP requests made, retries included.
+    public var requests = 0
+}
+
+/// An entry the server rejected; it waits here until the app retries or discards it.
+public struct DeadLetter: Sendable, Equatable {
+    public var id: Int64
+    public var entity: String
+    public var entityID: String
+    public var op: MutationOp
+    public var reason: String
+}
+
+/// One user's sync engine: a store, a server, and the status observers follow.
+public actor FerryClient {
+    public nonisolated let store: FerryStore
+    public nonisolated let journal: Journal
+    private let statusCenter = StatusCenter()
+    private let connection: SyncConnection
+    private let configuration: SyncConfiguration
+    private var currentRun: Task<SyncReport, any Error>?
+
+    public init(
+        store: FerryStore, transport: any SyncTransport, token: @escaping TokenProvider,
+        clock: any Clock<Duration> = ContinuousClock(), configuration: SyncConfiguration = SyncConfiguration(),
+        jitterSeed: UInt64? = nil
+    ) {
+        self.store = store
+        self.journal = Journal(database: store.database)
+        self.configuration = configuration
+        self.connection = SyncConnection(
+            transport: transport, token: token, clock: clock, retry: configuration.retry, journal: journal,
+            status: statusCenter, random: jitterSeed.map { JitterGenerator(seed: $0) } ?? JitterGenerator()
+        )
+    }
+
+    /// The current status.
+    public var status: SyncStatus {
+        get async { await statusCenter.status }
+    }
+
+    /// Every status change, starting with the current one.
+    public func statusUpdates() async -> AsyncStream<SyncStatus> {
+        await refreshCounts()
+        return await statusCenter.stream()
+    }
+
+    /// Uploads everything pending, then pulls until caught up. A call while a run is in
+    /// progress joins that run instead of starting another.
+    @discardableResult
+    public func sync() async throws -> SyncReport {
+        if let currentRun { return try await currentRun.value }
+        let run = Task { try await self.performSync() }
+        currentRun = run
+        defer { currentRun = nil }
+        return try await run.value
+    }
+
+    private func performSync() async throws -> SyncReport {
+        let outbox = Outbox(store: store)
+        await journal.record(JournalEvent(kind: "run.started", message: "sync started"))
+        let requestsBefore = await connection.requestCount
+        let limitedBefore = await connection.rateLimitedCount
+        var report = SyncReport()
+        do {
+            report.upload = try await Uploader(
+                outbox: outbox, connection: connection, journal: journal, status: statusCenter, clientID: store.clientID,
+                conflictPolicy: configuration.conflictPolicy, maximumBatchSize: configuration.batchSize
+            ).drain()
+            report.pull = try await Puller(store: store, connection: connection, status: statusCenter, pageSize: configuration.pullPageSize)
+                .pullUntilCaughtUp()
+        } catch {
+            let why = (error as? FerryError)?.description ?? "\(error)"
+            await journal.record(JournalEvent(kind: "run.finished", message: "sync failed: \(why)"))
+            await statusCenter.update { $0.phase = .failed(why); $0.lastError = why }
+            await refreshCounts()
+            throw error
+        }
+        report.requests = await connection.requestCount - requestsBefore
+        report.rateLimited = await connection.rateLimitedCount - limitedBefore
+        let now = Date()
+        try await store.database.write { db in
+            try db.execute(sql: "UPDATE ferry_meta SET last_synced_at = ?", arguments: [now.timeIntervalSince1970])
+        }
+        await journal.record(JournalEvent(
+            kind: "run.finished", message: "sync finished",
+            details: ["pushed": "\(report.upload.acknowledged)", "pulled": "\(report.pull.received)", "requests": "\(report.requests)"]
+        ))
+        await statusCenter.update { $0.phase = .idle; $0.lastSyncedAt = now; $0.lastError = nil }
+        await refreshCounts()
+        return report
+    }
+
+    private func refreshCounts() async {
+        guard let counts = try? await Outbox(store: store).counts() else { return }
+        let lastSynced = try? await store.database.read { db in try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta") }
+        await statusCenter.update {
+            $0.pending = counts.pending
+            $0.deadLettered = counts.deadLettered
+            if let lastSynced { $0.lastSyncedAt = Date(timeIntervalSince1970: lastSynced) }
+        }
+    }
+
+    // MARK: - Dead letters
+
+    public func deadLetters() async throws -> [DeadLetter] {
+        try await store.database.read { db in
+            try Row.fetchAll(db, sql: "SELECT id, entity, entity_id, op, error FROM ferry_outbox WHERE state = ? ORDER BY id", arguments: [OutboxState.deadLettered.rawValue])
+                .map { DeadLetter(id: $0["id"], entity: $0["entity"], entityID: $0["entity_id"], op: MutationOp(rawValue: $0["op"]) ?? .upsert, reason: $0["error"] ?? "") }
+        }
+    }
+
+    /// Queues dead-lettered entries again as new entries (new ids: the server has spent the old ones).
+    public func retryDeadLetters() async throws {
+        try await store.database.write { db in
+            try db.execute(sql: """
+                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key)
+                SELECT entity, entity_id, op, data, natural_key FROM ferry_outbox WHERE state = ? ORDER BY id
+                """, arguments: [OutboxState.deadLettered.rawValue])
+            try db.execute(sql: "DELETE FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue])
+        }
+        await refreshCounts()
+    }
+
+    public func discardDeadLetters() async throws {
+        try await store.database.write { db in
+            try db.execute(sql: "DELETE FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue])
+        }
+        await refreshCounts()
+    }
+}

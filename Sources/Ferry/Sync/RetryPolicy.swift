@@ -1,0 +1,37 @@
+/// Capped exponential backoff with full jitter for transient failures.
+public struct RetryPolicy: Sendable {
+    public var initialDelay: Duration
+    public var maximumDelay: Duration
+    /// Attempts per request before the sync gives up (it resumes on the next sync).
+    public var maximumAttempts: Int
+
+    public init(initialDelay: Duration = .milliseconds(500), maximumDelay: Duration = .seconds(60), maximumAttempts: Int = 8) {
+        self.initialDelay = initialDelay
+        self.maximumDelay = maximumDelay
+        self.maximumAttempts = maximumAttempts
+    }
+
+    /// Delay before retry number `attempt` (1-based): uniform in [0, min(cap, initial * 2^(attempt-1))].
+    func delay(forAttempt attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
+        let ceiling = min(maximumDelay, initialDelay * (1 << min(attempt - 1, 30)))
+        let milliseconds = Int(ceiling.components.seconds * 1000 + ceiling.components.attoseconds / 1_000_000_000_000_000)
+        return .milliseconds(Int.random(in: 0...max(0, milliseconds), using: &generator))
+    }
+}
+
+/// SplitMix64: a small generator for backoff jitter that tests can seed.
+public struct JitterGenerator: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+
+    public init(seed: UInt64 = UInt64.random(in: 0...UInt64.max)) {
+        state = seed
+    }
+
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

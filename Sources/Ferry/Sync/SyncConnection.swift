@@ -1,0 +1,114 @@
+import FerryProtocol
+import Foundation
+import Logging
+
+/// Supplies the signed-in user's current token.
+public typealias TokenProvider = @Sendable () async throws -> String
+
+/// Sends protocol requests the way a good citizen does: authenticated, paced from
+/// the `RateLimit-*` headers so that 429 is rare, waiting out `Retry-After` on 429
+/// and 503, and retrying resets, timeouts and 5xx with capped, jittered backoff.
+/// Every request and every wait goes to the journal.
+actor SyncConnection {
+    private let transport: any SyncTransport
+    private let token: TokenProvider
+    private let clock: any Clock<Duration>
+    private let retry: RetryPolicy
+    private let journal: Journal
+    private let status: StatusCenter
+    private let logger = Logger(label: "ferry.connection")
+    private var random: JitterGenerator
+    /// Requests answered 429 so far, for reports.
+    private(set) var rateLimitedCount = 0
+    private(set) var requestCount = 0
+
+    init(
+        transport: any SyncTransport, token: @escaping TokenProvider, clock: any Clock<Duration>, retry: RetryPolicy,
+        journal: Journal, status: StatusCenter, random: JitterGenerator = JitterGenerator()
+    ) {
+        self.transport = transport
+        self.token = token
+        self.clock = clock
+        self.retry = retry
+        self.journal = journal
+        self.status = status
+        self.random = random
+    }
+
+    /// Sends `request` until it gets a final answer: 2xx, or a 4xx other than 429
+    /// (returned for the caller to handle, 401 thrown). Gives up after the retry budget.
+    func send(_ request: TransportRequest) async throws -> TransportResponse {
+        var attempt = 0
+        while true {
+            try Task.checkCancellation()
+            attempt += 1
+            var request = request
+            request.headers["Authorization"] = "Bearer \(try await token())"
+            if request.body != nil { request.headers["Content-Type"] = "application/json" }
+            let started = ContinuousClock.now
+            let response: TransportResponse
+            do {
+                requestCount += 1
+                response = try await transport.send(request)
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                await journal.record(JournalEvent(kind: "request", message: "\(request.method) \(request.path) failed: \(error)", details: ["bytes": "\(request.body?.count ?? 0)", "attempt": "\(attempt)"]))
+                try await backOff(attempt: attempt, reason: "network error: \(error)")
+                continue
+            }
+            let milliseconds = started.duration(to: .now).components.attoseconds / 1_000_000_000_000_000 + started.duration(to: .now).components.seconds * 1000
+            await journal.record(JournalEvent(
+                kind: "request", message: "\(request.method) \(request.path) → \(response.status)",
+                details: ["bytes": "\(request.body?.count ?? 0)", "status": "\(response.status)", "ms": "\(milliseconds)", "attempt": "\(attempt)"]
+            ))
+            switch response.status {
+            case 200..<300:
+                try await pace(after: response)
+                return response
+            case 429, 503:
+                if response.status == 429 { rateLimitedCount += 1 }
+                let seconds = max(1, response.integerHeader("Retry-After") ?? 1)
+                guard attempt < retry.maximumAttempts * 4 else { throw FerryError.unreachable("still \(response.status) after \(attempt) attempts") }
+                try await wait(.seconds(seconds), reason: response.status == 429 ? "rate limited (Retry-After \(seconds) s)" : "server unavailable (Retry-After \(seconds) s)")
+            case 401:
+                throw FerryError.unauthorized(Self.message(in: response))
+            case 400..<500:
+                return response
+            default:
+                try await backOff(attempt: attempt, reason: "server error \(response.status): \(Self.message(in: response))")
+            }
+        }
+    }
+
+    static func message(in response: TransportResponse) -> String {
+        (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body).error.message) ?? "HTTP \(response.status)"
+    }
+
+    /// When the quota is spent, wait for one request's worth of refill before going on.
+    private func pace(after response: TransportResponse) async throws {
+        guard let remaining = response.integerHeader(ProtocolHeaders.rateLimitRemaining), remaining == 0,
+            let reset = response.integerHeader(ProtocolHeaders.rateLimitReset),
+            let limit = response.integerHeader(ProtocolHeaders.rateLimitLimit), limit > 0
+        else { return }
+        let seconds = max(1, Int((Double(reset) / Double(limit)).rounded(.up)))
+        try await wait(.seconds(seconds), reason: "pacing: quota of \(limit) spent")
+    }
+
+    private func backOff(attempt: Int, reason: String) async throws {
+        guard attempt < retry.maximumAttempts else {
+            throw FerryError.unreachable("\(reason), after \(attempt) attempts")
+        }
+        try await wait(retry.delay(forAttempt: attempt, using: &random), reason: "backing off after \(reason)")
+    }
+
+    private func wait(_ duration: Duration, reason: String) async throws {
+        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        logger.debug("waiting", metadata: ["seconds": "\(seconds)", "reason": "\(reason)"])
+        await journal.record(JournalEvent(kind: "wait", message: reason, details: ["seconds": String(format: "%.3f", seconds)]))
+        let previous = await status.status.phase
+        await status.update { $0.phase = .waiting(seconds: seconds, reason: reason) }
+        try await clock.sleep(for: duration)
+        await status.update { $0.phase = previous }
+    }
+}

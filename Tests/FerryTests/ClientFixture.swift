@@ -1,0 +1,61 @@
+import Clocks
+import Ferry
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import GRDB
+
+/// A user's store with an `events` table (natural key `hk`) and a client for a test server.
+struct ClientFixture {
+    static let events = SyncedTable(table: "events", naturalKey: "hk")
+    static let notes = SyncedTable(table: "notes", detectsConflicts: true)
+
+    static func schema() -> DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("app-v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE events (id TEXT PRIMARY KEY NOT NULL, kind TEXT, value INTEGER, hk TEXT);
+                CREATE TABLE notes (id TEXT PRIMARY KEY NOT NULL, body TEXT);
+                """)
+        }
+        return migrator
+    }
+
+    static func storePath() -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-client-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory.appendingPathComponent("alice.sqlite").path
+    }
+
+    static func openStore(at path: String) throws -> FerryStore {
+        try FerryStore(path: path, schema: schema(), tables: [events, notes])
+    }
+
+    static func client(
+        store: FerryStore, server: TestServer, user: String = "alice", transport: (any SyncTransport)? = nil,
+        configuration: SyncConfiguration = SyncConfiguration()
+    ) -> FerryClient {
+        let real = URLSessionTransport(baseURL: URL(string: server.baseURL)!)
+        return FerryClient(
+            store: store, transport: transport ?? real, token: { try await TestServer.token(for: user) },
+            clock: ImmediateClock(), configuration: configuration, jitterSeed: 42
+        )
+    }
+}
+
+/// Counts requests by path on their way to the real server.
+final class CountingTransport: SyncTransport, @unchecked Sendable {
+    // @unchecked: `counts` is only touched under `lock`.
+    private let base: any SyncTransport
+    private let lock = NSLock()
+    private var counts: [String: Int] = [:]
+
+    init(_ base: any SyncTransport) { self.base = base }
+
+    func count(_ prefix: String) -> Int { lock.withLock { counts.filter { $0.key.hasPrefix(prefix) }.values.reduce(0, +) } }
+
+    func send(_ request: TransportRequest) async throws -> TransportResponse {
+        lock.withLock { counts[request.path, default: 0] += 1 }
+        return try await base.send(request)
+    }
+}

@@ -1,0 +1,124 @@
+@testable import Ferry
+import FerryProtocol
+import FerryServer
+import FerryTestSupport
+import Foundation
+import GRDB
+import Testing
+
+@Suite("Upload")
+struct UploadTests {
+    @Test("5,000 queued events, 167 already on the server by natural key, 300/min: ≤10 pushes, no 429, re-keyed, nothing left, progress in ≥10 steps")
+    func fiveThousandEvents() async throws {
+        try await TestServer.run(rateLimit: .default) { server in
+            let token = try await TestServer.token(for: "alice")
+            // Another device already uploaded 167 of the samples, under its own ids.
+            _ = try await server.pushOK(PushRequest(clientID: "other-device", mutations: (0..<167).map {
+                .upsert(id: Int64($0 + 1), entity: "events", entityID: "server-\($0)", data: ["kind": .string("steps"), "value": .integer(0)], naturalKey: "hk:\($0 * 30)")
+            }), token: token)
+
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                for index in 0..<5000 {
+                    try db.execute(sql: "INSERT INTO events (id, kind, value, hk) VALUES (?, 'steps', ?, ?)", arguments: ["local-\(index)", index, "hk:\(index)"])
+                }
+            }
+            let transport = CountingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let client = ClientFixture.client(store: store, server: server, transport: transport)
+            let updates = await client.statusUpdates()
+            let observed = Task {
+                var progress: [Int] = []
+                for await status in updates {
+                    if case .uploading(let done, _) = status.phase, progress.last != done { progress.append(done) }
+                    if case .idle = status.phase, status.lastSyncedAt != nil { break }
+                }
+                return progress
+            }
+            let report = try await client.sync()
+            let progress = await observed.value
+
+            #expect(transport.count("/v1/push") <= 10)
+            #expect(report.rateLimited == 0)
+            #expect(report.upload.merged == 167)
+            #expect(report.upload.rekeyed == 167)
+            #expect(await client.status.pending == 0)
+            #expect(progress.count >= 10, "progress steps: \(progress)")
+            #expect(progress.last == 5000)
+            let local = try await store.database.read { db in try String.fetchSet(db, sql: "SELECT id FROM events") }
+            #expect(local.count == 5000)
+            #expect(local.contains("server-5"))  // hk:150 was merged into server-5
+            #expect(!local.contains("local-150"))
+            let remote = try await server.pullAll(token: token)
+            #expect(remote.count == 5000)
+            #expect(remote.values.allSatisfy { $0.version <= 2 })
+        }
+    }
+
+    @Test("three edits send one upsert; an insert then a delete sends nothing")
+    func coalescing() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO events (id, kind, value) VALUES ('e-1', 'steps', 1)")
+                try db.execute(sql: "UPDATE events SET value = 2 WHERE id = 'e-1'")
+                try db.execute(sql: "UPDATE events SET value = 3 WHERE id = 'e-1'")
+                try db.execute(sql: "INSERT INTO events (id, kind, value) VALUES ('gone', 'steps', 9)")
+                try db.execute(sql: "DELETE FROM events WHERE id = 'gone'")
+            }
+            let report = try await ClientFixture.client(store: store, server: server).sync()
+            #expect(report.upload.requests == 1)
+            #expect(report.upload.acknowledged == 5)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote.count == 1)
+            #expect(remote["events/e-1"]?.version == 1)
+            #expect(remote["events/e-1"]?.data == ["kind": .string("steps"), "value": .integer(3)])
+        }
+    }
+
+    @Test("a rejected mutation is dead-lettered without blocking the rest, and can be discarded")
+    func deadLetters() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, kind) VALUES ('a', 'x')") }
+            try await store.enqueue(entity: "Not-An-Entity", entityID: "z", op: .upsert, data: [:])
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, kind) VALUES ('b', 'x')") }
+            let client = ClientFixture.client(store: store, server: server)
+            let report = try await client.sync()
+            #expect(report.upload.deadLettered == 1)
+            let dead = try await client.deadLetters()
+            #expect(dead.map(\.entity) == ["Not-An-Entity"])
+            #expect(dead.first?.reason.contains("entity") == true)
+            #expect(await client.status.deadLettered == 1)
+            #expect(await client.status.pending == 0)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(Set(remote.keys) == ["events/a", "events/b"])
+            try await client.discardDeadLetters()
+            #expect(try await client.deadLetters().isEmpty)
+        }
+    }
+
+    @Test("the client abandoned mid-upload and reopened from its files: every mutation applied exactly once")
+    func crashMidUpload() async throws {
+        try await TestServer.run { server in
+            let path = ClientFixture.storePath()
+            do {
+                let store = try ClientFixture.openStore(at: path)
+                try await store.database.write { db in
+                    for index in 0..<1200 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index]) }
+                }
+                // A first batch goes out and the server commits it, then the app dies before the
+                // response is applied: its entries stay "in flight" in the file.
+                let batch = try #require(try await Outbox(store: store).nextBatch(limit: 500))
+                _ = try await server.pushOK(PushRequest(clientID: store.clientID, mutations: batch.mutations), token: try await TestServer.token(for: "alice"))
+                let inFlight = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 1") }
+                #expect(inFlight == 500)
+            }
+            let reopened = try ClientFixture.openStore(at: path)
+            let report = try await ClientFixture.client(store: reopened, server: server).sync()
+            #expect(report.upload.acknowledged == 1200)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote.count == 1200)
+            #expect(remote.values.allSatisfy { $0.version == 1 }, "a resent mutation was applied twice")
+        }
+    }
+}
