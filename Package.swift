@@ -53,6 +53,7 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
+                "Ferry",
                 "FerryProtocol",
                 "FerryServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

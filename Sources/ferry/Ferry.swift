@@ -5,8 +5,8 @@ import Foundation
 struct Ferry: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry",
-        abstract: "Ferry: an offline-first sync engine. Runs the reference server and issues tokens.",
-        subcommands: [ServeCommand.self, TokenCommand.self]
+        abstract: "Ferry: an offline-first sync engine. Runs the reference server, issues tokens, and drives a client store.",
+        subcommands: [ServeCommand.self, TokenCommand.self, ClientCommand.self]
     )
 }
 

@@ -21,6 +21,10 @@ public struct JournalEvent: Sendable, Codable, Equatable {
 public struct Journal: Sendable {
     let database: DatabasePool
 
+    public init(store: FerryStore) {
+        self.database = store.database
+    }
+
     func record(_ event: JournalEvent) async {
         guard let text = try? String(decoding: JSONEncoder.journal.encode(event), as: UTF8.self) else { return }
         // The journal must never fail a sync; a lost line is logged by GRDB's error, not thrown.

@@ -137,11 +137,15 @@ struct Outbox: Sendable {
         )
         guard let table = store.table(forEntity: entity) else { return }
         let name = table.table.quotedDatabaseIdentifier
-        let pk = table.primaryKey.quotedDatabaseIdentifier
-        if try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(name) WHERE \(pk) = ?)", arguments: [canonical]) == true {
-            try db.execute(sql: "DELETE FROM \(name) WHERE \(pk) = ?", arguments: [local])
+        let canonicalRow = table.rowCondition(entity: entity, entityID: canonical)
+        let localRow = table.rowCondition(entity: entity, entityID: local)
+        if try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(name) WHERE \(canonicalRow.sql))", arguments: StatementArguments(canonicalRow.arguments)) == true {
+            try db.execute(sql: "DELETE FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments))
         } else {
-            try db.execute(sql: "UPDATE \(name) SET \(pk) = ? WHERE \(pk) = ?", arguments: [canonical, local])
+            try db.execute(
+                sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)",
+                arguments: StatementArguments([canonical] + localRow.arguments)
+            )
         }
     }
 

@@ -10,7 +10,7 @@ enum ChangeCapture {
             throw FerryError.invalidTable("table \(table.table) does not exist; create it (for example in the schema migrator) before opening the store")
         }
         let columns = try db.columns(in: table.table).map(\.name)
-        for required in [table.primaryKey] + [table.naturalKey].compactMap({ $0 }) where !columns.contains(required) {
+        for required in [table.primaryKey] + [table.naturalKey, table.entityColumn].compactMap({ $0 }) where !columns.contains(required) {
             throw FerryError.invalidTable("table \(table.table) has no column \(required)")
         }
         if case .document(let column) = table.layout, !columns.contains(column) {
@@ -18,7 +18,7 @@ enum ChangeCapture {
         }
         let name = table.table
         let quoted = name.quotedDatabaseIdentifier
-        let entity = table.entity.sqlLiteral
+        let entity = { (row: String) in table.entityColumn.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral }
         for suffix in ["insert", "update", "delete"] {
             try db.execute(sql: "DROP TRIGGER IF EXISTS \("ferry_capture_\(name)_\(suffix)".quotedDatabaseIdentifier)")
         }
@@ -29,14 +29,14 @@ enum ChangeCapture {
             case .document(let column):
                 return "json(\(row).\(column.quotedDatabaseIdentifier))"
             case .columns:
-                let fields = columns.filter { $0 != table.primaryKey && $0 != table.naturalKey }
+                let fields = columns.filter { $0 != table.primaryKey && $0 != table.naturalKey && $0 != table.entityColumn }
                     .map { "\($0.sqlLiteral), \(row).\($0.quotedDatabaseIdentifier)" }
                 return "json_object(\(fields.joined(separator: ", ")))"
             }
         }
         let capturing = "(SELECT capturing FROM ferry_meta)"
         let upsert = { (row: String) in
-            "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (\(entity), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)));"
+            "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)));"
         }
         try db.execute(
             sql: """
@@ -44,11 +44,11 @@ enum ChangeCapture {
                 BEGIN \(upsert("NEW")) END;
                 CREATE TRIGGER \("ferry_capture_\(name)_update".quotedDatabaseIdentifier) AFTER UPDATE ON \(quoted) WHEN \(capturing)
                 BEGIN
-                    INSERT INTO ferry_outbox (entity, entity_id, op) SELECT \(entity), OLD.\(pk), 'delete' WHERE OLD.\(pk) IS NOT NEW.\(pk);
+                    INSERT INTO ferry_outbox (entity, entity_id, op) SELECT \(entity("OLD")), OLD.\(pk), 'delete' WHERE OLD.\(pk) IS NOT NEW.\(pk) OR \(entity("OLD")) IS NOT \(entity("NEW"));
                     \(upsert("NEW"))
                 END;
                 CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
-                BEGIN INSERT INTO ferry_outbox (entity, entity_id, op) VALUES (\(entity), OLD.\(pk), 'delete'); END;
+                BEGIN INSERT INTO ferry_outbox (entity, entity_id, op) VALUES (\(entity("OLD")), OLD.\(pk), 'delete'); END;
                 """
         )
     }

@@ -90,8 +90,9 @@ public final class FerryStore: Sendable {
         }
     }
 
+    /// The table that holds `entity`'s records: its own, else a multi-entity table.
     func table(forEntity entity: String) -> SyncedTable? {
-        tables.first { $0.entity == entity }
+        tables.first { $0.entityColumn == nil && $0.entity == entity } ?? tables.first { $0.entityColumn != nil }
     }
 
     /// Runs `body` with change capture off, for writes that come from the server.

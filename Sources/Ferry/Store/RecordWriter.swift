@@ -17,28 +17,31 @@ struct RecordWriter {
     mutating func write(entity: String, entityID: String, data: JSONObject?, naturalKey: String?, db: Database) throws {
         guard let table = store.table(forEntity: entity) else { return }
         let name = table.table.quotedDatabaseIdentifier
-        let pk = table.primaryKey.quotedDatabaseIdentifier
         guard let data else {
-            try db.execute(sql: "DELETE FROM \(name) WHERE \(pk) = ?", arguments: [entityID])
+            let row = table.rowCondition(entity: entity, entityID: entityID)
+            try db.execute(sql: "DELETE FROM \(name) WHERE \(row.sql)", arguments: StatementArguments(row.arguments))
             return
         }
         var values: [(String, DatabaseValueConvertible?)] = [(table.primaryKey, entityID)]
+        if let column = table.entityColumn { values.append((column, entity)) }
         if let column = table.naturalKey { values.append((column, naturalKey)) }
         switch table.layout {
         case .document(let column):
             values.append((column, String(decoding: try ProtocolValidation.encode(data), as: UTF8.self)))
         case .columns:
             let known = try columns(of: table, db: db)
-            for (key, value) in data.sorted(by: { $0.key < $1.key }) where known.contains(key) && key != table.primaryKey && key != table.naturalKey {
+            let reserved = [table.primaryKey, table.naturalKey, table.entityColumn].compactMap { $0 }
+            for (key, value) in data.sorted(by: { $0.key < $1.key }) where known.contains(key) && !reserved.contains(key) {
                 values.append((key, try value.databaseValue()))
             }
         }
         let names = values.map { $0.0.quotedDatabaseIdentifier }
-        let updates = names.dropFirst().map { "\($0) = excluded.\($0)" }
+        let key = [table.entityColumn, table.primaryKey].compactMap { $0?.quotedDatabaseIdentifier }
+        let updates = names.filter { !key.contains($0) }.map { "\($0) = excluded.\($0)" }
         try db.execute(
             sql: """
                 INSERT INTO \(name) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))
-                ON CONFLICT (\(pk)) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", "))
+                ON CONFLICT (\(key.joined(separator: ", "))) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", "))
                 """,
             arguments: StatementArguments(values.map { $0.1 })
         )

@@ -1,3 +1,5 @@
+import GRDB
+
 /// An app table whose rows Ferry keeps in sync.
 ///
 /// Every insert, update and delete on the table is captured into the outbox
@@ -13,8 +15,12 @@ public struct SyncedTable: Sendable, Hashable {
 
     /// The SQLite table.
     public var table: String
-    /// The protocol's entity name; defaults to the table name.
+    /// The protocol's entity name; defaults to the table name. Unused with `entityColumn`.
     public var entity: String
+    /// For a table that holds records of many entities: the column naming each row's entity.
+    /// Its key is then (entity, primary key), and it receives pulled records of every entity
+    /// that has no table of its own.
+    public var entityColumn: String?
     /// The column holding the record id (`entityID`), a TEXT primary key.
     public var primaryKey: String
     /// An optional column holding the record's natural key.
@@ -35,5 +41,22 @@ public struct SyncedTable: Sendable, Hashable {
         self.naturalKey = naturalKey
         self.layout = layout
         self.detectsConflicts = detectsConflicts
+    }
+
+    /// A table holding records of any entity, keyed by (`entityColumn`, `primaryKey`).
+    public static func multiEntity(
+        table: String, entityColumn: String = "entity", primaryKey: String = "id", naturalKey: String? = nil,
+        layout: Layout = .columns
+    ) -> SyncedTable {
+        var synced = SyncedTable(table: table, primaryKey: primaryKey, naturalKey: naturalKey, layout: layout)
+        synced.entityColumn = entityColumn
+        return synced
+    }
+
+    /// SQL matching one record's row, with its arguments: `pk = ?`, plus the entity column when there is one.
+    func rowCondition(entity: String, entityID: String) -> (sql: String, arguments: [String]) {
+        let pk = "\(primaryKey.quotedDatabaseIdentifier) = ?"
+        guard let entityColumn else { return (pk, [entityID]) }
+        return ("\(entityColumn.quotedDatabaseIdentifier) = ? AND \(pk)", [entity, entityID])
     }
 }

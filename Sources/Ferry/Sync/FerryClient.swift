@@ -21,6 +21,8 @@ public struct SyncReport: Sendable, Equatable {
     public var rateLimited = 0
     /// HTTP requests made, retries included.
     public var requests = 0
+
+    public init() {}
 }
 
 /// An entry the server rejected; it waits here until the app retries or discards it.
@@ -47,7 +49,7 @@ public actor FerryClient {
         jitterSeed: UInt64? = nil
     ) {
         self.store = store
-        self.journal = Journal(database: store.database)
+        self.journal = Journal(store: store)
         self.configuration = configuration
         self.connection = SyncConnection(
             transport: transport, token: token, clock: clock, retry: configuration.retry, journal: journal,

@@ -78,4 +78,6 @@ public struct PullSummary: Sendable, Equatable {
     public var received = 0
     /// Changes written locally (received minus those skipped for queued local edits).
     public var applied = 0
+
+    public init() {}
 }

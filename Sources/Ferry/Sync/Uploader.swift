@@ -86,6 +86,8 @@ public struct UploadSummary: Sendable, Equatable {
     public var deadLettered = 0
     public var conflicts = 0
 
+    public init() {}
+
     mutating func add(_ outcome: BatchOutcome) {
         acknowledged += outcome.acknowledgedEntries
         merged += outcome.merged

@@ -1,0 +1,77 @@
+import ArgumentParser
+import Ferry
+import FerryProtocol
+import Foundation
+import GRDB
+
+struct ClientCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "client",
+        abstract: "A client store of generic JSON records, synced by the Ferry library.",
+        discussion: "Each user's records live in DIR/<user>.sqlite; every entity is synced with id, data and an optional natural key.",
+        subcommands: [
+            ClientAddCommand.self, ClientDeleteCommand.self, ClientImportCommand.self, ClientSyncCommand.self,
+            ClientStatusCommand.self, ClientListCommand.self, ClientJournalCommand.self,
+        ]
+    )
+}
+
+/// `--store DIR --user U`, shared by every client command.
+struct StoreOptions: ParsableArguments {
+    @Option(help: "Directory holding one database per user.")
+    var store: String
+
+    @Option(help: "The user whose store to use.")
+    var user: String
+
+    /// The generic records table: every entity in one table, data as a JSON document.
+    static let records = SyncedTable.multiEntity(table: "records", naturalKey: "natural_key", layout: .document(column: "data"))
+
+    func open() throws -> FerryStore {
+        guard !user.isEmpty else { throw CommandFailure("--user must not be empty") }
+        var isDirectory: ObjCBool = false
+        if !FileManager.default.fileExists(atPath: store, isDirectory: &isDirectory) {
+            do {
+                try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
+            } catch {
+                throw CommandFailure("--store \(store): cannot create the directory: \(error.localizedDescription)")
+            }
+        } else if !isDirectory.boolValue {
+            throw CommandFailure("--store \(store) is a file; pass a directory")
+        }
+        let fileName = (user.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? user) + ".sqlite"
+        var schema = DatabaseMigrator()
+        schema.registerMigration("ferry-client-records-v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE records (
+                    entity TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    data TEXT NOT NULL,
+                    natural_key TEXT,
+                    PRIMARY KEY (entity, id)
+                )
+                """)
+        }
+        do {
+            return try FerryStore(path: (store as NSString).appendingPathComponent(fileName), schema: schema, tables: [Self.records])
+        } catch {
+            throw CommandFailure("cannot open the store for \(user) in \(store): \(error)")
+        }
+    }
+}
+
+/// Checks an entity name and record id before anything is written.
+func validateRecord(entity: String, id: String, naturalKey: String?) throws {
+    if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
+    if let problem = ProtocolValidation.entityIDProblem(id) { throw CommandFailure("--id: \(problem)") }
+    if let naturalKey, let problem = ProtocolValidation.naturalKeyProblem(naturalKey) { throw CommandFailure("--natural-key: \(problem)") }
+}
+
+/// Parses a JSON object given on the command line or in a file, saying what is wrong if it is not one.
+func parseObject(_ text: String, what: String) throws -> JSONObject {
+    do {
+        return try JSONDecoder().decode(JSONObject.self, from: Data(text.utf8))
+    } catch {
+        throw CommandFailure("\(what) must be a JSON object, for example '{\"value\": 1}'")
+    }
+}

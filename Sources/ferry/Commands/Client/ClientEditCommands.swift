@@ -1,0 +1,107 @@
+import ArgumentParser
+import Ferry
+import FerryProtocol
+import Foundation
+import GRDB
+
+struct ClientAddCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "add", abstract: "Add a record, or replace it if the id exists (an edit).")
+
+    @OptionGroup var options: StoreOptions
+    @Option(help: "Entity name, like events.") var entity: String
+    @Option(help: "Record id.") var id: String
+    @Option(help: "The record as a JSON object.") var data: String
+    @Option(help: "Natural key, for server-side de-duplication.") var naturalKey: String?
+
+    func run() async throws {
+        try validateRecord(entity: entity, id: id, naturalKey: naturalKey)
+        let object = try parseObject(data, what: "--data")
+        let encoded = String(decoding: try ProtocolValidation.encode(object), as: UTF8.self)
+        let store = try options.open()
+        try await store.database.write { [entity, id, naturalKey] db in
+            try db.execute(
+                sql: """
+                    INSERT INTO records (entity, id, data, natural_key) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key
+                    """,
+                arguments: [entity, id, encoded, naturalKey]
+            )
+        }
+        printNow("saved \(entity)/\(id)")
+    }
+}
+
+struct ClientDeleteCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "delete", abstract: "Delete a record.")
+
+    @OptionGroup var options: StoreOptions
+    @Option(help: "Entity name.") var entity: String
+    @Option(help: "Record id.") var id: String
+
+    func run() async throws {
+        try validateRecord(entity: entity, id: id, naturalKey: nil)
+        let store = try options.open()
+        let deleted = try await store.database.write { [entity, id] db in
+            try db.execute(sql: "DELETE FROM records WHERE entity = ? AND id = ?", arguments: [entity, id])
+            return db.changesCount
+        }
+        guard deleted > 0 else { throw CommandFailure("no record \(entity)/\(id) in the store of \(options.user)") }
+        printNow("deleted \(entity)/\(id)")
+    }
+}
+
+struct ClientImportCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import",
+        abstract: "Import records from JSON lines, all or nothing.",
+        discussion: #"Each line: {"entityID": "e-1", "data": {...}, "naturalKey": "optional"}"#
+    )
+
+    @OptionGroup var options: StoreOptions
+    @Option(help: "Entity name for every record.") var entity: String
+    @Option(help: "A .jsonl file.") var file: String
+
+    struct Line: Decodable {
+        var entityID: String
+        var data: JSONObject
+        var naturalKey: String?
+    }
+
+    func run() async throws {
+        if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
+        guard let contents = FileManager.default.contents(atPath: file) else {
+            throw CommandFailure("--file \(file): cannot read it")
+        }
+        // Parse and check every line before writing anything.
+        var rows: [(id: String, data: String, naturalKey: String?)] = []
+        let decoder = JSONDecoder()
+        var number = 0
+        for line in contents.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            number += 1
+            if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) { continue }
+            let record: Line
+            do {
+                record = try decoder.decode(Line.self, from: Data(line))
+            } catch {
+                throw CommandFailure(#"\#(file):\#(number): expected {"entityID": string, "data": object, "naturalKey": optional string}; nothing was imported"#)
+            }
+            do {
+                try validateRecord(entity: entity, id: record.entityID, naturalKey: record.naturalKey)
+            } catch {
+                throw CommandFailure("\(file):\(number): \(error); nothing was imported")
+            }
+            rows.append((record.entityID, String(decoding: try ProtocolValidation.encode(record.data), as: UTF8.self), record.naturalKey))
+        }
+        let store = try options.open()
+        try await store.database.write { [entity, rows] db in
+            let statement = try db.makeStatement(sql: """
+                INSERT INTO records (entity, id, data, natural_key) VALUES (?, ?, ?, ?)
+                ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key
+                """)
+            for row in rows {
+                try statement.execute(arguments: [entity, row.id, row.data, row.naturalKey])
+            }
+        }
+        printNow("imported \(rows.count.formatted()) records into \(entity)")
+    }
+}

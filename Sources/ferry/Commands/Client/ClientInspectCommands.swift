@@ -1,0 +1,87 @@
+import ArgumentParser
+import Ferry
+import FerryProtocol
+import Foundation
+import GRDB
+
+struct ClientStatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Pending and dead-lettered changes, and the last sync.")
+
+    @OptionGroup var options: StoreOptions
+    @Flag(help: "Print JSON.") var json = false
+
+    func run() async throws {
+        let store = try options.open()
+        let client = FerryClient(store: store, transport: URLSessionTransport(baseURL: URL(string: "http://127.0.0.1")!), token: { "" })
+        let status = await client.statusUpdates().first { _ in true } ?? SyncStatus()
+        let lastSynced = status.lastSyncedAt.map { ISO8601DateFormatter().string(from: $0) }
+        if json {
+            let output: [String: JSONValue] = [
+                "pending": .integer(Int64(status.pending)), "deadLettered": .integer(Int64(status.deadLettered)),
+                "lastSyncedAt": lastSynced.map { .string($0) } ?? .null, "clientID": .string(store.clientID),
+            ]
+            printNow(String(decoding: try ProtocolValidation.encode(output), as: UTF8.self))
+        } else {
+            printNow("pending: \(status.pending)\ndeadLettered: \(status.deadLettered)\nlastSyncedAt: \(lastSynced ?? "never")\nclientID: \(store.clientID)")
+        }
+    }
+}
+
+struct ClientListCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "The local records of an entity.")
+
+    @OptionGroup var options: StoreOptions
+    @Option(help: "Entity name.") var entity: String
+    @Flag(help: "Print JSON lines.") var json = false
+
+    struct Record: Encodable {
+        var entityID: String
+        var version: Int64?
+        var data: JSONObject
+        var naturalKey: String?
+
+        enum CodingKeys: String, CodingKey { case entityID, version, data, naturalKey }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(entityID, forKey: .entityID)
+            try container.encode(version, forKey: .version)
+            try container.encode(data, forKey: .data)
+            try container.encode(naturalKey, forKey: .naturalKey)
+        }
+    }
+
+    func run() async throws {
+        if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
+        let store = try options.open()
+        let rows = try await store.database.read { [entity] db in
+            try Row.fetchAll(db, sql: """
+                SELECT r.id, r.data, r.natural_key, v.version FROM records r
+                LEFT JOIN ferry_versions v ON v.entity = r.entity AND v.entity_id = r.id
+                WHERE r.entity = ? ORDER BY r.id
+                """, arguments: [entity]).map { ($0["id"] as String, $0["data"] as String, $0["natural_key"] as String?, $0["version"] as Int64?) }
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for (id, data, naturalKey, version) in rows {
+            let object = (try? JSONDecoder().decode(JSONObject.self, from: Data(data.utf8))) ?? [:]
+            if json {
+                printNow(String(decoding: try encoder.encode(Record(entityID: id, version: version, data: object, naturalKey: naturalKey)), as: UTF8.self))
+            } else {
+                printNow("\(id)\tv\(version.map(String.init) ?? "-")\t\(data)\(naturalKey.map { "\tkey \($0)" } ?? "")")
+            }
+        }
+    }
+}
+
+struct ClientJournalCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "journal", abstract: "The sync journal as JSON lines.")
+
+    @OptionGroup var options: StoreOptions
+
+    func run() async throws {
+        let store = try options.open()
+        let lines = try await Journal(store: store).jsonLines()
+        if !lines.isEmpty { printNow(lines) }
+    }
+}
