@@ -33,12 +33,12 @@ struct ClientFixture {
 
     static func client(
         store: FerryStore, server: TestServer, user: String = "alice", transport: (any SyncTransport)? = nil,
-        configuration: SyncConfiguration = SyncConfiguration()
+        configuration: SyncConfiguration = SyncConfiguration(), clock: any Clock<Duration> = ImmediateClock()
     ) -> FerryClient {
         let real = URLSessionTransport(baseURL: URL(string: server.baseURL)!)
         return FerryClient(
             store: store, transport: transport ?? real, token: { try await TestServer.token(for: user) },
-            clock: ImmediateClock(), configuration: configuration, jitterSeed: 42
+            clock: clock, configuration: configuration, jitterSeed: 42
         )
     }
 }

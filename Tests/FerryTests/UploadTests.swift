@@ -54,6 +54,29 @@ struct UploadTests {
         }
     }
 
+    @Test("pacing from RateLimit-* headers: 3,000 events in batches of 100 under 10 requests a minute meet no 429")
+    func pacing() async throws {
+        let clock = VirtualClock()
+        let limiter = TokenBucketRateLimiter(policy: RateLimitPolicy(requests: 10, window: .seconds(60)), clock: clock)
+        try await TestServer.run(rateLimiter: limiter) { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                for index in 0..<3000 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index]) }
+            }
+            var configuration = SyncConfiguration()
+            configuration.batchSize = 100
+            let started = clock.now
+            let report = try await ClientFixture.client(store: store, server: server, configuration: configuration, clock: clock).sync()
+            #expect(report.upload.requests == 30)
+            #expect(report.rateLimited == 0)
+            #expect(report.upload.acknowledged == 3000)
+            // 10 requests as a burst, then one every 6 s: the client waited for the quota instead of hitting it.
+            let waited = started.duration(to: clock.now)
+            #expect(waited >= .seconds(6 * (report.requests - 10)))
+            #expect(waited <= .seconds(6 * report.requests + 60))
+        }
+    }
+
     @Test("three edits send one upsert; an insert then a delete sends nothing")
     func coalescing() async throws {
         try await TestServer.run { server in
