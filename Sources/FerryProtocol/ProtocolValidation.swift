@@ -47,11 +47,17 @@ public enum ProtocolValidation {
         return nil
     }
 
-    /// Encodes a record's data as stored and sent: compact JSON with sorted keys.
-    public static func encode(_ data: JSONObject) throws -> Data {
+    /// The encoder for record data as stored and sent: compact JSON with sorted keys.
+    /// Make one per batch and reuse it; creating an encoder costs more than encoding a small record.
+    public static func makeEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return try encoder.encode(data)
+        return encoder
+    }
+
+    /// Encodes a record's data as stored and sent.
+    public static func encode(_ data: JSONObject, using encoder: JSONEncoder = makeEncoder()) throws -> Data {
+        try encoder.encode(data)
     }
 
     static func quoted(_ value: String) -> String {

@@ -38,9 +38,11 @@ struct Outbox: Sendable {
                 entries[record, default: []].append(row["id"])
             }
             var batch = OutboxBatch(entryCount: rows.count)
+            let decoder = JSONDecoder()
+            let knownVersion = try db.cachedStatement(sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?")
             for (record, row) in latest {
                 let op = MutationOp(rawValue: row["op"]) ?? .upsert
-                let version = try Int64.fetchOne(db, sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?", arguments: [record.entity, record.entityID])
+                let version = try Int64.fetchOne(knownVersion, arguments: [record.entity, record.entityID])
                 if op == .delete, version == nil {
                     // Created and deleted before the server saw it: nothing to send.
                     batch.unsent += entries[record] ?? []
@@ -49,7 +51,7 @@ struct Outbox: Sendable {
                 var mutation = Mutation(id: row["id"], entity: record.entity, entityID: record.entityID, op: op)
                 if op == .upsert {
                     let text: String? = row["data"]
-                    mutation.data = try text.map { try JSONDecoder().decode(JSONObject.self, from: Data($0.utf8)) } ?? [:]
+                    mutation.data = try text.map { try decoder.decode(JSONObject.self, from: Data($0.utf8)) } ?? [:]
                     mutation.naturalKey = row["natural_key"]
                     if store.table(forEntity: record.entity)?.detectsConflicts == true { mutation.baseVersion = version ?? 0 }
                 }
@@ -94,6 +96,7 @@ struct Outbox: Sendable {
         }
         return try await store.database.write { db in
             var outcome = BatchOutcome(acknowledgedEntries: batch.unsent.count)
+            var finished: [Int64] = []
             try FerryStore.withoutCapture(db) {
                 for (mutation, result) in zip(batch.mutations, response.results) {
                     let entryIDs = batch.entries[mutation.id] ?? []
@@ -107,7 +110,7 @@ struct Outbox: Sendable {
                         if let version = result.version {
                             try setVersion(version, entity: mutation.entity, entityID: result.entityID ?? mutation.entityID, db: db)
                         }
-                        try db.execute(sql: "DELETE FROM ferry_outbox WHERE id IN (\(idList))")
+                        finished += entryIDs
                         outcome.acknowledgedEntries += entryIDs.count
                         if result.status == .merged { outcome.merged += 1 }
                     case .rejected:
@@ -117,11 +120,14 @@ struct Outbox: Sendable {
                         )
                         outcome.deadLettered += entryIDs.count
                     case .conflict:
-                        try db.execute(sql: "DELETE FROM ferry_outbox WHERE id IN (\(idList))")
+                        finished += entryIDs
                         outcome.acknowledgedEntries += entryIDs.count
                         outcome.conflicts += 1
                         try resolve(mutation, current: result.current, policy: policy, db: db)
                     }
+                }
+                if !finished.isEmpty {
+                    try db.execute(sql: "DELETE FROM ferry_outbox WHERE id IN (\(finished.map(String.init).joined(separator: ",")))")
                 }
             }
             return outcome
@@ -172,10 +178,8 @@ struct Outbox: Sendable {
     }
 
     private func setVersion(_ version: Int64, entity: String, entityID: String, db: Database) throws {
-        try db.execute(
-            sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version",
-            arguments: [entity, entityID, version]
-        )
+        try db.cachedStatement(sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version")
+            .execute(arguments: [entity, entityID, version])
     }
 }
 

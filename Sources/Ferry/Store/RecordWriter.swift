@@ -7,6 +7,7 @@ import GRDB
 struct RecordWriter {
     let store: FerryStore
     private var columnCache: [String: Set<String>] = [:]
+    private let encoder = ProtocolValidation.makeEncoder()
 
     init(store: FerryStore) {
         self.store = store
@@ -19,7 +20,7 @@ struct RecordWriter {
         let name = table.table.quotedDatabaseIdentifier
         guard let data else {
             let row = table.rowCondition(entity: entity, entityID: entityID)
-            try db.execute(sql: "DELETE FROM \(name) WHERE \(row.sql)", arguments: StatementArguments(row.arguments))
+            try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(row.sql)").execute(arguments: StatementArguments(row.arguments))
             return
         }
         var values: [(String, DatabaseValueConvertible?)] = [(table.primaryKey, entityID)]
@@ -27,7 +28,7 @@ struct RecordWriter {
         if let column = table.naturalKey { values.append((column, naturalKey)) }
         switch table.layout {
         case .document(let column):
-            values.append((column, String(decoding: try ProtocolValidation.encode(data), as: UTF8.self)))
+            values.append((column, String(decoding: try ProtocolValidation.encode(data, using: encoder), as: UTF8.self)))
         case .columns:
             let known = try columns(of: table, db: db)
             let reserved = [table.primaryKey, table.naturalKey, table.entityColumn].compactMap { $0 }
@@ -38,13 +39,12 @@ struct RecordWriter {
         let names = values.map { $0.0.quotedDatabaseIdentifier }
         let key = [table.entityColumn, table.primaryKey].compactMap { $0?.quotedDatabaseIdentifier }
         let updates = names.filter { !key.contains($0) }.map { "\($0) = excluded.\($0)" }
-        try db.execute(
+        try db.cachedStatement(
             sql: """
                 INSERT INTO \(name) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))
                 ON CONFLICT (\(key.joined(separator: ", "))) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", "))
-                """,
-            arguments: StatementArguments(values.map { $0.1 })
-        )
+                """
+        ).execute(arguments: StatementArguments(values.map { $0.1 } as [(any DatabaseValueConvertible)?]))
     }
 
     private mutating func columns(of table: SyncedTable, db: Database) throws -> Set<String> {

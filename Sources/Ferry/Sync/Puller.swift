@@ -16,6 +16,7 @@ struct Puller: Sendable {
 
     func pullUntilCaughtUp() async throws -> PullSummary {
         var summary = PullSummary()
+        let decoder = JSONDecoder()
         while true {
             let cursor = try await store.database.read { db in try String.fetchOne(db, sql: "SELECT cursor FROM ferry_meta") }
             var path = "/v1/pull?limit=\(pageSize)"
@@ -32,7 +33,7 @@ struct Puller: Sendable {
             }
             let page: PullResponse
             do {
-                page = try JSONDecoder().decode(PullResponse.self, from: response.body)
+                page = try decoder.decode(PullResponse.self, from: response.body)
             } catch {
                 throw FerryError.protocolViolation("pull response is not valid: \(error)")
             }
@@ -48,21 +49,19 @@ struct Puller: Sendable {
         try await store.database.write { db in
             var writer = RecordWriter(store: store)
             var applied = 0
+            let queued = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE entity = ? AND entity_id = ? AND state != ?)")
+            let known = try db.cachedStatement(sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?")
+            let remember = try db.cachedStatement(sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version")
             try FerryStore.withoutCapture(db) {
                 for change in page.changes {
-                    let queued = try Bool.fetchOne(
-                        db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE entity = ? AND entity_id = ? AND state != ?)",
-                        arguments: [change.entity, change.entityID, OutboxState.deadLettered.rawValue]
-                    ) ?? false
-                    if queued { continue }
+                    // Our own upload coming back, or a record already this new: nothing to do.
+                    if let version = try Int64.fetchOne(known, arguments: [change.entity, change.entityID]), version >= change.version { continue }
+                    if try Bool.fetchOne(queued, arguments: [change.entity, change.entityID, OutboxState.deadLettered.rawValue]) == true { continue }
                     try writer.write(
                         entity: change.entity, entityID: change.entityID,
                         data: change.op == .delete ? nil : (change.data ?? [:]), naturalKey: change.naturalKey, db: db
                     )
-                    try db.execute(
-                        sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version",
-                        arguments: [change.entity, change.entityID, change.version]
-                    )
+                    try remember.execute(arguments: [change.entity, change.entityID, change.version])
                     applied += 1
                 }
             }

@@ -64,14 +64,13 @@ struct Uploader: Sendable {
         return summary
     }
 
+    /// Progress from what this drain has done, without counting the queue again.
     private func report(_ summary: UploadSummary, total: Int) async {
-        let counts = try? await outbox.counts()
+        let done = summary.acknowledged + summary.deadLettered
+        let total = max(total, done)
         await status.update {
-            $0.phase = .uploading(done: min(summary.acknowledged + summary.deadLettered, max(total, summary.acknowledged)), total: max(total, summary.acknowledged))
-            if let counts {
-                $0.pending = counts.pending
-                $0.deadLettered = counts.deadLettered
-            }
+            $0.phase = .uploading(done: done, total: total)
+            $0.pending = total - done
         }
     }
 }

@@ -22,8 +22,10 @@ struct SyncController: Sendable {
         let body = try await request.body.collect(upTo: ProtocolLimits.maxPushBodyBytes)
         let pushRequest = try PushRequest.decode(from: Data(body.readableBytesView))
         try pushRequest.validateBatch()
+        let encoder = ProtocolValidation.makeEncoder()
         let response = try await storage.push(
-            userID: userID, clientID: pushRequest.clientID, mutations: pushRequest.mutations.map(IncomingMutation.init)
+            userID: userID, clientID: pushRequest.clientID,
+            mutations: pushRequest.mutations.map { IncomingMutation($0, encoder: encoder) }
         )
         metrics.recordMutations(response.results)
         context.logger.info(

@@ -43,9 +43,9 @@ public struct IncomingMutation: Sendable {
     /// Why the mutation must be `rejected`; `nil` when it may be applied.
     public let rejection: String?
 
-    public init(_ mutation: Mutation) {
+    public init(_ mutation: Mutation, encoder: JSONEncoder = ProtocolValidation.makeEncoder()) {
         self.mutation = mutation
-        let encoded = mutation.data.flatMap { try? ProtocolValidation.encode($0) }
+        let encoded = mutation.data.flatMap { try? ProtocolValidation.encode($0, using: encoder) }
         self.encodedData = encoded
         self.rejection = mutation.rejectionReason(encodedDataBytes: encoded?.count)
     }
