@@ -77,6 +77,23 @@ struct UploadTests {
         }
     }
 
+    @Test("a batch the server finds too large (413) is halved until it fits, and nothing is lost")
+    func halvesOn413() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let padding = String(repeating: "x", count: 20_000)
+            try await store.database.write { db in
+                for index in 0..<400 { try db.execute(sql: "INSERT INTO events (id, kind) VALUES (?, ?)", arguments: ["e-\(index)", padding]) }
+            }
+            let client = ClientFixture.client(store: store, server: server)
+            let report = try await client.sync()
+            #expect(report.upload.acknowledged == 400)
+            let halvings = try await client.journal.events().filter { $0.kind == "batch.halved" }
+            #expect(halvings.count == 2, "500 × 20 KB and 250 × 20 KB exceed 4 MiB; 125 × 20 KB does not")
+            #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).count == 400)
+        }
+    }
+
     @Test("three edits send one upsert; an insert then a delete sends nothing")
     func coalescing() async throws {
         try await TestServer.run { server in
