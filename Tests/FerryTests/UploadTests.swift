@@ -94,6 +94,25 @@ struct UploadTests {
         }
     }
 
+    @Test("a merge into a record this device already pulled leaves one row, holding what the server holds")
+    func mergeIntoPulledRecord() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(PushRequest(clientID: "phone", mutations: [
+                .upsert(id: 1, entity: "events", entityID: "server-1", data: ["kind": .string("steps"), "value": .integer(1)], naturalKey: "hk:1"),
+            ]), token: token)
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let client = ClientFixture.client(store: store, server: server)
+            try await client.sync()
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, kind, value, hk) VALUES ('local-1', 'steps', 99, 'hk:1')") }
+            let report = try await client.sync()
+            #expect(report.upload.merged == 1)
+            let rows = try await store.database.read { db in try Row.fetchAll(db, sql: "SELECT id, value FROM events").map { "\($0["id"] as String)=\($0["value"] as Int)" } }
+            #expect(rows == ["server-1=99"])
+            #expect(try await server.pullAll(token: token)["events/server-1"]?.data?["value"] == .integer(99))
+        }
+    }
+
     @Test("three edits send one upsert; an insert then a delete sends nothing")
     func coalescing() async throws {
         try await TestServer.run { server in

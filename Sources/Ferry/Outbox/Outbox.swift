@@ -134,8 +134,9 @@ struct Outbox: Sendable {
         }
     }
 
-    /// The local record takes the server's identity: the row is re-keyed, or removed when a
-    /// row with the canonical id already exists; later pending edits follow it.
+    /// The local record takes the server's identity. The server now holds this client's data
+    /// under the canonical id, so a stale local copy of the canonical record (pulled earlier)
+    /// gives way to the re-keyed row; later pending edits follow it.
     private func rekey(entity: String, from local: String, to canonical: String, db: Database) throws {
         try db.execute(
             sql: "UPDATE ferry_outbox SET entity_id = ? WHERE entity = ? AND entity_id = ? AND state = ?",
@@ -145,14 +146,11 @@ struct Outbox: Sendable {
         let name = table.table.quotedDatabaseIdentifier
         let canonicalRow = table.rowCondition(entity: entity, entityID: canonical)
         let localRow = table.rowCondition(entity: entity, entityID: local)
-        if try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(name) WHERE \(canonicalRow.sql))", arguments: StatementArguments(canonicalRow.arguments)) == true {
-            try db.execute(sql: "DELETE FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments))
-        } else {
-            try db.execute(
-                sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)",
-                arguments: StatementArguments([canonical] + localRow.arguments)
-            )
-        }
+        try db.execute(sql: "DELETE FROM \(name) WHERE \(canonicalRow.sql)", arguments: StatementArguments(canonicalRow.arguments))
+        try db.execute(
+            sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)",
+            arguments: StatementArguments([canonical] + localRow.arguments)
+        )
     }
 
     private func resolve(_ mutation: Mutation, current: RecordState?, policy: ConflictPolicy, db: Database) throws {
