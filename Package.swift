@@ -24,6 +24,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/pointfreeco/swift-clocks.git", from: "1.1.1"),
+        .package(url: "https://github.com/pointfreeco/swift-concurrency-extras.git", from: "1.4.3"),
     ],
     targets: [
         .target(name: "FerryProtocol"),
@@ -80,6 +81,7 @@ let package = Package(
                 "FerryServer",
                 "FerryTestSupport",
                 .product(name: "Clocks", package: "swift-clocks"),
+                .product(name: "ConcurrencyExtras", package: "swift-concurrency-extras"),
             ]
         ),
         .testTarget(

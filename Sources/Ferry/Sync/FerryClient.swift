@@ -68,19 +68,23 @@ public actor FerryClient {
         return await statusCenter.stream()
     }
 
-    /// Uploads everything pending, then pulls until caught up. A call while a run is in
-    /// progress joins that run instead of starting another.
+    /// Uploads everything pending, then pulls until caught up; `full` pulls from the
+    /// beginning instead of the saved cursor. A call while a run is in progress joins
+    /// that run instead of starting another.
     @discardableResult
-    public func sync() async throws -> SyncReport {
+    public func sync(full: Bool = false) async throws -> SyncReport {
         if let currentRun { return try await currentRun.value }
-        let run = Task { try await self.performSync() }
+        let run = Task { try await self.performSync(full: full) }
         currentRun = run
         defer { currentRun = nil }
         return try await run.value
     }
 
-    private func performSync() async throws -> SyncReport {
+    private func performSync(full: Bool) async throws -> SyncReport {
         let outbox = Outbox(store: store)
+        if full {
+            try await store.database.write { db in try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL") }
+        }
         await journal.record(JournalEvent(kind: "run.started", message: "sync started"))
         let requestsBefore = await connection.requestCount
         let limitedBefore = await connection.rateLimitedCount

@@ -1,0 +1,39 @@
+/// Why a sync was asked for.
+public enum SyncTrigger: String, Sendable, Hashable, CaseIterable {
+    case launch
+    case becameActive
+    /// The link came back (offline → online). Sent by the scheduler itself from connectivity reports.
+    case connectivityRestored
+    /// A synced table or the explicit enqueue API recorded a change.
+    case localChange
+    case remoteNotification
+    case periodic
+    case manual
+
+    /// What the trigger asks for unless told otherwise: a launch catches up fully, the rest incrementally.
+    public var defaultKind: SyncKind { self == .launch ? .full : .incremental }
+}
+
+/// How much a run does.
+public enum SyncKind: String, Sendable, Hashable, Comparable {
+    /// Push pending changes, pull from the saved cursor.
+    case incremental
+    /// Push pending changes, pull everything from the beginning.
+    case full
+
+    public static func < (lhs: SyncKind, rhs: SyncKind) -> Bool { lhs == .incremental && rhs == .full }
+}
+
+/// What became of a trigger, as the journal and `SyncScheduler.history` record it.
+public enum TriggerFate: Sendable, Equatable {
+    /// It was the first of the triggers that run `run` served.
+    case startedRun(Int)
+    /// It arrived in the settle window of a request that became run `run`.
+    case coalescedIntoRun(Int)
+    /// It arrived while run `run` was in progress; a follow-up run will serve it.
+    case queuedAfterRun(Int)
+    /// The device is offline; it waits for the link to return.
+    case waitingForNetwork
+    /// A connectivity report that changes nothing (a first report, or going offline).
+    case ignored(String)
+}

@@ -1,0 +1,166 @@
+import Clocks
+import ConcurrencyExtras
+import Ferry
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import Testing
+
+/// Holds runs open until the test lets them finish, and counts them.
+actor RunGate {
+    private(set) var kinds: [SyncKind] = []
+    private var open = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func run(_ kind: SyncKind) async {
+        kinds.append(kind)
+        if open { return }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    /// Lets every held run finish; with `stayOpen`, later runs pass straight through.
+    func release(stayOpen: Bool = false) {
+        open = stayOpen
+        for continuation in waiting { continuation.resume() }
+        waiting.removeAll()
+    }
+}
+
+/// Reads scheduler events until one matches.
+struct EventReader {
+    var iterator: AsyncStream<SyncScheduler.Event>.Iterator
+
+    init(_ stream: AsyncStream<SyncScheduler.Event>) { iterator = stream.makeAsyncIterator() }
+
+    mutating func next(where matches: (SyncScheduler.Event) -> Bool) async -> SyncScheduler.Event? {
+        while let event = await iterator.next() {
+            if matches(event) { return event }
+        }
+        return nil
+    }
+
+    mutating func runStarted() async -> (Int, SyncKind)? {
+        guard case .runStarted(let number, let kind) = await next(where: { if case .runStarted = $0 { true } else { false } }) else { return nil }
+        return (number, kind)
+    }
+
+    mutating func runFinished() async -> Int? {
+        guard case .runFinished(let number, _) = await next(where: { if case .runFinished = $0 { true } else { false } }) else { return nil }
+        return number
+    }
+}
+
+@Suite("Scheduler")
+struct SchedulerTests {
+    @Test("the launch storm: launch, the monitor's first report, became active and three flaps within 100 ms make one run that pulls 296 records")
+    func launchStorm() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            var mutations: [Mutation] = []
+            for index in 0..<296 {
+                let entity = index < 100 ? "projects" : (index < 200 ? "tasks" : "calendar_events")
+                mutations.append(.upsert(id: Int64(index + 1), entity: entity, entityID: "r-\(index)", data: .value(Int64(index))))
+            }
+            _ = try await server.pushOK(PushRequest(clientID: "web", mutations: mutations), token: token)
+
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let client = ClientFixture.client(store: store, server: server)
+            let pulled = LockIsolated(0)
+            let clock = TestClock()
+            let scheduler = SyncScheduler(clock: clock) { kind in
+                let report = try await client.sync(full: kind == .full)
+                pulled.withValue { $0 += report.pull.received }
+            }
+            var events = EventReader(await scheduler.eventStream())
+
+            await scheduler.trigger(.launch)
+            await scheduler.connectivityChanged(online: true)  // the monitor's first report: a baseline
+            await clock.advance(by: .milliseconds(10))
+            await scheduler.trigger(.becameActive)
+            for _ in 0..<3 {
+                await clock.advance(by: .milliseconds(15))
+                await scheduler.connectivityChanged(online: false)
+                await clock.advance(by: .milliseconds(15))
+                await scheduler.connectivityChanged(online: true)
+            }
+            await clock.advance(by: .milliseconds(250))
+            let started = await events.runStarted()
+            #expect(started?.0 == 1)
+            #expect(started?.1 == .full)
+            #expect(await events.runFinished() == 1)
+            await clock.advance(by: .seconds(10))
+            await Task.megaYield()
+
+            let history = await scheduler.history
+            #expect(history.filter { if case .startedRun = $0.1 { true } else { false } }.count == 1, "\(history)")
+            #expect(history.count == 5, "launch, became active and three restorations: \(history)")
+            #expect(pulled.value == 296)
+        }
+    }
+
+    @Test("ten triggers during a run make exactly one follow-up run, full if any of them asked for full")
+    func followUp() async throws {
+        let clock = TestClock()
+        let gate = RunGate()
+        let scheduler = SyncScheduler(clock: clock) { kind in await gate.run(kind) }
+        var events = EventReader(await scheduler.eventStream())
+        await scheduler.trigger(.manual)
+        #expect(await events.runStarted()?.0 == 1)
+        for index in 0..<10 {
+            await scheduler.trigger(index == 4 ? .remoteNotification : .localChange, kind: index == 4 ? .full : nil)
+        }
+        await gate.release(stayOpen: true)
+        #expect(await events.runFinished() == 1)
+        await clock.advance(by: .seconds(2))  // the minimum interval
+        let second = await events.runStarted()
+        #expect(second?.0 == 2)
+        #expect(second?.1 == .full)
+        #expect(await events.runFinished() == 2)
+        await clock.advance(by: .seconds(30))
+        await Task.megaYield()
+        #expect(await gate.kinds == [.incremental, .full])
+        let queued = await scheduler.history.filter { $0.1 == .queuedAfterRun(1) }
+        #expect(queued.count == 10)
+    }
+
+    @Test("a trigger inside the minimum interval runs once the interval has passed")
+    func minimumInterval() async throws {
+        let clock = TestClock()
+        let gate = RunGate()
+        await gate.release(stayOpen: true)
+        let scheduler = SyncScheduler(clock: clock) { kind in await gate.run(kind) }
+        var events = EventReader(await scheduler.eventStream())
+        await scheduler.trigger(.manual)
+        #expect(await events.runFinished() == 1)
+        await clock.advance(by: .milliseconds(500))
+        await scheduler.trigger(.manual)
+        await clock.advance(by: .milliseconds(1400))
+        await Task.megaYield()
+        #expect(await gate.kinds.count == 1, "still inside the 2 s interval")
+        await clock.advance(by: .milliseconds(100))
+        #expect(await events.runStarted()?.0 == 2)
+    }
+
+    @Test("offline, nothing runs; when the link returns, one run")
+    func offlineThenOnline() async throws {
+        let clock = TestClock()
+        let gate = RunGate()
+        await gate.release(stayOpen: true)
+        let scheduler = SyncScheduler(clock: clock) { kind in await gate.run(kind) }
+        var events = EventReader(await scheduler.eventStream())
+        await scheduler.connectivityChanged(online: false)
+        await scheduler.trigger(.launch)
+        await scheduler.trigger(.localChange)
+        await clock.advance(by: .seconds(60))
+        await Task.megaYield()
+        #expect(await gate.kinds.isEmpty)
+        #expect(await scheduler.history.map(\.1) == [.waitingForNetwork, .waitingForNetwork])
+        await scheduler.connectivityChanged(online: true)
+        await clock.advance(by: .milliseconds(250))
+        #expect(await events.runStarted()?.0 == 1)
+        #expect(await events.runFinished() == 1)
+        await clock.advance(by: .seconds(60))
+        await Task.megaYield()
+        #expect(await gate.kinds == [.full])
+    }
+}
