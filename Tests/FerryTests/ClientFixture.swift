@@ -42,20 +42,3 @@ struct ClientFixture {
         )
     }
 }
-
-/// Counts requests by path on their way to the real server.
-final class CountingTransport: SyncTransport, @unchecked Sendable {
-    // @unchecked: `counts` is only touched under `lock`.
-    private let base: any SyncTransport
-    private let lock = NSLock()
-    private var counts: [String: Int] = [:]
-
-    init(_ base: any SyncTransport) { self.base = base }
-
-    func count(_ prefix: String) -> Int { lock.withLock { counts.filter { $0.key.hasPrefix(prefix) }.values.reduce(0, +) } }
-
-    func send(_ request: TransportRequest) async throws -> TransportResponse {
-        lock.withLock { counts[request.path, default: 0] += 1 }
-        return try await base.send(request)
-    }
-}

@@ -93,7 +93,8 @@ struct SchedulerTests {
 
             let history = await scheduler.history
             #expect(history.filter { if case .startedRun = $0.1 { true } else { false } }.count == 1, "\(history)")
-            #expect(history.count == 5, "launch, became active and three restorations: \(history)")
+            let served = history.filter { if case .startedRun = $0.1 { true } else if case .coalescedIntoRun = $0.1 { true } else { false } }
+            #expect(served.count == 5, "launch, became active and three restorations, all served by run 1: \(history)")
             #expect(pulled.value == 296)
         }
     }

@@ -25,7 +25,7 @@ public struct Journal: Sendable {
         self.database = store.database
     }
 
-    func record(_ event: JournalEvent) async {
+    public func record(_ event: JournalEvent) async {
         guard let text = try? String(decoding: JSONEncoder.journal.encode(event), as: UTF8.self) else { return }
         // The journal must never fail a sync; a lost line is logged by GRDB's error, not thrown.
         try? await database.write { db in
@@ -39,7 +39,13 @@ public struct Journal: Sendable {
             try String.fetchAll(db, sql: "SELECT event FROM (SELECT id, event FROM ferry_journal ORDER BY id DESC LIMIT ?) ORDER BY id", arguments: [limit])
         }
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let text = try decoder.singleValueContainer().decode(String.self)
+            guard let date = journalDateFormatter().date(from: text) else {
+                throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not an ISO 8601 time: \(text)"))
+            }
+            return date
+        }
         return try lines.map { try decoder.decode(JournalEvent.self, from: Data($0.utf8)) }
     }
 
@@ -53,7 +59,18 @@ extension JSONEncoder {
     static var journal: JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(journalDateFormatter().string(from: date))
+        }
         return encoder
     }
+}
+
+/// ISO 8601 with milliseconds: a launch storm happens within 100 ms. (A formatter is not
+/// Sendable, so each use makes its own.)
+private func journalDateFormatter() -> ISO8601DateFormatter {
+    let formatter = ISO8601DateFormatter()
+    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    return formatter
 }

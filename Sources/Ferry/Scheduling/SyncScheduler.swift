@@ -34,6 +34,8 @@ public actor SyncScheduler {
         var triggers: [SyncTrigger]
         /// When the settle window closes, as time since the scheduler was made.
         var due: Duration
+        /// How many of `triggers` have been recorded as waiting for the network.
+        var recordedOffline = 0
     }
 
     /// Time since the scheduler was made, on its clock.
@@ -44,10 +46,14 @@ public actor SyncScheduler {
     private let runner: Runner
     private let logger = Logger(label: "ferry.scheduler")
     private var events: [UUID: AsyncStream<Event>.Continuation] = [:]
-    private var journal: (@Sendable (Event) async -> Void)?
+    /// Events for the journal, written in order by one task.
+    private var journalFeed: AsyncStream<(Event, Date)>.Continuation?
+    private var journalWriter: Task<Void, Never>?
 
     private var pending: Request?
     private var running: Task<Void, Never>?
+    private var runningKind: SyncKind?
+    private var fullRunSucceeded = false
     private var runNumber = 0
     private var lastRunEnded: Duration?
     private var online: Bool?
@@ -55,6 +61,10 @@ public actor SyncScheduler {
     private var timer: Task<Void, Never>?
     private var periodic: Task<Void, Never>?
     private var stopped = false
+    /// Callers of `run(for:kind:)`: those waiting for the next run, and those the current run serves.
+    private var waiters: [UUID: CheckedContinuation<Int, any Error>] = [:]
+    private var waitingForNextRun: [UUID] = []
+    private var servedByCurrentRun: [UUID] = []
     public private(set) var history: [(SyncTrigger, TriggerFate)] = []
 
     public init<C: Clock>(clock: C, configuration: SchedulerConfiguration = SchedulerConfiguration(), runner: @escaping Runner)
@@ -75,9 +85,12 @@ public actor SyncScheduler {
         return stream
     }
 
-    /// Where events are written for people to read later.
-    public func setJournal(_ journal: @escaping @Sendable (Event) async -> Void) {
-        self.journal = journal
+    /// Where events are written for people to read later, in order, with the time they happened.
+    public func setJournal(_ journal: @escaping @Sendable (Event, Date) async -> Void) {
+        journalFeed?.finish()
+        let (stream, feed) = AsyncStream.makeStream(of: (Event, Date).self)
+        journalFeed = feed
+        journalWriter = Task { for await (event, at) in stream { await journal(event, at) } }
     }
 
     /// Asks for a run.
@@ -89,17 +102,54 @@ public actor SyncScheduler {
         if var request = pending {
             request.kind = max(request.kind, kind)
             request.triggers.append(trigger)
-            request.due = min(request.due, due)
+            // A returning link settles for a whole window (it may flap again); any other
+            // trigger only ever brings the run closer.
+            request.due = trigger == .connectivityRestored ? max(request.due, due) : min(request.due, due)
             pending = request
         } else {
             pending = Request(kind: kind, triggers: [trigger], due: due)
         }
         if running != nil {
             record(trigger, .queuedAfterRun(runNumber))
-        } else if online == false {
-            record(trigger, .waitingForNetwork)
         }
         evaluate()
+    }
+
+    /// Asks for a run like `trigger(_:kind:)` and waits until the run that serves the
+    /// trigger has finished; returns that run's number, or throws the run's error.
+    /// Cancelling the caller stops the wait, not the run.
+    @discardableResult
+    public func run(for trigger: SyncTrigger, kind: SyncKind? = nil) async throws -> Int {
+        try await wait(for: trigger, kind: kind, joiningFullRun: false)
+    }
+
+    /// Returns once a full run has succeeded since the scheduler started: at once if one
+    /// has, else with the full run in progress (the launch run, typically), else with a
+    /// new one asked for by `launch`. It never makes a run that launch already makes.
+    public func initialSync() async throws {
+        guard !fullRunSucceeded else { return }
+        _ = try await wait(for: .launch, kind: .full, joiningFullRun: true)
+    }
+
+    private func wait(for trigger: SyncTrigger, kind: SyncKind?, joiningFullRun: Bool) async throws -> Int {
+        let id = UUID()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                guard !stopped, !Task.isCancelled else {
+                    continuation.resume(throwing: CancellationError())
+                    return
+                }
+                waiters[id] = continuation
+                if joiningFullRun, runningKind == .full {
+                    servedByCurrentRun.append(id)
+                } else {
+                    waitingForNextRun.append(id)
+                    self.trigger(trigger, kind: kind)
+                }
+            }
+        } onCancel: {
+            Task { await self.resumeWaiter(id, with: .failure(CancellationError())) }
+        }
     }
 
     /// A connectivity monitor's report. The first one is a baseline; only offline → online triggers.
@@ -109,6 +159,7 @@ public actor SyncScheduler {
         online = isOnline
         guard let previous else {
             emit(.trigger(.connectivityRestored, .ignored("first report (\(isOnline ? "online" : "offline")) is a baseline")))
+            evaluate()  // an offline baseline puts what is pending on hold at once
             return
         }
         if !previous && isOnline {
@@ -134,8 +185,11 @@ public actor SyncScheduler {
         let current = running
         current?.cancel()
         await current?.value
+        for id in Array(waiters.keys) { resumeWaiter(id, with: .failure(CancellationError())) }
         for continuation in events.values { continuation.finish() }
         events.removeAll()
+        journalFeed?.finish()
+        await journalWriter?.value
     }
 
     /// Starts periodic runs if configured.
@@ -149,8 +203,13 @@ public actor SyncScheduler {
 
     /// Starts a run if one is wanted and allowed now, else arms a timer for when it will be.
     private func evaluate() {
-        guard !stopped, running == nil, let request = pending else { return }
-        guard online != false else { return }
+        guard !stopped, running == nil, var request = pending else { return }
+        guard online != false else {
+            for trigger in request.triggers[request.recordedOffline...] { record(trigger, .waitingForNetwork) }
+            request.recordedOffline = request.triggers.count
+            pending = request
+            return
+        }
         var due = request.due
         if let lastRunEnded { due = max(due, lastRunEnded + configuration.minimumInterval) }
         if now < due {
@@ -166,24 +225,36 @@ public actor SyncScheduler {
             record(trigger, index == 0 ? .startedRun(number) : .coalescedIntoRun(number))
         }
         emit(.runStarted(number, request.kind))
+        servedByCurrentRun = waitingForNextRun
+        waitingForNextRun = []
+        runningKind = request.kind
         let runner = self.runner
         running = Task {
-            var succeeded = true
+            let outcome: Result<Int, any Error>
             do {
                 try await runner(request.kind)
+                outcome = .success(number)
             } catch {
-                succeeded = false
+                outcome = .failure(error)
                 self.logFailure(number, error)
             }
-            self.finished(number, succeeded: succeeded)
+            self.finished(number, outcome)
         }
     }
 
-    private func finished(_ number: Int, succeeded: Bool) {
+    private func finished(_ number: Int, _ outcome: Result<Int, any Error>) {
         running = nil
         lastRunEnded = now
-        emit(.runFinished(number, succeeded: succeeded))
+        if runningKind == .full, case .success = outcome { fullRunSucceeded = true }
+        runningKind = nil
+        for id in servedByCurrentRun { resumeWaiter(id, with: outcome) }
+        servedByCurrentRun = []
+        emit(.runFinished(number, succeeded: (try? outcome.get()) != nil))
         evaluate()
+    }
+
+    private func resumeWaiter(_ id: UUID, with outcome: Result<Int, any Error>) {
+        waiters.removeValue(forKey: id)?.resume(with: outcome)
     }
 
     private func arm(at due: Duration) {
@@ -221,7 +292,7 @@ public actor SyncScheduler {
 
     private func emit(_ event: Event) {
         for continuation in events.values { continuation.yield(event) }
-        if let journal { Task { await journal(event) } }
+        journalFeed?.yield((event, Date()))
     }
 
     private func dropObserver(_ id: UUID) {

@@ -25,7 +25,7 @@ public enum SyncKind: String, Sendable, Hashable, Comparable {
 }
 
 /// What became of a trigger, as the journal and `SyncScheduler.history` record it.
-public enum TriggerFate: Sendable, Equatable {
+public enum TriggerFate: Sendable, Equatable, CustomStringConvertible {
     /// It was the first of the triggers that run `run` served.
     case startedRun(Int)
     /// It arrived in the settle window of a request that became run `run`.
@@ -36,4 +36,27 @@ public enum TriggerFate: Sendable, Equatable {
     case waitingForNetwork
     /// A connectivity report that changes nothing (a first report, or going offline).
     case ignored(String)
+}
+
+extension TriggerFate {
+    /// The case's name, as the journal's `fate` detail: `startedRun`, `ignored`, …
+    public var name: String {
+        switch self {
+        case .startedRun: "startedRun"
+        case .coalescedIntoRun: "coalescedIntoRun"
+        case .queuedAfterRun: "queuedAfterRun"
+        case .waitingForNetwork: "waitingForNetwork"
+        case .ignored: "ignored"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .startedRun(let run): "started run \(run)"
+        case .coalescedIntoRun(let run): "coalesced into run \(run)"
+        case .queuedAfterRun(let run): "queued as the follow-up to run \(run)"
+        case .waitingForNetwork: "waiting for the network"
+        case .ignored(let why): "ignored: \(why)"
+        }
+    }
 }

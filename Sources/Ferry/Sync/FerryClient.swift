@@ -68,16 +68,23 @@ public actor FerryClient {
         return await statusCenter.stream()
     }
 
+    /// Ends every status stream: the engine is shutting down (a sign-out), so observers stop waiting.
+    public func finishStatusUpdates() async {
+        await statusCenter.finishAll()
+    }
+
     /// Uploads everything pending, then pulls until caught up; `full` pulls from the
     /// beginning instead of the saved cursor. A call while a run is in progress joins
-    /// that run instead of starting another.
+    /// that run instead of starting another. Cancelling the call that started a run
+    /// cancels the run: its batch goes back to the queue, nothing stays in flight.
     @discardableResult
     public func sync(full: Bool = false) async throws -> SyncReport {
         if let currentRun { return try await currentRun.value }
         let run = Task { try await self.performSync(full: full) }
         currentRun = run
         defer { currentRun = nil }
-        return try await run.value
+        // Cancelling the caller that started the run (a sign-out) cancels the run itself.
+        return try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
     }
 
     private func performSync(full: Bool) async throws -> SyncReport {
@@ -111,14 +118,15 @@ public actor FerryClient {
         }
         await journal.record(JournalEvent(
             kind: "run.finished", message: "sync finished",
-            details: ["pushed": "\(report.upload.acknowledged)", "pulled": "\(report.pull.received)", "requests": "\(report.requests)"]
+            details: ["pushed": "\(report.upload.acknowledged)", "merged": "\(report.upload.merged)", "pulled": "\(report.pull.received)", "requests": "\(report.requests)"]
         ))
         await statusCenter.update { $0.phase = .idle; $0.lastSyncedAt = now; $0.lastError = nil }
         await refreshCounts()
         return report
     }
 
-    private func refreshCounts() async {
+    /// Reads the pending and dead-letter counts from the outbox into the status.
+    public func refreshCounts() async {
         guard let counts = try? await Outbox(store: store).counts() else { return }
         let lastSynced = try? await store.database.read { db in try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta") }
         await statusCenter.update {

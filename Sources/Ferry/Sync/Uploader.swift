@@ -31,7 +31,7 @@ struct Uploader: Sendable {
                 let body = try JSONEncoder().encode(PushRequest(clientID: clientID, mutations: batch.mutations))
                 response = try await connection.send(TransportRequest(method: "POST", path: "/v1/push", body: body))
             } catch {
-                try? await outbox.release(batch)
+                await returnToQueue(batch)
                 throw error
             }
             summary.requests += 1
@@ -41,10 +41,16 @@ struct Uploader: Sendable {
                 do {
                     push = try JSONDecoder().decode(PushResponse.self, from: response.body)
                 } catch {
-                    try? await outbox.release(batch)
+                    await returnToQueue(batch)
                     throw FerryError.protocolViolation("push response is not valid: \(error)")
                 }
-                let outcome = try await outbox.apply(push, to: batch, policy: conflictPolicy)
+                let outcome: BatchOutcome
+                do {
+                    outcome = try await outbox.apply(push, to: batch, policy: conflictPolicy)
+                } catch {
+                    await returnToQueue(batch)
+                    throw error
+                }
                 summary.add(outcome)
                 if outcome.deadLettered > 0 {
                     for result in push.results where result.status == .rejected {
@@ -57,11 +63,18 @@ struct Uploader: Sendable {
                 batchSize = max(1, batchSize / 2)
                 await journal.record(JournalEvent(kind: "batch.halved", message: "server answered 413; batch size now \(batchSize)"))
             default:
-                try await outbox.release(batch)
+                await returnToQueue(batch)
                 throw FerryError.protocolViolation("push answered \(response.status): \(SyncConnection.message(in: response))")
             }
         }
         return summary
+    }
+
+    /// Puts the batch back to pending even when the run is being cancelled (a sign-out), so
+    /// nothing stays in flight. If even that fails, reopening the store recovers the entries.
+    private func returnToQueue(_ batch: OutboxBatch) async {
+        let outbox = self.outbox
+        await Task { try? await outbox.release(batch) }.value
     }
 
     /// Progress from what this drain has done, without counting the queue again.

@@ -1,0 +1,37 @@
+import Foundation
+
+/// A portable monitor that asks the server's `/v1/health`: every `interval` while
+/// reachable, with exponential backoff (up to `interval`) while not. Used on Linux
+/// and by `ferry client`.
+public struct HealthProbeMonitor: ConnectivityMonitor {
+    private let transport: any SyncTransport
+    private let clock: any Clock<Duration>
+    private let interval: Duration
+
+    public init(transport: any SyncTransport, clock: any Clock<Duration> = ContinuousClock(), interval: Duration = .seconds(30)) {
+        self.transport = transport
+        self.clock = clock
+        self.interval = interval
+    }
+
+    public func states() -> AsyncStream<Bool> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Bool.self)
+        let task = Task { [transport, clock, interval] in
+            var last: Bool?
+            var retryDelay = Duration.seconds(1)
+            while !Task.isCancelled {
+                let reachable = (try? await transport.send(TransportRequest(method: "GET", path: "/v1/health")).status) == 200
+                if reachable != last {
+                    continuation.yield(reachable)
+                    last = reachable
+                }
+                let pause = reachable ? interval : retryDelay
+                retryDelay = reachable ? .seconds(1) : min(retryDelay * 2, interval)
+                do { try await clock.sleep(for: pause) } catch { break }
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+}

@@ -1,0 +1,17 @@
+#if canImport(Network)
+import Network
+
+/// The system's view of the network on Apple platforms, through `NWPathMonitor`.
+public struct PathConnectivityMonitor: ConnectivityMonitor {
+    public init() {}
+
+    public func states() -> AsyncStream<Bool> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Bool.self)
+        let monitor = NWPathMonitor()
+        monitor.pathUpdateHandler = { path in continuation.yield(path.status == .satisfied) }
+        continuation.onTermination = { _ in monitor.cancel() }
+        monitor.start(queue: DispatchQueue(label: "ferry.connectivity"))
+        return stream
+    }
+}
+#endif

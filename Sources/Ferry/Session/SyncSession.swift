@@ -1,0 +1,178 @@
+import Foundation
+import GRDB
+import Logging
+
+/// What happens to a user's local data when they sign out (or another user signs in).
+public enum SignOutPolicy: Sendable, Equatable {
+    /// Keep the store; pending changes are sent when the same user signs in again.
+    case keepPendingChanges
+    /// Delete the user's store, pending changes included.
+    case eraseLocalData
+}
+
+/// Everything a session needs to open a user's store and sync it.
+public struct SessionConfiguration: Sendable {
+    /// One store file per user is kept here.
+    public var storeDirectory: URL
+    public var tables: [SyncedTable]
+    public var schema: DatabaseMigrator?
+    public var signOutPolicy: SignOutPolicy = .keepPendingChanges
+    public var sync = SyncConfiguration()
+    public var scheduler = SchedulerConfiguration()
+
+    public init(storeDirectory: URL, tables: [SyncedTable], schema: DatabaseMigrator? = nil) {
+        self.storeDirectory = storeDirectory
+        self.tables = tables
+        self.schema = schema
+    }
+}
+
+/// Binds the engine to the signed-in user: opens that user's store and starts its
+/// scheduler on sign-in, stops all of it on sign-out, and on a switch stops the old
+/// user's work completely before the new user's starts. Each user's client asks the
+/// token provider for that user's token, so one user's changes never travel with
+/// another's credentials.
+public actor SyncSession {
+    /// The signed-in user's engine.
+    public struct Engine: Sendable {
+        public let userID: String
+        public let store: FerryStore
+        public let client: FerryClient
+        public let scheduler: SyncScheduler
+    }
+
+    public typealias UserTokenProvider = @Sendable (_ userID: String) async throws -> String
+
+    private let configuration: SessionConfiguration
+    private let transport: any SyncTransport
+    private let token: UserTokenProvider
+    private let connectivity: (any ConnectivityMonitor)?
+    private let makeScheduler: @Sendable (@escaping SyncScheduler.Runner) -> SyncScheduler
+    private let clientClock: any Clock<Duration>
+    private let logger = Logger(label: "ferry.session")
+    private var observer: QueuedChangeObserver?
+    private var connectivityTask: Task<Void, Never>?
+    private var engineObservers: [UUID: AsyncStream<Engine?>.Continuation] = [:]
+    public private(set) var engine: Engine? {
+        didSet { for observer in engineObservers.values { observer.yield(engine) } }
+    }
+
+    public init<C: Clock>(
+        configuration: SessionConfiguration, transport: any SyncTransport, token: @escaping UserTokenProvider,
+        connectivity: (any ConnectivityMonitor)? = nil, clock: C
+    ) where C.Duration == Duration {
+        self.configuration = configuration
+        self.transport = transport
+        self.token = token
+        self.connectivity = connectivity
+        self.clientClock = clock
+        let schedulerConfiguration = configuration.scheduler
+        self.makeScheduler = { runner in SyncScheduler(clock: clock, configuration: schedulerConfiguration, runner: runner) }
+    }
+
+    public var userID: String? { engine?.userID }
+
+    /// The signed-in user's engine now, then on every sign-in (an engine) and sign-out (`nil`).
+    public func engineUpdates() -> AsyncStream<Engine?> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Engine?.self, bufferingPolicy: .bufferingNewest(1))
+        let id = UUID()
+        engineObservers[id] = continuation
+        continuation.yield(engine)
+        continuation.onTermination = { [weak self] _ in Task { await self?.dropEngineObserver(id) } }
+        return stream
+    }
+
+    /// Waits until someone is signed in and returns their engine; throws `CancellationError` if cancelled first.
+    public func signedInEngine() async throws -> Engine {
+        for await engine in engineUpdates() {
+            if let engine { return engine }
+        }
+        throw CancellationError()
+    }
+
+    private func dropEngineObserver(_ id: UUID) {
+        engineObservers[id] = nil
+    }
+
+    /// Follows the app's signed-in user (`nil`: signed out) until the sequence ends.
+    public func follow<Users: AsyncSequence>(_ users: Users) async throws where Users.Element == String? {
+        for try await user in users {
+            if let user { try await signIn(user) } else { try await signOut() }
+        }
+    }
+
+    /// Starts the engine for `userID`, after stopping another user's. Raises `launch`.
+    public func signIn(_ userID: String) async throws {
+        guard engine?.userID != userID else { return }
+        if engine != nil { try await signOut() }
+        try FileManager.default.createDirectory(at: configuration.storeDirectory, withIntermediateDirectories: true)
+        let store = try FerryStore(path: storePath(for: userID).path, schema: configuration.schema, tables: configuration.tables)
+        let token = self.token
+        let client = FerryClient(
+            store: store, transport: transport, token: { try await token(userID) }, clock: clientClock, configuration: configuration.sync
+        )
+        let scheduler = makeScheduler { kind in try await client.sync(full: kind == .full) }
+        let journal = client.journal
+        await scheduler.setJournal { event, at in await journal.record(event.journalEvent(at: at)) }
+        observer = try store.observeQueuedChanges {
+            Task {
+                await client.refreshCounts()  // observers see "N changes waiting" at once, not after the next run
+                await scheduler.trigger(.localChange)
+            }
+        }
+        engine = Engine(userID: userID, store: store, client: client, scheduler: scheduler)
+        if let connectivity {
+            connectivityTask = Task {
+                for await online in connectivity.states() { await scheduler.connectivityChanged(online: online) }
+            }
+        }
+        await scheduler.startPeriodic()
+        await scheduler.trigger(.launch)
+        logger.info("signed in", metadata: ["user": "\(userID)"])
+    }
+
+    /// Stops the current user's engine: the run in progress is cancelled and its batch
+    /// returned to the queue, nothing is left in flight, and the store is closed (and
+    /// erased under `.eraseLocalData`).
+    public func signOut() async throws {
+        guard let engine else { return }
+        self.engine = nil
+        connectivityTask?.cancel()
+        connectivityTask = nil
+        observer = nil
+        await engine.scheduler.stop()
+        await engine.client.finishStatusUpdates()
+        try engine.store.close()
+        if configuration.signOutPolicy == .eraseLocalData {
+            let path = storePath(for: engine.userID).path
+            for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
+                try FileManager.default.removeItem(atPath: path + suffix)
+            }
+        }
+        logger.info("signed out", metadata: ["user": "\(engine.userID)", "policy": "\(configuration.signOutPolicy)"])
+    }
+
+    /// Forwards an app event to the signed-in user's scheduler; without a user there is nothing to sync.
+    public func trigger(_ trigger: SyncTrigger, kind: SyncKind? = nil) async {
+        await engine?.scheduler.trigger(trigger, kind: kind)
+    }
+
+    func storePath(for userID: String) -> URL {
+        let name = userID.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? userID
+        return configuration.storeDirectory.appendingPathComponent(name + ".sqlite")
+    }
+}
+
+extension SyncScheduler.Event {
+    /// The event as the journal records it.
+    func journalEvent(at: Date) -> JournalEvent {
+        switch self {
+        case .trigger(let trigger, let fate):
+            JournalEvent(at: at, kind: "trigger", message: "\(trigger.rawValue): \(fate.description)", details: ["trigger": trigger.rawValue, "fate": fate.name])
+        case .runStarted(let number, let kind):
+            JournalEvent(at: at, kind: "scheduler.run", message: "run \(number) started (\(kind.rawValue))", details: ["run": "\(number)"])
+        case .runFinished(let number, let succeeded):
+            JournalEvent(at: at, kind: "scheduler.run", message: "run \(number) \(succeeded ? "succeeded" : "failed")", details: ["run": "\(number)"])
+        }
+    }
+}

@@ -1,0 +1,141 @@
+import Clocks
+import ConcurrencyExtras
+@testable import Ferry
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import GRDB
+import Testing
+
+/// Holds every push until the test opens the gate, or the task is cancelled.
+final class GatedTransport: SyncTransport, @unchecked Sendable {
+    // @unchecked: `pushes` is only touched under `lock`; the stream is Sendable.
+    private let base: any SyncTransport
+    private let gate: AsyncStream<Void>
+    private let lock = NSLock()
+    private var pushesSeen = 0
+    let opener: AsyncStream<Void>.Continuation
+
+    init(_ base: any SyncTransport) {
+        self.base = base
+        (gate, opener) = AsyncStream.makeStream(of: Void.self)
+    }
+
+    var pushes: Int { lock.withLock { pushesSeen } }
+
+    func send(_ request: TransportRequest) async throws -> TransportResponse {
+        if request.path == "/v1/push" {
+            lock.withLock { pushesSeen += 1 }
+            var iterator = gate.makeAsyncIterator()
+            _ = await iterator.next()  // returns nil at once when the task is cancelled
+            try Task.checkCancellation()
+        }
+        return try await base.send(request)
+    }
+}
+
+@Suite("Session")
+struct SessionTests {
+    static func session(server: TestServer, directory: URL, policy: SignOutPolicy = .keepPendingChanges, transport: (any SyncTransport)? = nil, clock: TestClock<Duration>) -> SyncSession {
+        var configuration = SessionConfiguration(storeDirectory: directory, tables: [ClientFixture.events, ClientFixture.notes], schema: ClientFixture.schema())
+        configuration.signOutPolicy = policy
+        return SyncSession(
+            configuration: configuration,
+            transport: transport ?? URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+            token: { user in try await TestServer.token(for: user) },
+            clock: clock
+        )
+    }
+
+    static func directory() -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-session-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
+    static func write(_ id: String, in session: SyncSession) async throws {
+        let store = try #require(await session.engine?.store)
+        try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, 1)", arguments: [id]) }
+    }
+
+    @Test("nothing runs before sign-in; sign-in starts processing, and local writes trigger runs by themselves")
+    func signInStartsProcessing() async throws {
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let session = Self.session(server: server, directory: Self.directory(), clock: clock)
+            await session.trigger(.launch)  // the app launched before anyone signed in: nothing to do
+            #expect(await session.engine == nil)
+
+            try await session.signIn("alice")
+            let scheduler = try #require(await session.engine?.scheduler)
+            var events = EventReader(await scheduler.eventStream())
+            await clock.advance(by: .milliseconds(250))
+            #expect(await events.runFinished() == 1)
+
+            try await Self.write("e-1", in: session)
+            await Task.megaYield()
+            await clock.advance(by: .seconds(2))
+            #expect(await events.runFinished() == 2)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote.keys.contains("events/e-1"))
+            try await session.signOut()
+        }
+    }
+
+    @Test("sign-out mid-upload stops cleanly: nothing left in flight, everything still queued")
+    func signOutMidUpload() async throws {
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let directory = Self.directory()
+            let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let session = Self.session(server: server, directory: directory, transport: gated, clock: clock)
+            try await session.signIn("alice")
+            let scheduler = try #require(await session.engine?.scheduler)
+            var events = EventReader(await scheduler.eventStream())
+            for index in 0..<20 { try await Self.write("e-\(index)", in: session) }
+            await clock.advance(by: .milliseconds(250))
+            _ = await events.runStarted()
+            while gated.pushes == 0 { await Task.megaYield() }  // the push is on the wire
+
+            try await session.signOut()
+            let file = try DatabaseQueue(path: directory.appendingPathComponent("alice.sqlite").path)
+            let states = try await file.read { db in try [Int: Int](uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox GROUP BY state").map { ($0["state"], $0["n"]) }) }
+            #expect(states == [0: 20], "all pending, none in flight: \(states)")
+            #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).isEmpty)
+        }
+    }
+
+    @Test("switching users: B never sends A's entries; A's are sent when A returns, or gone under erase")
+    func switchingUsers() async throws {
+        for policy in [SignOutPolicy.keepPendingChanges, .eraseLocalData] {
+            try await TestServer.run { server in
+                let clock = TestClock()
+                let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+                let session = Self.session(server: server, directory: Self.directory(), policy: policy, transport: gated, clock: clock)
+                try await session.signIn("alice")
+                for index in 0..<5 { try await Self.write("alice-\(index)", in: session) }
+                try await session.signIn("bob")  // a switch: Alice's work stops before Bob's starts
+                gated.opener.yield(())
+                gated.opener.finish()
+                try await Self.write("bob-1", in: session)
+                var events = EventReader(await session.engine!.scheduler.eventStream())
+                await clock.advance(by: .milliseconds(250))
+                #expect(await events.runFinished() == 1)
+
+                let aliceToken = try await TestServer.token(for: "alice")
+                let bobToken = try await TestServer.token(for: "bob")
+                #expect(Set(try await server.pullAll(token: bobToken).keys) == ["events/bob-1"])
+                #expect(try await server.pullAll(token: aliceToken).isEmpty)
+
+                try await session.signIn("alice")
+                events = EventReader(await session.engine!.scheduler.eventStream())
+                await clock.advance(by: .milliseconds(250))
+                #expect(await events.runFinished() == 1)
+                let alice = try await server.pullAll(token: aliceToken)
+                #expect(alice.count == (policy == .keepPendingChanges ? 5 : 0), "\(policy)")
+                #expect(Set(try await server.pullAll(token: bobToken).keys) == ["events/bob-1"])
+                try await session.signOut()
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+import Clocks
+import ConcurrencyExtras
+@testable import Ferry
+import FerryTestSupport
+import Foundation
+import GRDB
+import Testing
+
+struct StepFailure: Error, CustomStringConvertible {
+    var description: String { "cache server unreachable" }
+}
+
+extension TestClock<Duration> {
+    /// Waits until something sleeps on the clock, so that advancing it is not lost.
+    func untilSomeoneSleeps() async {
+        while (try? await checkSuspension()) != nil { await Task.yield() }
+    }
+}
+
+/// Collects every progress value a pipeline publishes.
+actor ProgressLog {
+    private(set) var values: [StartupProgress] = []
+    func append(_ progress: StartupProgress) { values.append(progress) }
+    var fractions: [Double] { values.map(\.fraction).reduce(into: []) { if $0.last != $1 { $0.append($1) } } }
+}
+
+@Suite("Startup pipeline")
+struct StartupPipelineTests {
+    static func follow(_ pipeline: StartupPipeline) async -> (ProgressLog, Task<Void, Never>) {
+        let log = ProgressLog()
+        let updates = await pipeline.progressUpdates()
+        let task = Task { for await progress in updates { await log.append(progress) } }
+        return (log, task)
+    }
+
+    @Test("steps run in order; progress moves by the steps' weights and the steps' own reports")
+    func orderAndProgress() async throws {
+        let order = LockIsolated<[String]>([])
+        let pipeline = StartupPipeline(steps: [
+            .blocking("auth") { _ in order.withValue { $0.append("auth") } },
+            .optional("cache", weight: 2) { context in
+                order.withValue { $0.append("cache") }
+                await context.report("Downloading the cache", fraction: 0.5)
+            },
+            .optional("sync") { _ in order.withValue { $0.append("sync") } },
+        ], clock: TestClock())
+        let (log, follower) = await Self.follow(pipeline)
+        await pipeline.start()
+        let result = await pipeline.completion()
+        #expect(order.value == ["auth", "cache", "sync"])
+        #expect(result.phase == .finished)
+        #expect(result.fraction == 1)
+        #expect(result.outcomes.map(\.step) == ["auth", "cache", "sync"])
+        #expect(result.outcomes.allSatisfy { $0.outcome == .completed })
+        await Task.megaYield()
+        #expect(await log.fractions == [0, 0.25, 0.5, 0.75, 1])
+        #expect(await log.values.contains { $0.message == "Downloading the cache" })
+        follower.cancel()
+    }
+
+    @Test("a failing optional step and a timed-out one are skipped with their reasons; the rest runs")
+    func optionalFailuresAreSkipped() async throws {
+        let clock = TestClock()
+        let ran = LockIsolated(false)
+        let pipeline = StartupPipeline(steps: [
+            .optional("permission", timeout: .seconds(30)) { _ in
+                // A permission dialog nobody answers, and that ignores cancellation.
+                await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }
+            },
+            .optional("cache") { _ in throw StepFailure() },
+            .blocking("last") { _ in ran.setValue(true) },
+        ], clock: clock)
+        await pipeline.start()
+        await clock.untilSomeoneSleeps()
+        await clock.advance(by: .seconds(29))
+        #expect(await pipeline.current.phase == .running(step: "permission"))
+        await clock.advance(by: .seconds(1))
+        let result = await pipeline.completion()
+        #expect(result.phase == .finished)
+        #expect(ran.value)
+        #expect(result.outcomes[0].outcome == .skipped(StartupStepTimedOut(timeout: .seconds(30)).description))
+        #expect(result.outcomes[1].outcome == .skipped("cache server unreachable"))
+        #expect(result.outcomes[2].outcome == .completed)
+    }
+
+    @Test("a failing blocking step stops the pipeline; start() goes on from that step")
+    func blockingFailureStops() async throws {
+        let attempts = LockIsolated(0)
+        let after = LockIsolated(0)
+        let pipeline = StartupPipeline(steps: [
+            .blocking("auth") { _ in
+                attempts.withValue { $0 += 1 }
+                if attempts.value == 1 { throw StepFailure() }
+            },
+            .optional("after") { _ in after.withValue { $0 += 1 } },
+        ], clock: TestClock())
+        await pipeline.start()
+        #expect(await pipeline.completion().phase == .failed(step: "auth", reason: "cache server unreachable"))
+        #expect(after.value == 0)
+        await pipeline.start()
+        #expect(await pipeline.completion().phase == .finished)
+        #expect(attempts.value == 2)
+        #expect(after.value == 1)
+    }
+
+    @Test("start() while running does nothing; reset() mid-step cancels and returns to idle; start() runs from the top")
+    func doubleStartAndReset() async throws {
+        let clock = TestClock()
+        let first = LockIsolated(0)
+        let cancelled = LockIsolated(false)
+        let pipeline = StartupPipeline(steps: [
+            .optional("first") { _ in first.withValue { $0 += 1 } },
+            .optional("slow") { _ in
+                do { try await clock.sleep(for: .seconds(3600)) } catch { cancelled.setValue(true); throw error }
+            },
+        ], clock: clock)
+        await pipeline.start()
+        await pipeline.start()
+        await clock.untilSomeoneSleeps()
+        #expect(first.value == 1)
+        #expect(await pipeline.current.phase == .running(step: "slow"))
+
+        await pipeline.reset()
+        #expect(await pipeline.current == StartupProgress())
+        await Task.megaYield()
+        #expect(cancelled.value)
+
+        await pipeline.start()
+        await clock.untilSomeoneSleeps()
+        #expect(first.value == 2)
+        await clock.advance(by: .seconds(3600))
+        #expect(await pipeline.completion().phase == .finished)
+    }
+
+    @Test("a blocking sign-in step pauses until sign-in; the initial sync joins the launch run; after sign-out it runs again")
+    func signInAndInitialSync() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(.init(clientID: "web", mutations: (1...30).map {
+                .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: .value(Int64($0)))
+            }), token: token)
+            let clock = TestClock()
+            let session = SessionTests.session(server: server, directory: SessionTests.directory(), clock: clock)
+            let pipeline = StartupPipeline(steps: [.signedIn(session), .initialSync(session, weight: 3)], clock: clock)
+
+            await pipeline.start()
+            for _ in 0..<5 { await Task.megaYield() }
+            #expect(await pipeline.current.phase == .running(step: "Signing in"))
+            #expect(await pipeline.current.message == "Waiting for sign-in")
+
+            try await session.signIn("alice")
+            let scheduler = try #require(await session.engine?.scheduler)
+            while await pipeline.current.phase != .running(step: "Syncing") { await Task.megaYield() }
+            await clock.advance(by: .milliseconds(250))
+            let result = await pipeline.completion()
+            #expect(result.phase == .finished)
+            #expect(result.outcomes.map(\.outcome) == [.completed, .completed])
+            let runs = await scheduler.history.filter { if case .startedRun = $0.1 { true } else { false } }
+            #expect(runs.count == 1, "the initial sync is the launch run, not another")
+            let local = try await session.engine!.store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events") }
+            #expect(local == 30)
+
+            try await session.signOut()
+            await pipeline.reset()
+            await pipeline.start()
+            for _ in 0..<5 { await Task.megaYield() }
+            #expect(await pipeline.current.phase == .running(step: "Signing in"), "from the top after sign-out")
+            try await session.signIn("alice")
+            while await pipeline.current.phase != .running(step: "Syncing") { await Task.megaYield() }
+            await clock.advance(by: .milliseconds(250))
+            #expect(await pipeline.completion().phase == .finished)
+            try await session.signOut()
+        }
+    }
+}
