@@ -101,22 +101,3 @@ enum TokenSubject {
         return subject
     }
 }
-
-/// "Synced 2,500 of 5,000 (50%)": rewritten in place on a terminal, one line per step otherwise.
-final class ProgressPrinter: Sendable {
-    let live: Bool
-    init(live: Bool) { self.live = live }
-
-    func show(_ status: SyncStatus) {
-        guard case .uploading(_, let total) = status.phase, total > 0 else { return }
-        if live {
-            FileHandle.standardOutput.write(Data(("\r\u{1B}[K" + status.progressText).utf8))
-        } else {
-            printNow(status.progressText)
-        }
-    }
-
-    func finish() {
-        if live { FileHandle.standardOutput.write(Data("\r\u{1B}[K".utf8)) }
-    }
-}

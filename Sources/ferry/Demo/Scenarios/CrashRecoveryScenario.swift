@@ -1,0 +1,99 @@
+import Ferry
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// DESIGN.md failure 3: the app dies in the middle of a batch. The server has committed
+/// it, the response never arrives, the entries are left "in flight" in the file.
+struct CrashRecoveryScenario: DemoScenario {
+    let name = "crash-recovery"
+    let title = "Crash mid-upload: the app dies after the server committed a batch and before the answer arrived"
+
+    /// Passes requests to the server; on push number `crashAt`, lets the server commit and
+    /// then never returns, as if the process had died while waiting for the answer.
+    final class DyingNetwork: SyncTransport, @unchecked Sendable {
+        // @unchecked: `pushes` is only touched under `lock`; the stream is Sendable.
+        private let base: any SyncTransport
+        private let crashAt: Int
+        private let lock = NSLock()
+        private var pushes = 0
+        private let (afterlife, end) = AsyncStream.makeStream(of: Never.self)
+        let (crashed, crash) = AsyncStream.makeStream(of: Void.self)
+
+        init(_ base: any SyncTransport, crashAt: Int) {
+            self.base = base
+            self.crashAt = crashAt
+        }
+
+        func send(_ request: TransportRequest) async throws -> TransportResponse {
+            let number = request.path == "/v1/push" ? lock.withLock { pushes += 1; return pushes } : 0
+            let response = try await base.send(request)
+            guard number == crashAt else { return response }
+            crash.yield()
+            for await _ in afterlife {}  // the process is gone: nothing below ever runs for it
+            throw CancellationError()
+        }
+
+        /// Lets the dead process's task end once the demo has its verdict.
+        func bury() { end.finish() }
+    }
+
+    func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+        let server = try await DemoServer.start(in: directory, rateLimit: .default)
+        do {
+            let outcome = try await play(server: server, directory: directory, output: output)
+            await server.stop()
+            return outcome
+        } catch {
+            await server.stop()
+            throw error
+        }
+    }
+
+    private func play(server: DemoServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+        let phone = directory.appendingPathComponent("phone")
+        var dying: DyingNetwork?
+        let first = DemoApp(directory: phone, server: server) { base in
+            let network = DyingNetwork(base, crashAt: 3)
+            dying = network
+            return network
+        }
+        guard let dying else { throw CommandFailure("the demo's network was not set up") }
+        let origin = Date()
+        try await first.session.signIn("lee")
+        try await first.recordHealthEvents(2000, prefix: "lee") { "hk:lee:\($0)" }
+        var crashed = dying.crashed.makeAsyncIterator()
+        _ = await crashed.next()
+        let file = phone.appendingPathComponent("lee.sqlite").path  // the store the session keeps for lee
+        let states = try await DatabaseQueue(path: file).read { db in
+            try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox GROUP BY state").map { ($0["state"] as Int, $0["n"] as Int) })
+        }
+        let committedBeforeCrash = try await server.records(of: "lee").count
+        output.say("The app dies on its third push of 500: the server has committed \(committedBeforeCrash) records; the file holds \(states[1] ?? 0) entries in flight and \(states[0] ?? 0) pending.")
+
+        let second = DemoApp(directory: phone, server: server)
+        let reopenedAt = Date()
+        try await second.session.signIn("lee")  // opening the store returns in-flight entries to pending
+        let engine = try await second.engine()
+        try await engine.scheduler.initialSync()
+        let status = await engine.client.status
+        let journal = try await second.journal(since: origin)
+        try await second.session.signOut()
+        dying.bury()
+        try await first.session.signOut()
+
+        output.say("Reopened from its files:")
+        DemoTimeline.narrate(journal, since: reopenedAt, to: output)
+        let remote = try await server.records(of: "lee")
+        let appliedTwice = remote.values.filter { $0.version > 1 }.count
+        return ScenarioOutcome(
+            metrics: ["inFlightAtCrash": states[1] ?? 0, "pushRequests": first.wire.count("/v1/push") + second.wire.count("/v1/push"),
+                      "pending": status.pending, "serverRecords": remote.count, "appliedTwice": appliedTwice],
+            checks: [
+                ("the crash left \(states[1] ?? 0) entries in flight, whose batch the server had applied", (states[1] ?? 0) == 500 && committedBeforeCrash == 1500),
+                ("after recovery and the next sync, \(status.pending) pending and \(remote.count) records on the server", status.pending == 0 && remote.count == 2000),
+                ("\(appliedTwice) mutations applied twice (every record at version 1)", appliedTwice == 0),
+            ]
+        )
+    }
+}
