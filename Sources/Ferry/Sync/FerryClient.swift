@@ -87,6 +87,15 @@ public actor FerryClient {
         return try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
     }
 
+    /// Uploads everything pending and does not pull: for measuring the upload path
+    /// (`ferry bench`). Apps call `sync()`, which this must not run beside.
+    public func push() async throws -> UploadSummary {
+        try await Uploader(
+            outbox: Outbox(store: store), connection: connection, journal: journal, status: statusCenter, clientID: store.clientID,
+            conflictPolicy: configuration.conflictPolicy, maximumBatchSize: configuration.batchSize
+        ).drain()
+    }
+
     private func performSync(full: Bool) async throws -> SyncReport {
         let outbox = Outbox(store: store)
         if full {

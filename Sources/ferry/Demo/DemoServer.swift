@@ -13,7 +13,7 @@ struct DemoServer: Sendable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    static func start(in directory: URL, rateLimit: RateLimitPolicy?) async throws -> DemoServer {
+    static func start(in directory: URL, rateLimit: RateLimitPolicy?, rateLimiter: (any RateLimiter)? = nil) async throws -> DemoServer {
         let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         let storage = try SQLiteSyncStorage(path: directory.appendingPathComponent("server.sqlite").path)
         var logger = Logger(label: "ferry.demo.server")
@@ -21,7 +21,7 @@ struct DemoServer: Sendable {
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = try await FerryServerApplication.make(
             configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit),
-            storage: storage, logger: logger, onServerRunning: { port in portContinuation.yield(port) }
+            storage: storage, rateLimiter: rateLimiter, logger: logger, onServerRunning: { port in portContinuation.yield(port) }
         )
         let group = ServiceGroup(services: [app], logger: logger)
         let running = Task { try await group.run() }

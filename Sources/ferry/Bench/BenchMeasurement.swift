@@ -1,0 +1,43 @@
+import Foundation
+
+/// One side of a benchmark: what it did, how long it took, and the process's peak memory meanwhile.
+struct BenchMeasurement: Sendable {
+    var seconds: Double
+    /// Records, mutations or writes handled.
+    var items: Int
+    var requests: Int?
+    /// Simulated time (a virtual clock), where the benchmark waits on rate limits.
+    var simulatedSeconds: Double?
+    var peakMemoryMB: Double?
+    /// Anything else worth a number: runs, records processed.
+    var extra: KeyValuePairs<String, Int> = [:]
+
+    var throughput: Double { seconds > 0 ? Double(items) / seconds : 0 }
+
+    /// Times `body`, with the peak resident set reset before it so the figure is this body's.
+    static func measure(items: Int, _ body: () async throws -> (requests: Int?, simulated: Double?)) async throws -> BenchMeasurement {
+        PeakMemory.reset()
+        let start = ContinuousClock.now
+        let (requests, simulated) = try await body()
+        let elapsed = ContinuousClock.now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return BenchMeasurement(seconds: seconds, items: items, requests: requests, simulatedSeconds: simulated, peakMemoryMB: PeakMemory.megabytes())
+    }
+}
+
+/// The process's peak resident set size (Linux: VmHWM, resettable through /proc/self/clear_refs).
+enum PeakMemory {
+    static func reset() {
+        guard let file = FileHandle(forWritingAtPath: "/proc/self/clear_refs") else { return }
+        try? file.write(contentsOf: Data("5".utf8))
+        try? file.close()
+    }
+
+    static func megabytes() -> Double? {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
+        else { return nil }
+        return kilobytes / 1024
+    }
+}
