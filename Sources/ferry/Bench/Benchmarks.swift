@@ -78,15 +78,7 @@ struct Benchmarks {
 
     func drainAndSync() async throws -> [BenchResult] {
         let folder = try folder("drain")
-        let server = try await DemoServer.start(in: folder, rateLimit: nil)
-        do {
-            let results = try await drainAndSync(server: server, folder: folder)
-            await server.stop()
-            return results
-        } catch {
-            await server.stop()
-            throw error
-        }
+        return try await DemoServer.with(in: folder, rateLimit: nil) { server in try await drainAndSync(server: server, folder: folder) }
     }
 
     private func drainAndSync(server: DemoServer, folder: URL) async throws -> [BenchResult] {

@@ -36,6 +36,21 @@ struct DemoServer: Sendable {
         )
     }
 
+    /// Runs `body` against a server started for it, and stops the server however `body` ends.
+    static func with<T: Sendable>(
+        in directory: URL, rateLimit: RateLimitPolicy?, rateLimiter: (any RateLimiter)? = nil, _ body: (DemoServer) async throws -> T
+    ) async throws -> T {
+        let server = try await start(in: directory, rateLimit: rateLimit, rateLimiter: rateLimiter)
+        do {
+            let result = try await body(server)
+            await server.stop()
+            return result
+        } catch {
+            await server.stop()
+            throw error
+        }
+    }
+
     func token(for user: String) async throws -> String {
         try await authority.issue(userID: user, ttl: .seconds(3600))
     }

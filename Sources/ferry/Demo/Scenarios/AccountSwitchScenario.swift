@@ -9,14 +9,8 @@ struct AccountSwitchScenario: DemoScenario {
     let title = "Sign-out and switch: Ana leaves pending changes, Ben signs in on the same device, Ana returns"
 
     func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        let server = try await DemoServer.start(in: directory, rateLimit: .default)
-        do {
-            let outcome = try await play(server: server, directory: directory, output: output)
-            await server.stop()
-            return outcome
-        } catch {
-            await server.stop()
-            throw error
+        try await DemoServer.with(in: directory, rateLimit: .default) { server in
+            try await play(server: server, directory: directory, output: output)
         }
     }
 

@@ -8,14 +8,8 @@ struct HostileNetworkScenario: DemoScenario {
     let title = "A hostile network: lost responses, resets, 429, 503 and 500 on 37% of requests"
 
     func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        let server = try await DemoServer.start(in: directory, rateLimit: nil)
-        do {
-            let outcome = try await play(server: server, directory: directory, output: output)
-            await server.stop()
-            return outcome
-        } catch {
-            await server.stop()
-            throw error
+        try await DemoServer.with(in: directory, rateLimit: nil) { server in
+            try await play(server: server, directory: directory, output: output)
         }
     }
 

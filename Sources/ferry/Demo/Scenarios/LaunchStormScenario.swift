@@ -12,14 +12,8 @@ struct LaunchStormScenario: DemoScenario {
     }
 
     func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        let server = try await DemoServer.start(in: directory, rateLimit: .default)
-        do {
-            let outcome = try await play(server: server, directory: directory, output: output)
-            await server.stop()
-            return outcome
-        } catch {
-            await server.stop()
-            throw error
+        try await DemoServer.with(in: directory, rateLimit: .default) { server in
+            try await play(server: server, directory: directory, output: output)
         }
     }
 
