@@ -45,7 +45,7 @@ struct ConnectivityTests {
             #expect(await scheduler.history.map(\.1) == [.waitingForNetwork])
             link.yield(true)
             await clock.untilSomeoneSleeps()  // the link settles for a window before the run
-            await clock.advance(by: .milliseconds(250))
+            await clock.advance(by: .milliseconds(251))
             #expect(await events.runFinished() == 1)
             #expect(await scheduler.history.map(\.1) == [.waitingForNetwork, .startedRun(1), .coalescedIntoRun(1)])
             try await session.signOut()

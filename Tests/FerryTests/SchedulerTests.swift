@@ -50,6 +50,9 @@ struct EventReader {
     }
 }
 
+// Tests advance the test clock 1 ms past a deadline, never exactly to it: under load a timer
+// may register its sleep only after the advance, and TestClock parks a sleeper whose
+// deadline equals `now` until a later advance that never comes.
 @Suite("Scheduler")
 struct SchedulerTests {
     @Test("the launch storm: launch, the monitor's first report, became active and three flaps within 100 ms make one run that pulls 296 records")
@@ -83,7 +86,7 @@ struct SchedulerTests {
                 await clock.advance(by: .milliseconds(15))
                 await scheduler.connectivityChanged(online: true)
             }
-            await clock.advance(by: .milliseconds(250))
+            await clock.advance(by: .milliseconds(251))
             let started = await events.runStarted()
             #expect(started?.0 == 1)
             #expect(started?.1 == .full)
@@ -112,7 +115,7 @@ struct SchedulerTests {
         }
         await gate.release(stayOpen: true)
         #expect(await events.runFinished() == 1)
-        await clock.advance(by: .seconds(2))  // the minimum interval
+        await clock.advance(by: .milliseconds(2001))  // the minimum interval
         let second = await events.runStarted()
         #expect(second?.0 == 2)
         #expect(second?.1 == .full)
@@ -138,7 +141,7 @@ struct SchedulerTests {
         await clock.advance(by: .milliseconds(1400))
         await Task.megaYield()
         #expect(await gate.kinds.count == 1, "still inside the 2 s interval")
-        await clock.advance(by: .milliseconds(100))
+        await clock.advance(by: .milliseconds(101))
         #expect(await events.runStarted()?.0 == 2)
     }
 
@@ -157,7 +160,7 @@ struct SchedulerTests {
         #expect(await gate.kinds.isEmpty)
         #expect(await scheduler.history.map(\.1) == [.waitingForNetwork, .waitingForNetwork])
         await scheduler.connectivityChanged(online: true)
-        await clock.advance(by: .milliseconds(250))
+        await clock.advance(by: .milliseconds(251))
         #expect(await events.runStarted()?.0 == 1)
         #expect(await events.runFinished() == 1)
         await clock.advance(by: .seconds(60))

@@ -69,12 +69,12 @@ struct SessionTests {
             try await session.signIn("alice")
             let scheduler = try #require(await session.engine?.scheduler)
             var events = EventReader(await scheduler.eventStream())
-            await clock.advance(by: .milliseconds(250))
+            await clock.advance(by: .milliseconds(251))
             #expect(await events.runFinished() == 1)
 
             try await Self.write("e-1", in: session)
             await Task.megaYield()
-            await clock.advance(by: .seconds(2))
+            await clock.advance(by: .milliseconds(2001))
             #expect(await events.runFinished() == 2)
             let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
             #expect(remote.keys.contains("events/e-1"))
@@ -93,7 +93,7 @@ struct SessionTests {
             let scheduler = try #require(await session.engine?.scheduler)
             var events = EventReader(await scheduler.eventStream())
             for index in 0..<20 { try await Self.write("e-\(index)", in: session) }
-            await clock.advance(by: .milliseconds(250))
+            await clock.advance(by: .milliseconds(251))
             _ = await events.runStarted()
             while gated.pushes == 0 { await Task.megaYield() }  // the push is on the wire
 
@@ -119,7 +119,7 @@ struct SessionTests {
                 gated.opener.finish()
                 try await Self.write("bob-1", in: session)
                 var events = EventReader(await session.engine!.scheduler.eventStream())
-                await clock.advance(by: .milliseconds(250))
+                await clock.advance(by: .milliseconds(251))
                 #expect(await events.runFinished() == 1)
 
                 let aliceToken = try await TestServer.token(for: "alice")
@@ -129,7 +129,7 @@ struct SessionTests {
 
                 try await session.signIn("alice")
                 events = EventReader(await session.engine!.scheduler.eventStream())
-                await clock.advance(by: .milliseconds(250))
+                await clock.advance(by: .milliseconds(251))
                 #expect(await events.runFinished() == 1)
                 let alice = try await server.pullAll(token: aliceToken)
                 #expect(alice.count == (policy == .keepPendingChanges ? 5 : 0), "\(policy)")

@@ -151,7 +151,7 @@ struct StartupPipelineTests {
             try await session.signIn("alice")
             let scheduler = try #require(await session.engine?.scheduler)
             while await pipeline.current.phase != .running(step: "Syncing") { await Task.megaYield() }
-            await clock.advance(by: .milliseconds(250))
+            await clock.advance(by: .milliseconds(251))
             let result = await pipeline.completion()
             #expect(result.phase == .finished)
             #expect(result.outcomes.map(\.outcome) == [.completed, .completed])
@@ -167,7 +167,7 @@ struct StartupPipelineTests {
             #expect(await pipeline.current.phase == .running(step: "Signing in"), "from the top after sign-out")
             try await session.signIn("alice")
             while await pipeline.current.phase != .running(step: "Syncing") { await Task.megaYield() }
-            await clock.advance(by: .milliseconds(250))
+            await clock.advance(by: .milliseconds(251))
             #expect(await pipeline.completion().phase == .finished)
             try await session.signOut()
         }
