@@ -87,8 +87,8 @@ public actor FerryClient {
         return try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
     }
 
-    /// Uploads everything pending and does not pull: for measuring the upload path
-    /// (`ferry bench`). Apps call `sync()`, which this must not run beside.
+    /// The upload step of `sync()` on its own, without the pull (`ferry bench` measures it).
+    /// Apps call `sync()`; this must not run beside it.
     public func push() async throws -> UploadSummary {
         try await Uploader(
             outbox: Outbox(store: store), connection: connection, journal: journal, status: statusCenter, clientID: store.clientID,
@@ -97,7 +97,6 @@ public actor FerryClient {
     }
 
     private func performSync(full: Bool) async throws -> SyncReport {
-        let outbox = Outbox(store: store)
         if full {
             try await store.database.write { db in try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL") }
         }
@@ -106,10 +105,7 @@ public actor FerryClient {
         let limitedBefore = await connection.rateLimitedCount
         var report = SyncReport()
         do {
-            report.upload = try await Uploader(
-                outbox: outbox, connection: connection, journal: journal, status: statusCenter, clientID: store.clientID,
-                conflictPolicy: configuration.conflictPolicy, maximumBatchSize: configuration.batchSize
-            ).drain()
+            report.upload = try await push()
             report.pull = try await Puller(store: store, connection: connection, status: statusCenter, pageSize: configuration.pullPageSize)
                 .pullUntilCaughtUp()
         } catch {
