@@ -142,7 +142,7 @@ public actor SyncSession {
         observer = nil
         await engine.scheduler.stop()
         await engine.client.finishStatusUpdates()
-        try engine.store.close()
+        try await engine.store.close()
         if configuration.signOutPolicy == .eraseLocalData {
             let path = storePath(for: engine.userID).path
             for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {

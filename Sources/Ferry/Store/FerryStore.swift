@@ -101,6 +101,21 @@ public final class FerryStore: Sendable {
         defer { try? db.execute(sql: "UPDATE ferry_meta SET capturing = 1") }
         return try body()
     }
+
+    /// Closes the database once the reads and writes in progress have finished; the store
+    /// cannot be used afterwards.
+    ///
+    /// GRDB's `close()` blocks until those reads finish, and they may need a Swift concurrency
+    /// thread to do so; it therefore waits on a dispatch queue of its own, never on one of
+    /// the few cooperative threads (two on a 2-core machine).
+    public func close() async throws {
+        let database = self.database
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            DispatchQueue(label: "ferry.store.close").async {
+                continuation.resume(with: Result { try database.close() })
+            }
+        }
+    }
 }
 
 /// States of an outbox entry.

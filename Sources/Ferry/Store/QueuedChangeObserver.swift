@@ -42,8 +42,4 @@ extension FerryStore {
         return observer
     }
 
-    /// Closes the database; the store cannot be used afterwards.
-    public func close() throws {
-        try database.close()
-    }
 }

@@ -146,8 +146,15 @@ public final class SQLiteSyncStorage: SyncStorage {
         }
     }
 
+    /// Waits for reads in progress, on a dispatch queue of its own: GRDB's `close()` blocks,
+    /// and a blocked Swift concurrency thread may be the one those reads need.
     public func close() async throws {
-        try writer.close()
+        let writer = self.writer
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            DispatchQueue(label: "ferry.storage.close").async {
+                continuation.resume(with: Result { try writer.close() })
+            }
+        }
     }
 
     // MARK: - Set-based reads and writes
