@@ -4,7 +4,7 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-@Suite("Authentication")
+@Suite("Authentication", .timeLimit(.minutes(1)))
 struct AuthTests {
     /// Every failure PROTOCOL.md lists, each with the words its message must contain.
     static func failures() async throws -> [(name: String, header: String?, mentions: String)] {

@@ -4,7 +4,7 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-@Suite("Concurrency")
+@Suite("Concurrency", .timeLimit(.minutes(1)))
 struct ConcurrencyTests {
     /// Several clients push overlapping records while another pulls incrementally the
     /// whole time. Once the pushers stop and the puller catches up, the puller must hold

@@ -2,7 +2,7 @@ import FerryProtocol
 import Foundation
 import Testing
 
-@Suite("JSONValue")
+@Suite("JSONValue", .timeLimit(.minutes(1)))
 struct JSONValueTests {
     @Test("every JSON type decodes to its own case and encodes back unchanged")
     func roundTrip() throws {

@@ -5,7 +5,7 @@ import Foundation
 import Testing
 
 /// Keeps `openapi.yaml` in step with the server: every route, error code and result status appears there.
-@Suite("OpenAPI")
+@Suite("OpenAPI", .timeLimit(.minutes(1)))
 struct OpenAPITests {
     static let specification: String = {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()

@@ -5,7 +5,7 @@ import Foundation
 import Testing
 
 /// PROTOCOL.md `GET /v1/pull`: compacted state, tombstones, pages, cursors, isolation.
-@Suite("Pull")
+@Suite("Pull", .timeLimit(.minutes(1)))
 struct PullTests {
     @Test("pages are compacted: a record changed five times appears once, at its latest version")
     func compaction() async throws {

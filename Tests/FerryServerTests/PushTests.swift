@@ -5,7 +5,7 @@ import Foundation
 import Testing
 
 /// PROTOCOL.md `POST /v1/push`, rule by rule, against a live server and a SQLite file.
-@Suite("Push")
+@Suite("Push", .timeLimit(.minutes(1)))
 struct PushTests {
     @Test("applied upserts start at version 1 and grow by exactly 1; results come in request order")
     func versions() async throws {

@@ -5,7 +5,7 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-@Suite("Rate limiting")
+@Suite("Rate limiting", .timeLimit(.minutes(1)))
 struct RateLimitTests {
     @Test("every authenticated response carries RateLimit-*; over the quota the server answers 429 with Retry-After and changes nothing")
     func headersAnd429() async throws {

@@ -7,7 +7,7 @@ import NIOCore
 import NIOHTTP1
 import Testing
 
-@Suite("Robustness")
+@Suite("Robustness", .timeLimit(.minutes(1)))
 struct RobustnessTests {
     @Test("unknown paths answer 404 and wrong methods 405, both in the JSON envelope with a request id")
     func routing() async throws {

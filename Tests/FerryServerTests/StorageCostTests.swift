@@ -7,7 +7,7 @@ import Testing
 
 /// The hot path's shape: a push of 500 mutations is a handful of set-based statements,
 /// not one read and one write per mutation. Counted, not timed.
-@Suite("Storage cost")
+@Suite("Storage cost", .timeLimit(.minutes(1)))
 struct StorageCostTests {
     @Test("a push of 500 mutations runs a handful of statements, whether it inserts, updates or merges")
     func statementsPerPush() async throws {

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// `ferry client`, run as the built binary against a live server.
-@Suite("ferry client")
+@Suite("ferry client", .timeLimit(.minutes(1)))
 struct ClientCommandTests {
     struct Run {
         var status: Int32
@@ -16,12 +16,24 @@ struct ClientCommandTests {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("ferry")
     }
 
-    static func ferry(_ arguments: [String]) throws -> Run {
+    /// Runs the binary to its end. The blocking reads and wait happen on a dispatch queue of
+    /// their own: on a Swift concurrency thread they could starve the server in this process
+    /// that the binary is talking to.
+    static func ferry(_ arguments: [String]) async throws -> Run {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue(label: "ferry-client-tests.process").async {
+                continuation.resume(with: Result { try runToEnd(arguments) })
+            }
+        }
+    }
+
+    private static func runToEnd(_ arguments: [String]) throws -> Run {
         let process = Process()
         process.executableURL = binary
         process.arguments = arguments
         let output = Pipe()
         let error = Pipe()
+        process.standardInput = FileHandle.nullDevice
         process.standardOutput = output
         process.standardError = error
         try process.run()
@@ -39,42 +51,42 @@ struct ClientCommandTests {
             let base = ["--store", store, "--user", "alice"]
             let token = try await TestServer.token(for: "alice")
 
-            var run = try Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-1", "--data", #"{"value": 1}"#, "--natural-key", "k1"])
+            var run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-1", "--data", #"{"value": 1}"#, "--natural-key", "k1"])
             #expect(run.status == 0)
-            run = try Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-2", "--data", "[1]"])
+            run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-2", "--data", "[1]"])
             #expect(run.status != 0)
             #expect(run.error.contains("--data must be a JSON object"))
 
             let lines = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-cli-\(UUID().uuidString).jsonl")
             try (#"{"entityID": "i-1", "data": {"v": 1}}"# + "\n" + #"{"entityID": "i-2", "data": 5}"# + "\n").write(to: lines, atomically: true, encoding: .utf8)
-            run = try Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
+            run = try await Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
             #expect(run.status != 0)
             #expect(run.error.contains(":2:"))
             try (#"{"entityID": "i-1", "data": {"v": 1}}"# + "\n" + #"{"entityID": "i-2", "data": {"v": 2}, "naturalKey": "k2"}"# + "\n").write(to: lines, atomically: true, encoding: .utf8)
-            run = try Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
+            run = try await Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
             #expect(run.status == 0)
 
-            run = try Self.ferry(["client", "status"] + base + ["--json"])
+            run = try await Self.ferry(["client", "status"] + base + ["--json"])
             #expect(run.output.contains(#""pending":3"#))
 
             let bobToken = try await TestServer.token(for: "bob")
-            run = try Self.ferry(["client", "sync"] + base + ["--server", server.baseURL, "--token", bobToken])
+            run = try await Self.ferry(["client", "sync"] + base + ["--server", server.baseURL, "--token", bobToken])
             #expect(run.status != 0)
             #expect(run.error.contains("not 'alice'"))
             #expect(try await server.pullAll(token: token).isEmpty, "nothing was sent with another user's token")
 
-            run = try Self.ferry(["client", "sync"] + base + ["--server", server.baseURL, "--token", token, "--json"])
+            run = try await Self.ferry(["client", "sync"] + base + ["--server", server.baseURL, "--token", token, "--json"])
             #expect(run.status == 0, "\(run.error)")
             #expect(run.output.contains(#""pending":0"#))
             #expect(try await server.pullAll(token: token).count == 3)
 
-            run = try Self.ferry(["client", "list"] + base + ["--entity", "events", "--json"])
+            run = try await Self.ferry(["client", "list"] + base + ["--entity", "events", "--json"])
             let records = run.output.split(separator: "\n")
             #expect(records.count == 3)
             #expect(records.first?.contains(#""entityID":"e-1""#) == true)
             #expect(records.first?.contains(#""version":1"#) == true)
 
-            run = try Self.ferry(["client", "journal"] + base)
+            run = try await Self.ferry(["client", "journal"] + base)
             #expect(run.output.contains("run.finished"))
         }
     }

@@ -4,7 +4,7 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-@Suite("Connectivity")
+@Suite("Connectivity", .timeLimit(.minutes(1)))
 struct ConnectivityTests {
     @Test("the health probe reports the server reachable first, then unreachable once it is gone")
     func healthProbe() async throws {

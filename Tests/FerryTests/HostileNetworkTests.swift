@@ -5,7 +5,7 @@ import Foundation
 import GRDB
 import Testing
 
-@Suite("Hostile network")
+@Suite("Hostile network", .timeLimit(.minutes(1)))
 struct HostileNetworkTests {
     @Test("lost responses, resets, 429, 503 and 500 at random: every mutation reaches the server exactly once", arguments: [UInt64(1), 2, 3])
     func exactlyOnce(seed: UInt64) async throws {

@@ -5,7 +5,7 @@ import Foundation
 import GRDB
 import Testing
 
-@Suite("Pull")
+@Suite("Pull", .timeLimit(.minutes(1)))
 struct ClientPullTests {
     @Test("remote inserts, updates and deletes arrive; pulled rows are not re-uploaded; a pending local edit survives")
     func remoteChanges() async throws {

@@ -53,7 +53,7 @@ struct EventReader {
 // Tests advance the test clock 1 ms past a deadline, never exactly to it: under load a timer
 // may register its sleep only after the advance, and TestClock parks a sleeper whose
 // deadline equals `now` until a later advance that never comes.
-@Suite("Scheduler")
+@Suite("Scheduler", .timeLimit(.minutes(1)))
 struct SchedulerTests {
     @Test("the launch storm: launch, the monitor's first report, became active and three flaps within 100 ms make one run that pulls 296 records")
     func launchStorm() async throws {

@@ -17,20 +17,25 @@ extension TestClock<Duration> {
     }
 }
 
-/// Collects every progress value a pipeline publishes.
-actor ProgressLog {
-    private(set) var values: [StartupProgress] = []
-    func append(_ progress: StartupProgress) { values.append(progress) }
-    var fractions: [Double] { values.map(\.fraction).reduce(into: []) { if $0.last != $1 { $0.append($1) } } }
-}
-
-@Suite("Startup pipeline")
+@Suite("Startup pipeline", .timeLimit(.minutes(1)))
 struct StartupPipelineTests {
-    static func follow(_ pipeline: StartupPipeline) async -> (ProgressLog, Task<Void, Never>) {
-        let log = ProgressLog()
+    /// Every progress value the pipeline publishes until it finishes.
+    static func follow(_ pipeline: StartupPipeline) async -> Task<[StartupProgress], Never> {
         let updates = await pipeline.progressUpdates()
-        let task = Task { for await progress in updates { await log.append(progress) } }
-        return (log, task)
+        return Task {
+            var values: [StartupProgress] = []
+            for await progress in updates {
+                values.append(progress)
+                if progress.phase == .finished { break }
+            }
+            return values
+        }
+    }
+
+    /// Waits until the pipeline's progress matches.
+    static func progress(of pipeline: StartupPipeline, where matches: (StartupProgress) -> Bool) async -> StartupProgress? {
+        for await progress in await pipeline.progressUpdates() where matches(progress) { return progress }
+        return nil
     }
 
     @Test("steps run in order; progress moves by the steps' weights and the steps' own reports")
@@ -44,7 +49,7 @@ struct StartupPipelineTests {
             },
             .optional("sync") { _ in order.withValue { $0.append("sync") } },
         ], clock: TestClock())
-        let (log, follower) = await Self.follow(pipeline)
+        let follower = await Self.follow(pipeline)
         await pipeline.start()
         let result = await pipeline.completion()
         #expect(order.value == ["auth", "cache", "sync"])
@@ -52,10 +57,9 @@ struct StartupPipelineTests {
         #expect(result.fraction == 1)
         #expect(result.outcomes.map(\.step) == ["auth", "cache", "sync"])
         #expect(result.outcomes.allSatisfy { $0.outcome == .completed })
-        await Task.megaYield()
-        #expect(await log.fractions == [0, 0.25, 0.5, 0.75, 1])
-        #expect(await log.values.contains { $0.message == "Downloading the cache" })
-        follower.cancel()
+        let values = await follower.value
+        #expect(values.map(\.fraction).reduce(into: []) { if $0.last != $1 { $0.append($1) } } == [0, 0.25, 0.5, 0.75, 1])
+        #expect(values.contains { $0.message == "Downloading the cache" })
     }
 
     @Test("a failing optional step and a timed-out one are skipped with their reasons; the rest runs")
@@ -107,11 +111,11 @@ struct StartupPipelineTests {
     func doubleStartAndReset() async throws {
         let clock = TestClock()
         let first = LockIsolated(0)
-        let cancelled = LockIsolated(false)
+        let (cancellations, cancelled) = AsyncStream.makeStream(of: Void.self)
         let pipeline = StartupPipeline(steps: [
             .optional("first") { _ in first.withValue { $0 += 1 } },
             .optional("slow") { _ in
-                do { try await clock.sleep(for: .seconds(3600)) } catch { cancelled.setValue(true); throw error }
+                do { try await clock.sleep(for: .seconds(3600)) } catch { cancelled.yield(); throw error }
             },
         ], clock: clock)
         await pipeline.start()
@@ -122,8 +126,8 @@ struct StartupPipelineTests {
 
         await pipeline.reset()
         #expect(await pipeline.current == StartupProgress())
-        await Task.megaYield()
-        #expect(cancelled.value)
+        var cancelledSteps = cancellations.makeAsyncIterator()
+        #expect(await cancelledSteps.next() != nil, "the slow step saw the cancellation")
 
         await pipeline.start()
         await clock.untilSomeoneSleeps()
@@ -144,13 +148,11 @@ struct StartupPipelineTests {
             let pipeline = StartupPipeline(steps: [.signedIn(session), .initialSync(session, weight: 3)], clock: clock)
 
             await pipeline.start()
-            for _ in 0..<5 { await Task.megaYield() }
-            #expect(await pipeline.current.phase == .running(step: "Signing in"))
-            #expect(await pipeline.current.message == "Waiting for sign-in")
+            #expect(await Self.progress(of: pipeline) { $0.message == "Waiting for sign-in" }?.phase == .running(step: "Signing in"))
 
             try await session.signIn("alice")
             let scheduler = try #require(await session.engine?.scheduler)
-            while await pipeline.current.phase != .running(step: "Syncing") { await Task.megaYield() }
+            _ = await Self.progress(of: pipeline) { $0.phase == .running(step: "Syncing") }
             await clock.advance(by: .milliseconds(251))
             let result = await pipeline.completion()
             #expect(result.phase == .finished)
@@ -163,10 +165,10 @@ struct StartupPipelineTests {
             try await session.signOut()
             await pipeline.reset()
             await pipeline.start()
-            for _ in 0..<5 { await Task.megaYield() }
-            #expect(await pipeline.current.phase == .running(step: "Signing in"), "from the top after sign-out")
+            let restarted = await Self.progress(of: pipeline) { $0.message == "Waiting for sign-in" }
+            #expect(restarted?.phase == .running(step: "Signing in"), "from the top after sign-out")
             try await session.signIn("alice")
-            while await pipeline.current.phase != .running(step: "Syncing") { await Task.megaYield() }
+            _ = await Self.progress(of: pipeline) { $0.phase == .running(step: "Syncing") }
             await clock.advance(by: .milliseconds(251))
             #expect(await pipeline.completion().phase == .finished)
             try await session.signOut()

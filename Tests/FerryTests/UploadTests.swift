@@ -6,7 +6,7 @@ import Foundation
 import GRDB
 import Testing
 
-@Suite("Upload")
+@Suite("Upload", .timeLimit(.minutes(1)))
 struct UploadTests {
     @Test("5,000 queued events, 167 already on the server by natural key, 300/min: ≤10 pushes, no 429, re-keyed, nothing left, progress in ≥10 steps")
     func fiveThousandEvents() async throws {
