@@ -57,7 +57,7 @@ struct DemoCommand: AsyncParsableCommand {
             let directory = root.appendingPathComponent(scenario.name)
             do {
                 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-                let outcome = try await scenario.run(in: directory, output: output)
+                let outcome = try await Self.run(scenario, in: directory, output: output)
                 output.verdict(outcome)
                 results.append((scenario, outcome))
             } catch {
@@ -72,6 +72,27 @@ struct DemoCommand: AsyncParsableCommand {
             printSummary(results, output: output)
         }
         if results.contains(where: { $0.1?.passed != true }) { throw ExitCode(1) }
+    }
+
+    /// A scenario that has not finished by then has failed: the demo reports it and goes on.
+    static let scenarioTimeLimit: Duration = .seconds(120)
+
+    /// Runs a scenario against its time limit. It runs in a task of its own so that the
+    /// demo moves on even if the scenario is stuck where cancellation does not reach.
+    private static func run(_ scenario: any DemoScenario, in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+        let (results, sink) = AsyncStream.makeStream(of: Result<ScenarioOutcome, any Error>.self)
+        let work = Task {
+            do { sink.yield(.success(try await scenario.run(in: directory, output: output))) } catch { sink.yield(.failure(error)) }
+        }
+        let timer = Task {
+            guard (try? await Task.sleep(for: scenarioTimeLimit)) != nil else { return }
+            sink.yield(.failure(CommandFailure("did not finish within \(scenarioTimeLimit)")))
+        }
+        var iterator = results.makeAsyncIterator()
+        let first = await iterator.next() ?? .failure(CancellationError())
+        work.cancel()
+        timer.cancel()
+        return try first.get()
     }
 
     private func report(_ results: [(any DemoScenario, ScenarioOutcome?)]) -> JSONObject {
