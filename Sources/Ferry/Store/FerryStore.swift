@@ -76,6 +76,12 @@ public final class FerryStore: Sendable {
             let clientID = "c-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(20)
             try db.execute(sql: "INSERT INTO ferry_meta (id, client_id, capturing) VALUES (1, ?, 1)", arguments: [clientID])
         }
+        migrator.registerMigration("ferry-v2") { db in
+            // Every captured write paid for this index, to spare `nextBatch` a walk in id
+            // order past in-flight and dead-lettered entries (one batch, plus the few the
+            // server refused): a poor trade. Without it capture costs one B-tree write less.
+            try db.execute(sql: "DROP INDEX ferry_outbox_by_state")
+        }
         return migrator
     }
 

@@ -55,8 +55,10 @@ struct FerryHTTPError: Error, HTTPResponseError {
 /// Encodes JSON bodies the same way for every response.
 enum JSONResponse {
     static func make(_ value: some Encodable, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) throws -> Response {
+        // No sorted keys on the wire: clients do not care about key order, and sorting every
+        // record's keys in a page of 500 costs more than the rest of the encoding.
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.outputFormatting = [.withoutEscapingSlashes]
         let data = try encoder.encode(value)
         var headers = headers
         headers[.contentType] = "application/json; charset=utf-8"

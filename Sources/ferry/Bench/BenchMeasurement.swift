@@ -14,6 +14,11 @@ struct BenchMeasurement: Sendable {
 
     var throughput: Double { seconds > 0 ? Double(items) / seconds : 0 }
 
+    /// The measurement of median time among several rounds of the same work.
+    static func median(_ rounds: [BenchMeasurement]) -> BenchMeasurement {
+        rounds.sorted { $0.seconds < $1.seconds }[rounds.count / 2]
+    }
+
     /// Times `body`, with the peak resident set reset before it so the figure is this body's.
     static func measure(items: Int, _ body: () async throws -> (requests: Int?, simulated: Double?)) async throws -> BenchMeasurement {
         PeakMemory.reset()
