@@ -6,7 +6,11 @@ import GRDB
 /// Callers switch change capture off first, so these writes are never echoed back.
 struct RecordWriter {
     let store: FerryStore
-    private var columnCache: [String: Set<String>] = [:]
+    /// Per table, its columns that carry data (not the key, entity or natural key columns), sorted.
+    private var dataColumns: [String: [String]] = [:]
+    /// Upsert statements by table and the columns they write: records of one table nearly
+    /// always have the same fields, so the SQL is built once per shape, not once per record.
+    private var upserts: [String: Statement] = [:]
     private let encoder = ProtocolValidation.makeEncoder()
 
     init(store: FerryStore) {
@@ -17,40 +21,56 @@ struct RecordWriter {
     /// synced table (explicitly enqueued changes) have no row to write.
     mutating func write(entity: String, entityID: String, data: JSONObject?, naturalKey: String?, db: Database) throws {
         guard let table = store.table(forEntity: entity) else { return }
-        let name = table.table.quotedDatabaseIdentifier
         guard let data else {
             let row = table.rowCondition(entity: entity, entityID: entityID)
-            try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(row.sql)").execute(arguments: StatementArguments(row.arguments))
+            try db.cachedStatement(sql: "DELETE FROM \(table.table.quotedDatabaseIdentifier) WHERE \(row.sql)").execute(arguments: StatementArguments(row.arguments))
             return
         }
-        var values: [(String, DatabaseValueConvertible?)] = [(table.primaryKey, entityID)]
-        if let column = table.entityColumn { values.append((column, entity)) }
-        if let column = table.naturalKey { values.append((column, naturalKey)) }
+        var columns = [table.primaryKey]
+        var values: [(any DatabaseValueConvertible)?] = [entityID]
+        if let column = table.entityColumn {
+            columns.append(column)
+            values.append(entity)
+        }
+        if let column = table.naturalKey {
+            columns.append(column)
+            values.append(naturalKey)
+        }
         switch table.layout {
         case .document(let column):
-            values.append((column, String(decoding: try ProtocolValidation.encode(data, using: encoder), as: UTF8.self)))
+            columns.append(column)
+            values.append(String(decoding: try ProtocolValidation.encode(data, using: encoder), as: UTF8.self))
         case .columns:
-            let known = try columns(of: table, db: db)
-            let reserved = [table.primaryKey, table.naturalKey, table.entityColumn].compactMap { $0 }
-            for (key, value) in data.sorted(by: { $0.key < $1.key }) where known.contains(key) && !reserved.contains(key) {
-                values.append((key, try value.databaseValue()))
+            for column in try dataColumns(of: table, db: db) {
+                guard let value = data[column] else { continue }
+                columns.append(column)
+                values.append(try value.databaseValue())
             }
         }
-        let names = values.map { $0.0.quotedDatabaseIdentifier }
-        let key = [table.entityColumn, table.primaryKey].compactMap { $0?.quotedDatabaseIdentifier }
-        let updates = names.filter { !key.contains($0) }.map { "\($0) = excluded.\($0)" }
-        try db.cachedStatement(
-            sql: """
-                INSERT INTO \(name) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))
-                ON CONFLICT (\(key.joined(separator: ", "))) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", "))
-                """
-        ).execute(arguments: StatementArguments(values.map { $0.1 } as [(any DatabaseValueConvertible)?]))
+        try upsert(into: table, columns: columns, db: db).execute(arguments: StatementArguments(values))
     }
 
-    private mutating func columns(of table: SyncedTable, db: Database) throws -> Set<String> {
-        if let cached = columnCache[table.table] { return cached }
-        let columns = Set(try db.columns(in: table.table).map(\.name))
-        columnCache[table.table] = columns
+    private mutating func upsert(into table: SyncedTable, columns: [String], db: Database) throws -> Statement {
+        let shape = ([table.table] + columns).joined(separator: "\u{1}")
+        if let statement = upserts[shape] { return statement }
+        let names = columns.map(\.quotedDatabaseIdentifier)
+        let key = [table.entityColumn, table.primaryKey].compactMap { $0?.quotedDatabaseIdentifier }
+        let updates = names.filter { !key.contains($0) }.map { "\($0) = excluded.\($0)" }
+        let statement = try db.makeStatement(
+            sql: """
+                INSERT INTO \(table.table.quotedDatabaseIdentifier) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))
+                ON CONFLICT (\(key.joined(separator: ", "))) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", "))
+                """
+        )
+        upserts[shape] = statement
+        return statement
+    }
+
+    private mutating func dataColumns(of table: SyncedTable, db: Database) throws -> [String] {
+        if let cached = dataColumns[table.table] { return cached }
+        let reserved = [table.primaryKey, table.naturalKey, table.entityColumn].compactMap { $0 }
+        let columns = try db.columns(in: table.table).map(\.name).filter { !reserved.contains($0) }.sorted()
+        dataColumns[table.table] = columns
         return columns
     }
 }
