@@ -23,6 +23,21 @@ struct PullTests {
         }
     }
 
+    @Test("strings that need escaping come back exactly as sent: quotes, backslashes, control characters, non-ASCII")
+    func escaping() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let entityID = #"quote" back\slash /é🙂"#
+            let naturalKey = "line\nbreak\ttab\u{01}\u{1F}\"q\"\\"
+            let data: JSONObject = ["text": .string("a\n\"b\"\\c\u{00}d"), "nested": .object(["list": .array([.integer(1), .number(2.5), .null, .bool(true)])])]
+            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 1, entity: "notes", entityID: entityID, data: data, naturalKey: naturalKey),
+            ]), token: token)
+            let page = try await server.pullOK(token: token)
+            #expect(page.changes == [Change(entity: "notes", entityID: entityID, op: .upsert, version: 1, naturalKey: naturalKey, data: data)])
+        }
+    }
+
     @Test("pages of `limit` changes, hasMore until the last, then an incremental pull returns exactly what changed")
     func pagesAndIncrements() async throws {
         try await TestServer.run { server in

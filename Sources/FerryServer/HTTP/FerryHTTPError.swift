@@ -59,9 +59,13 @@ enum JSONResponse {
         // record's keys in a page of 500 costs more than the rest of the encoding.
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.withoutEscapingSlashes]
-        let data = try encoder.encode(value)
+        return make(body: ByteBuffer(bytes: try encoder.encode(value)), status: status, headers: headers)
+    }
+
+    /// A response with a body that is already JSON.
+    static func make(body: ByteBuffer, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) -> Response {
         var headers = headers
         headers[.contentType] = "application/json; charset=utf-8"
-        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        return Response(status: status, headers: headers, body: .init(byteBuffer: body))
     }
 }

@@ -49,8 +49,8 @@ struct SyncController: Sendable {
             limit = value
         }
         let cursor = query.get("cursor")
-        let response = try await storage.pull(userID: userID, cursor: cursor, limit: limit)
-        return try JSONResponse.make(response)
+        let page = try await storage.pull(userID: userID, cursor: cursor, limit: limit)
+        return JSONResponse.make(body: page.responseBody())
     }
 
     func metricsText(_ request: Request, context: FerryRequestContext) async throws -> Response {

@@ -114,7 +114,7 @@ public final class SQLiteSyncStorage: SyncStorage {
         }
     }
 
-    public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullResponse {
+    public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
         let (records, lastPosition, hasMore) = try await mapErrors {
             try await writer.read { db in
@@ -131,11 +131,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                 return (page.map(Self.record(from:)), page.last.map { $0["seq"] as Int64 } ?? after, rows.count > limit)
             }
         }
-        return PullResponse(
-            changes: try records.map { try $0.change() },
-            cursor: cursors.encode(position: lastPosition, userID: userID),
-            hasMore: hasMore
-        )
+        return PullPage(records: records, cursor: cursors.encode(position: lastPosition, userID: userID), hasMore: hasMore)
     }
 
     public func checkHealth() async throws {

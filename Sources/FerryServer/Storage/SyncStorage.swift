@@ -11,7 +11,7 @@ public protocol SyncStorage: Sendable {
 
     /// Returns the user's records changed after `cursor`, oldest change first.
     /// Throws `ProtocolViolation` with `invalid_cursor` for a cursor this server did not issue.
-    func pull(userID: String, cursor: String?, limit: Int) async throws -> PullResponse
+    func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage
 
     /// Succeeds when the database can be reached.
     func checkHealth() async throws
@@ -85,17 +85,17 @@ struct StoredRecord: Sendable, Equatable {
         RecordState(version: version, deleted: deleted, data: try decodedData())
     }
 
-    func change() throws -> Change {
+    func change(decoder: JSONDecoder = JSONDecoder()) throws -> Change {
         Change(
             entity: entity, entityID: entityID, op: deleted ? .delete : .upsert,
-            version: version, naturalKey: naturalKey, data: deleted ? nil : try decodedData()
+            version: version, naturalKey: naturalKey, data: deleted ? nil : try decodedData(decoder)
         )
     }
 
-    private func decodedData() throws -> JSONObject? {
+    private func decodedData(_ decoder: JSONDecoder = JSONDecoder()) throws -> JSONObject? {
         guard let data else { return nil }
         do {
-            return try JSONDecoder().decode(JSONObject.self, from: data)
+            return try decoder.decode(JSONObject.self, from: data)
         } catch {
             throw StorageError.corrupt("record \(entity)/\(entityID) has data that is not a JSON object")
         }

@@ -129,7 +129,7 @@ struct Benchmarks {
             var read = 0
             repeat {
                 let page = try await floor.pull(userID: "bench", cursor: cursor, limit: 500)
-                read += page.changes.count
+                read += page.count
                 pages += 1
                 cursor = page.cursor
                 if !page.hasMore { break }
