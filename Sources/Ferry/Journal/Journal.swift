@@ -41,7 +41,7 @@ public struct Journal: Sendable {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let text = try decoder.singleValueContainer().decode(String.self)
-            guard let date = journalDateFormatter().date(from: text) else {
+            guard let date = try? journalTime.parse(text) else {
                 throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not an ISO 8601 time: \(text)"))
             }
             return date
@@ -61,16 +61,11 @@ extension JSONEncoder {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
-            try container.encode(journalDateFormatter().string(from: date))
+            try container.encode(journalTime.format(date))
         }
         return encoder
     }
 }
 
-/// ISO 8601 with milliseconds: a launch storm happens within 100 ms. (A formatter is not
-/// Sendable, so each use makes its own.)
-private func journalDateFormatter() -> ISO8601DateFormatter {
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    return formatter
-}
+/// ISO 8601 with milliseconds: a launch storm happens within 100 ms.
+private let journalTime = Date.ISO8601FormatStyle(includingFractionalSeconds: true)

@@ -17,30 +17,50 @@ struct Puller: Sendable {
     func pullUntilCaughtUp() async throws -> PullSummary {
         var summary = PullSummary()
         let decoder = JSONDecoder()
-        while true {
-            let cursor = try await store.database.read { db in try String.fetchOne(db, sql: "SELECT cursor FROM ferry_meta") }
-            var path = "/v1/pull?limit=\(pageSize)"
-            if let cursor { path += "&cursor=\(cursor.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? cursor)" }
-            let response = try await connection.send(TransportRequest(method: "GET", path: path))
-            summary.requests += 1
-            guard response.status == 200 else {
-                if response.status == 400, (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body))?.code == .invalidCursor {
+        var cursor = try await store.database.read { db in try String.fetchOne(db, sql: "SELECT cursor FROM ferry_meta") }
+        // While one page is written locally, the next is fetched and decoded, so the network,
+        // the server and the local database work at the same time. Pages are still written
+        // one at a time and in order, each in one transaction with its own cursor.
+        var writing: Task<Int, any Error>?
+        do {
+            while true {
+                let fetched = try await fetchPage(after: cursor, decoder: decoder)
+                summary.requests += 1
+                summary.applied += try await writing?.value ?? 0
+                writing = nil
+                guard let page = fetched else {
                     // The server no longer knows our position: start over; pages are idempotent.
                     try await store.database.write { db in try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL") }
+                    cursor = nil
                     continue
                 }
-                throw FerryError.protocolViolation("pull answered \(response.status): \(SyncConnection.message(in: response))")
+                writing = Task { try await apply(page) }
+                summary.received += page.changes.count
+                await status.update { $0.phase = .downloading(received: summary.received) }
+                if !page.hasMore { break }
+                cursor = page.cursor
             }
-            let page: PullResponse
-            do {
-                page = try decoder.decode(PullResponse.self, from: response.body)
-            } catch {
-                throw FerryError.protocolViolation("pull response is not valid: \(error)")
-            }
-            summary.received += page.changes.count
-            summary.applied += try await apply(page)
-            await status.update { $0.phase = .downloading(received: summary.received) }
-            if !page.hasMore { return summary }
+            summary.applied += try await writing?.value ?? 0
+            return summary
+        } catch {
+            _ = try? await writing?.value  // the page being written commits or rolls back whole before we return
+            throw error
+        }
+    }
+
+    /// One page after `cursor`; `nil` when the server refuses the cursor as unknown.
+    private func fetchPage(after cursor: String?, decoder: JSONDecoder) async throws -> PullResponse? {
+        var path = "/v1/pull?limit=\(pageSize)"
+        if let cursor { path += "&cursor=\(cursor.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? cursor)" }
+        let response = try await connection.send(TransportRequest(method: "GET", path: path))
+        guard response.status == 200 else {
+            if response.status == 400, (try? decoder.decode(ErrorEnvelope.self, from: response.body))?.code == .invalidCursor { return nil }
+            throw FerryError.protocolViolation("pull answered \(response.status): \(SyncConnection.message(in: response))")
+        }
+        do {
+            return try decoder.decode(PullResponse.self, from: response.body)
+        } catch {
+            throw FerryError.protocolViolation("pull response is not valid: \(error)")
         }
     }
 
@@ -52,11 +72,13 @@ struct Puller: Sendable {
             let queued = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE entity = ? AND entity_id = ? AND state != ?)")
             let known = try db.cachedStatement(sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?")
             let remember = try db.cachedStatement(sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version")
+            // Usually nothing is queued (a sync pushes before it pulls): then no record needs the check.
+            let anyQueued = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE state != ?)", arguments: [OutboxState.deadLettered.rawValue]) ?? true
             try FerryStore.withoutCapture(db) {
                 for change in page.changes {
                     // Our own upload coming back, or a record already this new: nothing to do.
                     if let version = try Int64.fetchOne(known, arguments: [change.entity, change.entityID]), version >= change.version { continue }
-                    if try Bool.fetchOne(queued, arguments: [change.entity, change.entityID, OutboxState.deadLettered.rawValue]) == true { continue }
+                    if anyQueued, try Bool.fetchOne(queued, arguments: [change.entity, change.entityID, OutboxState.deadLettered.rawValue]) == true { continue }
                     try writer.write(
                         entity: change.entity, entityID: change.entityID,
                         data: change.op == .delete ? nil : (change.data ?? [:]), naturalKey: change.naturalKey, db: db
