@@ -45,7 +45,7 @@ public actor SyncScheduler {
     private let configuration: SchedulerConfiguration
     private let runner: Runner
     private let logger = Logger(label: "ferry.scheduler")
-    private var events: [UUID: AsyncStream<Event>.Continuation] = [:]
+    private let events = Broadcast<Event>()
     /// Events for the journal, written in order by one task.
     private var journalFeed: AsyncStream<(Event, Date)>.Continuation?
     private var journalWriter: Task<Void, Never>?
@@ -78,11 +78,7 @@ public actor SyncScheduler {
 
     /// Receives every event from now on.
     public func eventStream() -> AsyncStream<Event> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .unbounded)
-        let id = UUID()
-        events[id] = continuation
-        continuation.onTermination = { [weak self] _ in Task { await self?.dropObserver(id) } }
-        return stream
+        events.subscribe()
     }
 
     /// Where events are written for people to read later, in order, with the time they happened.
@@ -186,8 +182,7 @@ public actor SyncScheduler {
         current?.cancel()
         await current?.value
         for id in Array(waiters.keys) { resumeWaiter(id, with: .failure(CancellationError())) }
-        for continuation in events.values { continuation.finish() }
-        events.removeAll()
+        events.finish()
         journalFeed?.finish()
         await journalWriter?.value
     }
@@ -291,11 +286,7 @@ public actor SyncScheduler {
     }
 
     private func emit(_ event: Event) {
-        for continuation in events.values { continuation.yield(event) }
+        events.send(event)
         journalFeed?.yield((event, Date()))
-    }
-
-    private func dropObserver(_ id: UUID) {
-        events[id] = nil
     }
 }

@@ -52,9 +52,9 @@ public actor SyncSession {
     private let logger = Logger(label: "ferry.session")
     private var observer: QueuedChangeObserver?
     private var connectivityTask: Task<Void, Never>?
-    private var engineObservers: [UUID: AsyncStream<Engine?>.Continuation] = [:]
+    private let engineObservers = Broadcast<Engine?>()
     public private(set) var engine: Engine? {
-        didSet { for observer in engineObservers.values { observer.yield(engine) } }
+        didSet { engineObservers.send(engine) }
     }
 
     public init<C: Clock>(
@@ -74,12 +74,7 @@ public actor SyncSession {
 
     /// The signed-in user's engine now, then on every sign-in (an engine) and sign-out (`nil`).
     public func engineUpdates() -> AsyncStream<Engine?> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Engine?.self, bufferingPolicy: .bufferingNewest(1))
-        let id = UUID()
-        engineObservers[id] = continuation
-        continuation.yield(engine)
-        continuation.onTermination = { [weak self] _ in Task { await self?.dropEngineObserver(id) } }
-        return stream
+        engineObservers.subscribe(startingWith: .some(engine), bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Waits until someone is signed in and returns their engine; throws `CancellationError` if cancelled first.
@@ -88,10 +83,6 @@ public actor SyncSession {
             if let engine { return engine }
         }
         throw CancellationError()
-    }
-
-    private func dropEngineObserver(_ id: UUID) {
-        engineObservers[id] = nil
     }
 
     /// Follows the app's signed-in user (`nil`: signed out) until the sequence ends.

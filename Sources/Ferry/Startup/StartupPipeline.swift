@@ -13,7 +13,7 @@ public actor StartupPipeline {
     private let clock: any Clock<Duration>
     private let logger = Logger(label: "ferry.startup")
     private var progress = StartupProgress()
-    private var observers: [UUID: AsyncStream<StartupProgress>.Continuation] = [:]
+    private let observers = Broadcast<StartupProgress>()
     private var runner: Task<Void, Never>?
     /// The step that runs next: where `start()` resumes after a blocking step failed.
     private var nextStep = 0
@@ -36,12 +36,7 @@ public actor StartupPipeline {
 
     /// Every change of progress, starting with the current one.
     public func progressUpdates() -> AsyncStream<StartupProgress> {
-        let (stream, continuation) = AsyncStream.makeStream(of: StartupProgress.self, bufferingPolicy: .unbounded)
-        let id = UUID()
-        observers[id] = continuation
-        continuation.yield(progress)
-        continuation.onTermination = { [weak self] _ in Task { await self?.dropObserver(id) } }
-        return stream
+        observers.subscribe(startingWith: progress)
     }
 
     /// Runs the steps from where the pipeline stands; does nothing while running or once finished.
@@ -163,10 +158,6 @@ public actor StartupPipeline {
     private func publish(_ next: StartupProgress) {
         guard next != progress else { return }
         progress = next
-        for observer in observers.values { observer.yield(next) }
-    }
-
-    private func dropObserver(_ id: UUID) {
-        observers[id] = nil
+        observers.send(next)
     }
 }

@@ -1,0 +1,43 @@
+import Foundation
+
+/// Hands every value sent to each subscriber's own stream, as it happens.
+///
+/// The owners (actors) send from their own isolation, so subscribers see values in the
+/// order they were sent; a subscriber that stops iterating is dropped at once.
+final class Broadcast<Element: Sendable>: @unchecked Sendable {
+    // @unchecked: `subscribers` is only read and written under `lock`, and no continuation
+    // is yielded to or finished while the lock is held (a finish runs `onTermination`,
+    // which takes the lock).
+    private let lock = NSLock()
+    private var subscribers: [UUID: AsyncStream<Element>.Continuation] = [:]
+
+    /// Every value sent from now on, after `first` when given.
+    func subscribe(
+        startingWith first: Element? = nil,
+        bufferingPolicy: AsyncStream<Element>.Continuation.BufferingPolicy = .unbounded
+    ) -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: bufferingPolicy)
+        let id = UUID()
+        if let first { continuation.yield(first) }
+        continuation.onTermination = { [weak self] _ in self?.drop(id) }
+        lock.withLock { subscribers[id] = continuation }
+        return stream
+    }
+
+    func send(_ value: Element) {
+        for subscriber in lock.withLock({ Array(subscribers.values) }) { subscriber.yield(value) }
+    }
+
+    /// Ends every subscriber's stream.
+    func finish() {
+        let ended = lock.withLock {
+            defer { subscribers.removeAll() }
+            return Array(subscribers.values)
+        }
+        for subscriber in ended { subscriber.finish() }
+    }
+
+    private func drop(_ id: UUID) {
+        lock.withLock { subscribers[id] = nil }
+    }
+}
