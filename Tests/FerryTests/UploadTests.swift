@@ -113,6 +113,25 @@ struct UploadTests {
         }
     }
 
+    @Test("ids, natural keys and data that need escaping reach the server exactly as written locally")
+    func escaping() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let id = #"quote" back\slash /é🙂"#
+            let naturalKey = "line\nbreak\ttab\u{01}\"q\"\\"
+            let kind = "a\n\"b\"\\c\u{1F}d ü"
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO events (id, kind, value, hk) VALUES (?, ?, 1, ?)", arguments: [id, kind, naturalKey])
+            }
+            let report = try await ClientFixture.client(store: store, server: server).sync()
+            #expect(report.upload.acknowledged == 1)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            let change = try #require(remote["events/\(id)"], "\(remote.keys)")
+            #expect(change.naturalKey == naturalKey)
+            #expect(change.data == ["kind": .string(kind), "value": .integer(1)])
+        }
+    }
+
     @Test("three edits send one upsert; an insert then a delete sends nothing")
     func coalescing() async throws {
         try await TestServer.run { server in
@@ -168,7 +187,8 @@ struct UploadTests {
                 // A first batch goes out and the server commits it, then the app dies before the
                 // response is applied: its entries stay "in flight" in the file.
                 let batch = try #require(try await Outbox(store: store).nextBatch(limit: 500))
-                _ = try await server.pushOK(PushRequest(clientID: store.clientID, mutations: batch.mutations), token: try await TestServer.token(for: "alice"))
+                let sent = try await server.send(.POST, "/v1/push", token: try await TestServer.token(for: "alice"), body: batch.requestBody(clientID: store.clientID))
+                #expect(sent.status == 200)
                 let inFlight = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 1") }
                 #expect(inFlight == 500)
             }

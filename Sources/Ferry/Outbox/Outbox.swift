@@ -38,7 +38,6 @@ struct Outbox: Sendable {
                 entries[record, default: []].append(row["id"])
             }
             var batch = OutboxBatch(entryCount: rows.count)
-            let decoder = JSONDecoder()
             let knownVersion = try db.cachedStatement(sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?")
             for (record, row) in latest {
                 let op = MutationOp(rawValue: row["op"]) ?? .upsert
@@ -48,10 +47,9 @@ struct Outbox: Sendable {
                     batch.unsent += entries[record] ?? []
                     continue
                 }
-                var mutation = Mutation(id: row["id"], entity: record.entity, entityID: record.entityID, op: op)
+                var mutation = OutgoingMutation(id: row["id"], entity: record.entity, entityID: record.entityID, op: op)
                 if op == .upsert {
-                    let text: String? = row["data"]
-                    mutation.data = try text.map { try decoder.decode(JSONObject.self, from: Data($0.utf8)) } ?? [:]
+                    mutation.dataText = row["data"]
                     mutation.naturalKey = row["natural_key"]
                     if store.table(forEntity: record.entity)?.detectsConflicts == true { mutation.baseVersion = version ?? 0 }
                 }
@@ -153,8 +151,8 @@ struct Outbox: Sendable {
         )
     }
 
-    private func resolve(_ mutation: Mutation, current: RecordState?, policy: ConflictPolicy, db: Database) throws {
-        let local = mutation.op == .upsert ? mutation.data : nil
+    private func resolve(_ mutation: OutgoingMutation, current: RecordState?, policy: ConflictPolicy, db: Database) throws {
+        let local = try mutation.data()
         var writer = RecordWriter(store: store)
         switch policy.resolve(Conflict(entity: mutation.entity, entityID: mutation.entityID, local: local, server: current)) {
         case .acceptServer:
@@ -191,11 +189,25 @@ struct RecordRef: Hashable {
 struct OutboxBatch: Sendable {
     /// Entries read from the queue for this batch.
     var entryCount: Int
-    var mutations: [Mutation] = []
+    var mutations: [OutgoingMutation] = []
     /// The outbox entries each mutation stands for (itself and the edits coalesced into it).
     var entries: [Int64: [Int64]] = [:]
     /// Entries that cancelled out and were removed without being sent.
     var unsent: [Int64] = []
+
+    /// The `PushRequest` body of PROTOCOL.md for this batch.
+    func requestBody(clientID: String) -> Data {
+        var json = JSONTextWriter(capacity: 64 + mutations.reduce(0) { $0 + 128 + ($1.dataText?.utf8.count ?? 0) })
+        json.raw("{\"clientID\":")
+        json.string(clientID)
+        json.raw(",\"mutations\":[")
+        for (index, mutation) in mutations.enumerated() {
+            if index > 0 { json.raw(",") }
+            mutation.write(to: &json)
+        }
+        json.raw("]}")
+        return Data(json.bytes)
+    }
 }
 
 /// What applying one push response did.

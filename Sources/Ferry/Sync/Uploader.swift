@@ -28,8 +28,7 @@ struct Uploader: Sendable {
             }
             let response: TransportResponse
             do {
-                let body = try JSONEncoder().encode(PushRequest(clientID: clientID, mutations: batch.mutations))
-                response = try await connection.send(TransportRequest(method: "POST", path: "/v1/push", body: body))
+                response = try await connection.send(TransportRequest(method: "POST", path: "/v1/push", body: batch.requestBody(clientID: clientID)))
             } catch {
                 await returnToQueue(batch)
                 throw error

@@ -16,7 +16,7 @@ public struct PullPage: Sendable {
 
     /// The `PullResponse` body of PROTOCOL.md, each record's stored data spliced in verbatim.
     public func responseBody() -> ByteBuffer {
-        var body = JSONBodyWriter(capacity: 64 + records.reduce(0) { $0 + 96 + $1.entity.utf8.count + $1.entityID.utf8.count + ($1.data?.count ?? 0) })
+        var body = JSONTextWriter(capacity: 64 + records.reduce(0) { $0 + 96 + $1.entity.utf8.count + $1.entityID.utf8.count + ($1.data?.count ?? 0) })
         body.raw("{\"changes\":[")
         for (index, record) in records.enumerated() {
             if index > 0 { body.raw(",") }
@@ -32,13 +32,13 @@ public struct PullPage: Sendable {
             }
             if !record.deleted, let data = record.data {
                 body.raw(",\"data\":")
-                body.bytes(data)
+                body.fragment(data)
             }
             body.raw("}")
         }
         body.raw("],\"cursor\":")
         body.string(cursor)
         body.raw(hasMore ? ",\"hasMore\":true}" : ",\"hasMore\":false}")
-        return body.buffer
+        return ByteBuffer(bytes: body.bytes)
     }
 }

@@ -1,0 +1,55 @@
+/// Writes JSON text: structure as given, strings escaped as RFC 8259 requires, and JSON that
+/// is already encoded spliced in verbatim.
+///
+/// Both sides move record data that is stored as JSON text; writing the envelope around it
+/// by hand spares decoding every record into `JSONValue` only to encode it again.
+public struct JSONTextWriter: Sendable {
+    public private(set) var bytes: [UInt8] = []
+
+    public init(capacity: Int) {
+        bytes.reserveCapacity(capacity)
+    }
+
+    /// Structure or a literal, exactly as written.
+    public mutating func raw(_ text: StaticString) {
+        text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
+    /// JSON that is already encoded, such as a record's stored data.
+    public mutating func fragment(_ json: some Sequence<UInt8>) {
+        bytes.append(contentsOf: json)
+    }
+
+    public mutating func integer(_ value: Int64) {
+        bytes.append(contentsOf: String(value).utf8)
+    }
+
+    /// A quoted string: `"` and `\` escaped, control characters as escapes, the rest as UTF-8.
+    public mutating func string(_ value: String) {
+        bytes.append(UInt8(ascii: "\""))
+        let utf8 = value.utf8
+        if !utf8.contains(where: Self.needsEscape) {
+            bytes.append(contentsOf: utf8)
+        } else {
+            for byte in utf8 {
+                switch byte {
+                case UInt8(ascii: "\""): raw("\\\"")
+                case UInt8(ascii: "\\"): raw("\\\\")
+                case UInt8(ascii: "\n"): raw("\\n")
+                case UInt8(ascii: "\r"): raw("\\r")
+                case UInt8(ascii: "\t"): raw("\\t")
+                case ..<0x20:
+                    let hex = Array("0123456789abcdef".utf8)
+                    raw("\\u00")
+                    bytes.append(contentsOf: [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+                default: bytes.append(byte)
+                }
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    private static func needsEscape(_ byte: UInt8) -> Bool {
+        byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
+    }
+}
