@@ -41,5 +41,4 @@ extension FerryStore {
         try database.write { db in db.add(transactionObserver: observer, extent: .observerLifetime) }
         return observer
     }
-
 }

@@ -85,17 +85,10 @@ struct StoredRecord: Sendable, Equatable {
         RecordState(version: version, deleted: deleted, data: try decodedData())
     }
 
-    func change(decoder: JSONDecoder = JSONDecoder()) throws -> Change {
-        Change(
-            entity: entity, entityID: entityID, op: deleted ? .delete : .upsert,
-            version: version, naturalKey: naturalKey, data: deleted ? nil : try decodedData(decoder)
-        )
-    }
-
-    private func decodedData(_ decoder: JSONDecoder = JSONDecoder()) throws -> JSONObject? {
+    private func decodedData() throws -> JSONObject? {
         guard let data else { return nil }
         do {
-            return try decoder.decode(JSONObject.self, from: data)
+            return try JSONDecoder().decode(JSONObject.self, from: data)
         } catch {
             throw StorageError.corrupt("record \(entity)/\(entityID) has data that is not a JSON object")
         }
