@@ -15,7 +15,7 @@ struct Outbox: Sendable {
     /// Pending and dead-lettered entry counts.
     func counts() async throws -> (pending: Int, deadLettered: Int) {
         try await store.database.read { db in
-            let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state != ?", arguments: [OutboxState.deadLettered.rawValue]) ?? 0
+            let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE \(OutboxState.queuedCondition)") ?? 0
             let dead = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue]) ?? 0
             return (pending, dead)
         }
@@ -95,6 +95,7 @@ struct Outbox: Sendable {
         return try await store.database.write { db in
             var outcome = BatchOutcome(acknowledgedEntries: batch.unsent.count)
             var finished: [Int64] = []
+            var rekeys: [(record: RecordRef, canonical: String)] = []
             try FerryStore.withoutCapture(db) {
                 for (mutation, result) in zip(batch.mutations, response.results) {
                     let entryIDs = batch.entries[mutation.id] ?? []
@@ -103,6 +104,7 @@ struct Outbox: Sendable {
                     case .applied, .merged, .duplicate:
                         if let canonical = result.entityID, canonical != mutation.entityID {
                             try rekey(entity: mutation.entity, from: mutation.entityID, to: canonical, db: db)
+                            rekeys.append((RecordRef(entity: mutation.entity, entityID: mutation.entityID), canonical))
                             outcome.rekeyed += 1
                         }
                         if let version = result.version {
@@ -124,22 +126,51 @@ struct Outbox: Sendable {
                         try resolve(mutation, current: result.current, policy: policy, db: db)
                     }
                 }
+                try rekeyQueuedEntries(rekeys, db: db)
                 if !finished.isEmpty {
-                    try db.execute(sql: "DELETE FROM ferry_outbox WHERE id IN (\(finished.map(String.init).joined(separator: ",")))")
+                    try Self.remove(where: "id IN (\(finished.map(String.init).joined(separator: ",")))", db: db)
                 }
             }
             return outcome
         }
     }
 
+    /// Deletes the entries matching `condition` (acknowledged or discarded ones).
+    ///
+    /// SQLite gives a new entry the highest id plus one, so deleting the entry with the highest
+    /// id would hand that id, which the server has already seen, to the next change, and the
+    /// server would answer it `duplicate` without applying it. The high-water mark row then
+    /// takes that id.
+    static func remove(where condition: String, db: Database) throws {
+        let top = try Int64.fetchOne(db, sql: "SELECT max(id) FROM ferry_outbox") ?? 0
+        try db.execute(sql: "DELETE FROM ferry_outbox WHERE \(condition)")
+        try db.execute(
+            sql: "UPDATE ferry_outbox SET id = ? WHERE state = ? AND ? > (SELECT max(id) FROM ferry_outbox)",
+            arguments: [top, OutboxState.highWaterMark.rawValue, top]
+        )
+    }
+
+    /// Later pending edits of re-keyed records follow them to their canonical ids: one scan of
+    /// the outbox for the whole batch (the outbox has no index by record, which would cost
+    /// every captured write).
+    private func rekeyQueuedEntries(_ rekeys: [(record: RecordRef, canonical: String)], db: Database) throws {
+        guard !rekeys.isEmpty else { return }
+        let values = Array(repeating: "(?, ?, ?)", count: rekeys.count).joined(separator: ", ")
+        try db.execute(
+            sql: """
+                WITH rekey(entity, local, canonical) AS (VALUES \(values))
+                UPDATE ferry_outbox
+                SET entity_id = (SELECT canonical FROM rekey WHERE rekey.entity = ferry_outbox.entity AND rekey.local = ferry_outbox.entity_id)
+                WHERE state = ? AND (entity, entity_id) IN (SELECT entity, local FROM rekey)
+                """,
+            arguments: StatementArguments(rekeys.flatMap { [$0.record.entity, $0.record.entityID, $0.canonical] }) + [OutboxState.pending.rawValue]
+        )
+    }
+
     /// The local record takes the server's identity. The server now holds this client's data
     /// under the canonical id, so a stale local copy of the canonical record (pulled earlier)
-    /// gives way to the re-keyed row; later pending edits follow it.
+    /// gives way to the re-keyed row; its later pending edits follow it (`rekeyQueuedEntries`).
     private func rekey(entity: String, from local: String, to canonical: String, db: Database) throws {
-        try db.execute(
-            sql: "UPDATE ferry_outbox SET entity_id = ? WHERE entity = ? AND entity_id = ? AND state = ?",
-            arguments: [canonical, entity, local, OutboxState.pending.rawValue]
-        )
         guard let table = store.table(forEntity: entity) else { return }
         let name = table.table.quotedDatabaseIdentifier
         let canonicalRow = table.rowCondition(entity: entity, entityID: canonical)

@@ -82,6 +82,38 @@ public final class FerryStore: Sendable {
             // server refused): a poor trade. Without it capture costs one B-tree write less.
             try db.execute(sql: "DROP INDEX ferry_outbox_by_state")
         }
+        migrator.registerMigration("ferry-v3") { db in
+            // Capture wrote three more B-tree entries than the change itself: the
+            // `(entity, entity_id)` index (re-keying and pulls now find queued records by a
+            // scan per batch or page instead) and `AUTOINCREMENT`'s `sqlite_sequence` row. Ids
+            // stay increasing without it through the high-water mark row (`Outbox.remove`).
+            // The capture triggers name the table; they are recreated right after migrating.
+            for trigger in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'ferry_capture_%'") {
+                try db.execute(sql: "DROP TRIGGER \(trigger.quotedDatabaseIdentifier)")
+            }
+            try db.execute(
+                sql: """
+                    CREATE TABLE ferry_outbox_v3 (
+                        id INTEGER PRIMARY KEY,
+                        entity TEXT NOT NULL,
+                        entity_id TEXT NOT NULL,
+                        op TEXT NOT NULL,
+                        data TEXT,
+                        natural_key TEXT,
+                        state INTEGER NOT NULL DEFAULT 0,
+                        error TEXT
+                    );
+                    INSERT INTO ferry_outbox_v3 SELECT id, entity, entity_id, op, data, natural_key, state, error FROM ferry_outbox;
+                    INSERT INTO ferry_outbox_v3 (id, entity, entity_id, op, state)
+                    SELECT CASE WHEN sequence.seq > coalesce(outbox.top, 0) THEN sequence.seq ELSE 0 END, '', '', 'high-water mark', ?
+                    FROM (SELECT max(id) AS top FROM ferry_outbox) AS outbox
+                    LEFT JOIN (SELECT seq FROM sqlite_sequence WHERE name = 'ferry_outbox') AS sequence;
+                    DROP TABLE ferry_outbox;
+                    ALTER TABLE ferry_outbox_v3 RENAME TO ferry_outbox;
+                    """,
+                arguments: [OutboxState.highWaterMark.rawValue]
+            )
+        }
         return migrator
     }
 
@@ -129,4 +161,10 @@ enum OutboxState: Int {
     case pending = 0
     case inFlight = 1
     case deadLettered = 2
+    /// The one row that is not a change: it holds the highest id ever sent once that
+    /// entry is gone, so SQLite's next id (the highest plus one) never reuses a sent id.
+    case highWaterMark = 3
+
+    /// SQL for entries still to be acknowledged by the server.
+    static let queuedCondition = "state IN (\(pending.rawValue), \(inFlight.rawValue))"
 }

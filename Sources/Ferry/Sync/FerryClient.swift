@@ -164,7 +164,7 @@ public actor FerryClient {
 
     public func discardDeadLetters() async throws {
         try await store.database.write { db in
-            try db.execute(sql: "DELETE FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue])
+            try Outbox.remove(where: "state = \(OutboxState.deadLettered.rawValue)", db: db)
         }
         await refreshCounts()
     }

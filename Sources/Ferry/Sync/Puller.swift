@@ -69,16 +69,14 @@ struct Puller: Sendable {
         try await store.database.write { db in
             var writer = RecordWriter(store: store)
             var applied = 0
-            let queued = try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE entity = ? AND entity_id = ? AND state != ?)")
             let known = try db.cachedStatement(sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?")
             let remember = try db.cachedStatement(sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version")
-            // Usually nothing is queued (a sync pushes before it pulls): then no record needs the check.
-            let anyQueued = try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE state != ?)", arguments: [OutboxState.deadLettered.rawValue]) ?? true
+            let queued = try Self.queuedRecords(among: page.changes, db: db)
             try FerryStore.withoutCapture(db) {
                 for change in page.changes {
                     // Our own upload coming back, or a record already this new: nothing to do.
                     if let version = try Int64.fetchOne(known, arguments: [change.entity, change.entityID]), version >= change.version { continue }
-                    if anyQueued, try Bool.fetchOne(queued, arguments: [change.entity, change.entityID, OutboxState.deadLettered.rawValue]) == true { continue }
+                    if queued.contains(RecordRef(entity: change.entity, entityID: change.entityID)) { continue }
                     try writer.write(
                         entity: change.entity, entityID: change.entityID,
                         data: change.op == .delete ? nil : (change.data ?? [:]), naturalKey: change.naturalKey, db: db
@@ -90,6 +88,23 @@ struct Puller: Sendable {
             try db.execute(sql: "UPDATE ferry_meta SET cursor = ?", arguments: [page.cursor])
             return applied
         }
+    }
+
+    /// The page's records that have local changes waiting to be sent, found with one scan of
+    /// the outbox (it has no index by record, which would cost every captured write).
+    /// Usually nothing is queued, as a sync pushes before it pulls.
+    private static func queuedRecords(among changes: [Change], db: Database) throws -> Set<RecordRef> {
+        guard !changes.isEmpty,
+            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition))") == true
+        else { return [] }
+        let placeholders = Array(repeating: "?", count: changes.count).joined(separator: ", ")
+        let rows = try Row.fetchCursor(
+            db, sql: "SELECT entity, entity_id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (\(placeholders))",
+            arguments: StatementArguments(changes.map(\.entityID))
+        )
+        var queued = Set<RecordRef>()
+        while let row = try rows.next() { queued.insert(RecordRef(entity: row["entity"], entityID: row["entity_id"])) }
+        return queued
     }
 }
 

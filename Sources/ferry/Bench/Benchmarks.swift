@@ -67,7 +67,7 @@ struct Benchmarks {
                 try await Self.writeEvents(records, into: store.database)
                 return (nil, nil)
             })
-            let queued = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox") ?? 0 }
+            let queued = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 0") ?? 0 }
             guard queued == records else { throw CommandFailure("capture queued \(queued) of \(records) writes") }
             try await store.close()
             let database = try DatabasePool(path: folder.appendingPathComponent("plain.sqlite").path)
