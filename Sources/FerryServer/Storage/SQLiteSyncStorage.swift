@@ -11,7 +11,7 @@ import GRDB
 /// these positions cannot skip a change that commits late.
 public final class SQLiteSyncStorage: SyncStorage {
     /// Rows per multi-row statement: a whole batch, so each step of a push is one statement.
-    /// At 8 values a row that is 8,000 variables, well under SQLite's limit of 32,766.
+    /// Padded to 1,024 rows of 7 values that is 7,168 variables, well under SQLite's limit of 32,766.
     private static let rowsPerStatement = ProtocolLimits.maxMutationsPerPush
 
     private let writer: any DatabaseWriter
@@ -128,7 +128,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                     arguments: [userID, after, limit + 1]
                 )
                 let page = rows.prefix(limit)
-                return (page.map(Self.record(from:)), page.last.map { $0["seq"] as Int64 } ?? after, rows.count > limit)
+                return (page.map(Self.record(from:)), page.last.map { $0[6] as Int64 } ?? after, rows.count > limit)
             }
         }
         return PullPage(records: records, cursor: cursors.encode(position: lastPosition, userID: userID), hasMore: hasMore)
@@ -160,27 +160,31 @@ public final class SQLiteSyncStorage: SyncStorage {
         var found: [RecordKey: StoredRecord] = [:]
         let columns = "r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data"
         for chunk in Array(lookups.keys).chunked(rowsPerStatement) {
-            let sql = """
-                WITH wanted (entity, entity_id) AS (VALUES \(placeholders(rows: chunk.count, columns: 2)))
-                SELECT \(columns) FROM wanted JOIN records r
-                ON r.user_id = ? AND r.entity = wanted.entity AND r.entity_id = wanted.entity_id
-                """
-            var arguments: [any DatabaseValueConvertible] = chunk.flatMap { [$0.entity, $0.entityID] }
-            arguments.append(userID)
-            for row in try Row.fetchAll(db, sql: sql, arguments: StatementArguments(arguments)) {
+            let rows = ValuesList(rows: chunk.count, columns: 2)
+            let statement = try db.cachedStatement(
+                sql: """
+                    WITH wanted (entity, entity_id) AS (VALUES \(rows.sql))
+                    SELECT \(columns) FROM wanted JOIN records r
+                    ON r.user_id = ? AND r.entity = wanted.entity AND r.entity_id = wanted.entity_id
+                    """
+            )
+            let arguments = rows.arguments(chunk.flatMap { [$0.entity, $0.entityID] }) + [userID]
+            for row in try Row.fetchAll(statement, arguments: arguments) {
                 let record = record(from: row)
                 found[record.key] = record
             }
         }
         for chunk in Array(lookups.naturalKeys).chunked(rowsPerStatement) {
-            let sql = """
-                WITH wanted (entity, natural_key) AS (VALUES \(placeholders(rows: chunk.count, columns: 2)))
-                SELECT \(columns) FROM wanted JOIN records r
-                ON r.user_id = ? AND r.entity = wanted.entity AND r.natural_key = wanted.natural_key AND r.deleted = 0
-                """
-            var arguments: [any DatabaseValueConvertible] = chunk.flatMap { [$0.entity, $0.naturalKey] }
-            arguments.append(userID)
-            for row in try Row.fetchAll(db, sql: sql, arguments: StatementArguments(arguments)) {
+            let rows = ValuesList(rows: chunk.count, columns: 2)
+            let statement = try db.cachedStatement(
+                sql: """
+                    WITH wanted (entity, natural_key) AS (VALUES \(rows.sql))
+                    SELECT \(columns) FROM wanted JOIN records r
+                    ON r.user_id = ? AND r.entity = wanted.entity AND r.natural_key = wanted.natural_key AND r.deleted = 0
+                    """
+            )
+            let arguments = rows.arguments(chunk.flatMap { [$0.entity, $0.naturalKey] }) + [userID]
+            for row in try Row.fetchAll(statement, arguments: arguments) {
                 let record = record(from: row)
                 found[record.key] = record
             }
@@ -192,52 +196,52 @@ public final class SQLiteSyncStorage: SyncStorage {
     private static func write(_ plan: BatchPlanner.BatchPlan, userID: String, db: Database) throws {
         guard !plan.writes.isEmpty else { return }
         for chunk in plan.releasedNaturalKeys.chunked(rowsPerStatement) {
-            let sql = """
-                UPDATE records SET natural_key = NULL WHERE user_id = ? AND (entity, entity_id) IN
-                    (SELECT column1, column2 FROM (VALUES \(placeholders(rows: chunk.count, columns: 2))))
-                """
-            let arguments: [any DatabaseValueConvertible] = [userID] + chunk.flatMap { [$0.entity, $0.entityID] }
-            try db.execute(sql: sql, arguments: StatementArguments(arguments))
+            let rows = ValuesList(rows: chunk.count, columns: 2)
+            let statement = try db.cachedStatement(
+                sql: """
+                    UPDATE records SET natural_key = NULL WHERE user_id = ? AND (entity, entity_id) IN
+                        (SELECT column1, column2 FROM (VALUES \(rows.sql)))
+                    """
+            )
+            try statement.execute(arguments: [userID] + rows.arguments(chunk.flatMap { [$0.entity, $0.entityID] }))
         }
         guard
             let end = try Int64.fetchOne(
-                db, sql: "UPDATE change_sequence SET value = value + ? WHERE id = 1 RETURNING value",
+                db.cachedStatement(sql: "UPDATE change_sequence SET value = value + ? WHERE id = 1 RETURNING value"),
                 arguments: [plan.writes.count]
             )
         else { throw StorageError.corrupt("change_sequence is empty") }
         var position = end - Int64(plan.writes.count)
         for chunk in plan.writes.chunked(rowsPerStatement) {
-            let sql = """
-                INSERT INTO records (user_id, entity, entity_id, version, deleted, natural_key, data, seq)
-                VALUES \(placeholders(rows: chunk.count, columns: 8))
-                ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
-                    version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
-                    data = excluded.data, seq = excluded.seq
-                """
-            var arguments: [(any DatabaseValueConvertible)?] = []
-            arguments.reserveCapacity(chunk.count * 8)
+            let rows = ValuesList(rows: chunk.count, columns: 7)
+            // `WHERE` ends the SELECT before `ON CONFLICT` (SQLite's rule for an upsert from a
+            // SELECT); it also drops the padding rows.
+            let statement = try db.cachedStatement(
+                sql: """
+                    INSERT INTO records (user_id, entity, entity_id, version, deleted, natural_key, data, seq)
+                    SELECT ?, * FROM (VALUES \(rows.sql)) WHERE column1 IS NOT NULL
+                    ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
+                        version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
+                        data = excluded.data, seq = excluded.seq
+                    """
+            )
+            var values: [(any DatabaseValueConvertible)?] = []
+            values.reserveCapacity(chunk.count * 7)
             for record in chunk {
                 position += 1
-                arguments += [
-                    userID, record.entity, record.entityID, record.version, record.deleted, record.naturalKey,
-                    record.data, position,
-                ]
+                values += [record.entity, record.entityID, record.version, record.deleted, record.naturalKey, record.data, position]
             }
-            try db.execute(sql: sql, arguments: StatementArguments(arguments))
+            try statement.execute(arguments: [userID] + rows.arguments(values))
         }
     }
 
+    /// A record from a row whose first columns are entity, entity_id, version, deleted,
+    /// natural_key, data, read by position: GRDB matches names case-insensitively, which costs
+    /// more than the rest of reading a row.
     private static func record(from row: Row) -> StoredRecord {
-        StoredRecord(
-            entity: row["entity"], entityID: row["entity_id"], version: row["version"], deleted: row["deleted"],
-            naturalKey: row["natural_key"], data: row["data"]
-        )
+        StoredRecord(entity: row[0], entityID: row[1], version: row[2], deleted: row[3], naturalKey: row[4], data: row[5])
     }
 
-    private static func placeholders(rows: Int, columns: Int) -> String {
-        let row = "(" + Array(repeating: "?", count: columns).joined(separator: ", ") + ")"
-        return Array(repeating: row, count: rows).joined(separator: ", ")
-    }
 
     /// Turns SQLite failures a client should retry (busy, I/O, full disk, closed) into `StorageError.unavailable`.
     private func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
