@@ -153,6 +153,31 @@ struct UploadTests {
         }
     }
 
+    @Test("a batch that edits a record of the batch before is read again after that answer is applied, so its base version is current")
+    func dependentBatches() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n1', 'first'), ('n2', 'x')")
+                try db.execute(sql: "UPDATE notes SET body = 'second' WHERE id = 'n1'")
+                try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n3', 'x'), ('n4', 'x'), ('n5', 'x')")
+            }
+            var configuration = SyncConfiguration()
+            configuration.batchSize = 2
+            // Batches: [n1, n2], [n1 again, n3] (sent after the first is applied), [n4, n5]
+            // (sent while the second is applied).
+            let report = try await ClientFixture.client(store: store, server: server, configuration: configuration).sync()
+            #expect(report.upload.requests == 3)
+            #expect(report.upload.conflicts == 0)
+            #expect(report.upload.acknowledged == 6)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote.count == 5)
+            #expect(remote["notes/n1"]?.version == 2)
+            #expect(remote["notes/n1"]?.data == ["body": .string("second")])
+            #expect(try await store.database.read { db in try Int64.fetchAll(db, sql: "SELECT version FROM ferry_versions WHERE entity = 'notes' ORDER BY entity_id") } == [2, 1, 1, 1, 1])
+        }
+    }
+
     @Test("a rejected mutation is dead-lettered without blocking the rest, and can be discarded")
     func deadLetters() async throws {
         try await TestServer.run { server in

@@ -32,25 +32,27 @@ struct Outbox: Sendable {
             guard !rows.isEmpty else { return nil }
             var latest: [RecordRef: Row] = [:]
             var entries: [RecordRef: [Int64]] = [:]
+            // Columns by position: GRDB matches names case-insensitively, which costs more
+            // than the rest of reading a row.
             for row in rows {
-                let record = RecordRef(entity: row["entity"], entityID: row["entity_id"])
+                let record = RecordRef(entity: row[1], entityID: row[2])
                 latest[record] = row
-                entries[record, default: []].append(row["id"])
+                entries[record, default: []].append(row[0])
             }
             var batch = OutboxBatch(entryCount: rows.count)
             let knownVersion = try db.cachedStatement(sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?")
             for (record, row) in latest {
-                let op = MutationOp(rawValue: row["op"]) ?? .upsert
+                let op = MutationOp(rawValue: row[3]) ?? .upsert
                 let version = try Int64.fetchOne(knownVersion, arguments: [record.entity, record.entityID])
                 if op == .delete, version == nil {
                     // Created and deleted before the server saw it: nothing to send.
                     batch.unsent += entries[record] ?? []
                     continue
                 }
-                var mutation = OutgoingMutation(id: row["id"], entity: record.entity, entityID: record.entityID, op: op)
+                var mutation = OutgoingMutation(id: row[0], entity: record.entity, entityID: record.entityID, op: op)
                 if op == .upsert {
-                    mutation.dataText = row["data"]
-                    mutation.naturalKey = row["natural_key"]
+                    mutation.dataText = row[4]
+                    mutation.naturalKey = row[5]
                     if store.table(forEntity: record.entity)?.detectsConflicts == true { mutation.baseVersion = version ?? 0 }
                 }
                 batch.mutations.append(mutation)
@@ -225,6 +227,17 @@ struct OutboxBatch: Sendable {
     var entries: [Int64: [Int64]] = [:]
     /// Entries that cancelled out and were removed without being sent.
     var unsent: [Int64] = []
+
+    /// Whether this batch, read before `previous`'s answer was applied, can be sent as it is:
+    /// it must not touch a record of `previous`, under its local id or the canonical one
+    /// the server answered with, whose version or identity that answer may change.
+    func isIndependent(of previous: OutboxBatch, results: [PushResult]) -> Bool {
+        var touched = Set(previous.mutations.map { RecordRef(entity: $0.entity, entityID: $0.entityID) })
+        for (mutation, result) in zip(previous.mutations, results) {
+            if let canonical = result.entityID { touched.insert(RecordRef(entity: mutation.entity, entityID: canonical)) }
+        }
+        return !mutations.contains { touched.contains(RecordRef(entity: $0.entity, entityID: $0.entityID)) }
+    }
 
     /// The `PushRequest` body of PROTOCOL.md for this batch.
     func requestBody(clientID: String) -> Data {
