@@ -24,6 +24,39 @@ public struct JSONTextWriter: Sendable {
         bytes.append(contentsOf: String(value).utf8)
     }
 
+    /// A value as records are stored: compact, keys sorted (by their UTF-8 bytes, as
+    /// `JSONEncoder`'s `.sortedKeys` does), integers as integers. A number that is not finite
+    /// has no JSON form: nothing is written and the result is false.
+    @discardableResult
+    public mutating func value(_ value: JSONValue) -> Bool {
+        switch value {
+        case .null: raw("null")
+        case .bool(let bool): bool ? raw("true") : raw("false")
+        case .integer(let integer): self.integer(integer)
+        case .number(let number):
+            guard number.isFinite else { return false }
+            bytes.append(contentsOf: "\(number)".utf8)
+        case .string(let string): self.string(string)
+        case .array(let elements):
+            raw("[")
+            for (index, element) in elements.enumerated() {
+                if index > 0 { raw(",") }
+                guard self.value(element) else { return false }
+            }
+            raw("]")
+        case .object(let fields):
+            raw("{")
+            for (index, key) in fields.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
+                if index > 0 { raw(",") }
+                string(key)
+                raw(":")
+                guard self.value(fields[key]!) else { return false }
+            }
+            raw("}")
+        }
+        return true
+    }
+
     /// A quoted string: `"` and `\` escaped, control characters as escapes, the rest as UTF-8.
     public mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))

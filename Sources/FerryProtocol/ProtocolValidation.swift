@@ -47,17 +47,20 @@ public enum ProtocolValidation {
         return nil
     }
 
-    /// The encoder for record data as stored and sent: compact JSON with sorted keys.
-    /// Make one per batch and reuse it; creating an encoder costs more than encoding a small record.
+    /// The encoder for other wire values (a conflict's current record): compact JSON with sorted keys.
     public static func makeEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return encoder
     }
 
-    /// Encodes a record's data as stored and sent.
-    public static func encode(_ data: JSONObject, using encoder: JSONEncoder = makeEncoder()) throws -> Data {
-        try encoder.encode(data)
+    /// Encodes a record's data as stored and sent: compact JSON, keys sorted (`JSONTextWriter.value`).
+    public static func encode(_ data: JSONObject) throws -> Data {
+        var json = JSONTextWriter(capacity: 256)
+        guard json.value(.object(data)) else {
+            throw EncodingError.invalidValue(data, EncodingError.Context(codingPath: [], debugDescription: "a number is not finite; JSON has no form for it"))
+        }
+        return Data(json.bytes)
     }
 
     static func quoted(_ value: String) -> String {
@@ -91,7 +94,9 @@ extension Mutation {
             guard let data else { return "data is required for an upsert" }
             if let naturalKey, let problem = ProtocolValidation.naturalKeyProblem(naturalKey) { return problem }
             if let baseVersion, baseVersion < 0 { return "baseVersion must be 0 or more, got \(baseVersion)" }
-            let size = encodedDataBytes ?? (try? ProtocolValidation.encode(data).count) ?? Int.max
+            guard let size = encodedDataBytes ?? (try? ProtocolValidation.encode(data).count) else {
+                return "data holds a number that is not finite, which JSON cannot carry"
+            }
             if size > ProtocolLimits.maxDataBytes {
                 return "data is \(size) bytes once encoded; the limit is \(ProtocolLimits.maxDataBytes) (256 KiB)"
             }
@@ -105,17 +110,6 @@ extension Mutation {
 }
 
 extension PushRequest {
-    /// Decodes a push body, naming the first field that is missing or mistyped.
-    public static func decode(from body: Data) throws(ProtocolViolation) -> PushRequest {
-        do {
-            return try JSONDecoder().decode(PushRequest.self, from: body)
-        } catch let error as DecodingError {
-            throw .badRequest(DecodingFailure.nonIntegerField(in: body) ?? DecodingFailure.describe(error))
-        } catch {
-            throw .badRequest("body is not valid JSON: \(error)")
-        }
-    }
-
     /// Checks the rules that concern the batch as a whole: the client id, the
     /// number of mutations and the order and range of their ids.
     public func validateBatch() throws(ProtocolViolation) {
@@ -137,75 +131,6 @@ extension PushRequest {
                 )
             }
             previous = mutation.id
-        }
-    }
-}
-
-/// Turns a `DecodingError` into one line that names the field, like `mutations[3].id: expected an integer`.
-enum DecodingFailure {
-    static func describe(_ error: DecodingError) -> String {
-        switch error {
-        case .typeMismatch(let type, let context):
-            return "\(path(context.codingPath)): expected \(typeName(type))"
-        case .valueNotFound(let type, let context):
-            return "\(path(context.codingPath)): expected \(typeName(type)), got null"
-        case .keyNotFound(let key, let context):
-            return "\(path(context.codingPath + [key])): is required"
-        case .dataCorrupted(let context):
-            if context.codingPath.isEmpty {
-                return "body is not valid JSON (\(context.underlyingError.map { "\($0)" } ?? context.debugDescription))"
-            }
-            if context.codingPath.last?.stringValue == "op" {
-                return "\(path(context.codingPath)): must be \"upsert\" or \"delete\""
-            }
-            return "\(path(context.codingPath)): \(context.debugDescription)"
-        @unknown default:
-            return "\(error)"
-        }
-    }
-
-    /// Foundation reports a fractional or out-of-range number where an integer is expected
-    /// as invalid JSON without a path; find such a field ourselves so the message names it.
-    static func nonIntegerField(in body: Data) -> String? {
-        guard let root = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
-            let mutations = root["mutations"] as? [Any]
-        else { return nil }
-        for (index, element) in mutations.enumerated() {
-            guard let mutation = element as? [String: Any] else { continue }
-            for field in ["id", "baseVersion"] {
-                guard let number = mutation[field] as? NSNumber, !(mutation[field] is Bool) else { continue }
-                if Int64(exactly: number.doubleValue) == nil || number.doubleValue.rounded() != number.doubleValue
-                    || "\(number)".contains(".") || "\(number)".lowercased().contains("e")
-                {
-                    return "mutations[\(index)].\(field): expected a whole number, got \(number)"
-                }
-            }
-        }
-        return nil
-    }
-
-    static func path(_ codingPath: [any CodingKey]) -> String {
-        guard !codingPath.isEmpty else { return "body" }
-        var result = ""
-        for key in codingPath {
-            if let index = key.intValue {
-                result += "[\(index)]"
-            } else {
-                result += result.isEmpty ? key.stringValue : ".\(key.stringValue)"
-            }
-        }
-        return result
-    }
-
-    static func typeName(_ type: Any.Type) -> String {
-        switch type {
-        case is Int64.Type, is Int.Type: "an integer"
-        case is String.Type: "a string"
-        case is Bool.Type: "a boolean"
-        case is Double.Type: "a number"
-        case is [Mutation].Type, is [JSONValue].Type: "an array"
-        case is [String: Any].Type, is JSONObject.Type, is Mutation.Type, is PushRequest.Type: "a JSON object"
-        default: "\(type)"
         }
     }
 }

@@ -11,7 +11,6 @@ struct RecordWriter {
     /// Upsert statements by table and the columns they write: records of one table nearly
     /// always have the same fields, so the SQL is built once per shape, not once per record.
     private var upserts: [String: Statement] = [:]
-    private let encoder = ProtocolValidation.makeEncoder()
 
     init(store: FerryStore) {
         self.store = store
@@ -39,7 +38,7 @@ struct RecordWriter {
         switch table.layout {
         case .document(let column):
             columns.append(column)
-            values.append(String(decoding: try ProtocolValidation.encode(data, using: encoder), as: UTF8.self))
+            values.append(String(decoding: try ProtocolValidation.encode(data), as: UTF8.self))
         case .columns:
             for column in try dataColumns(of: table, db: db) {
                 guard let value = data[column] else { continue }

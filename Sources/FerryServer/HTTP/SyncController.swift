@@ -22,10 +22,8 @@ struct SyncController: Sendable {
         let body = try await request.body.collect(upTo: ProtocolLimits.maxPushBodyBytes)
         let pushRequest = try PushRequest.decode(from: Data(body.readableBytesView))
         try pushRequest.validateBatch()
-        let encoder = ProtocolValidation.makeEncoder()
         let response = try await storage.push(
-            userID: userID, clientID: pushRequest.clientID,
-            mutations: pushRequest.mutations.map { IncomingMutation($0, encoder: encoder) }
+            userID: userID, clientID: pushRequest.clientID, mutations: pushRequest.mutations.map(IncomingMutation.init)
         )
         metrics.recordMutations(response.results)
         context.logger.info(

@@ -43,9 +43,9 @@ public struct IncomingMutation: Sendable {
     /// Why the mutation must be `rejected`; `nil` when it may be applied.
     public let rejection: String?
 
-    public init(_ mutation: Mutation, encoder: JSONEncoder = ProtocolValidation.makeEncoder()) {
+    public init(_ mutation: Mutation) {
         self.mutation = mutation
-        let encoded = mutation.data.flatMap { try? ProtocolValidation.encode($0, using: encoder) }
+        let encoded = mutation.data.flatMap { try? ProtocolValidation.encode($0) }
         self.encodedData = encoded
         self.rejection = mutation.rejectionReason(encodedDataBytes: encoded?.count)
     }
