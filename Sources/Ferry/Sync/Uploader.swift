@@ -3,11 +3,12 @@ import Foundation
 
 /// Drains the outbox in batches until nothing is pending.
 ///
-/// Memory stays bounded by the batch size: at most two batches are held, the one being
-/// applied and the next. The server must see a client's batches in id order, so a batch
-/// is only sent once the previous one has been answered; but its answer is applied while
-/// the next batch is on the wire, unless the two touch the same records (the next batch
-/// was read before that answer re-keyed records or moved their versions).
+/// The server must see a client's batches in id order, so a batch is only sent once the
+/// one before it has been answered. Everything else overlaps: while a batch is on the
+/// wire the client applies the previous answer and reads the batch after it. A batch read
+/// before an answer was applied is sent as read only if it touches none of that answer's
+/// records (the answer moves their versions and may re-key them); otherwise it is read again.
+/// Memory stays bounded by the batch size: at most three batches are held at once.
 struct Uploader: Sendable {
     let outbox: Outbox
     let connection: SyncConnection
@@ -23,17 +24,12 @@ struct Uploader: Sendable {
         var batchSize = maximumBatchSize
         let total = try await outbox.counts().pending
         await status.update { $0.phase = .uploading(done: 0, total: total); $0.pending = total }
-        var current = try await takeBatch(limit: batchSize, summary: &summary, total: total)
-        // The answer to `current`, when it was sent while the batch before it was applied.
-        var answered: TransportResponse?
+        var current = try await read(limit: batchSize, into: &summary)
+        // `current`'s answer and the batch after it, when both came while the batch before was applied.
+        var ahead: (response: TransportResponse, next: OutboxBatch?)?
         while let batch = current {
-            let response: TransportResponse
-            if let answered {
-                response = answered
-            } else {
-                response = try await send(batch)
-            }
-            answered = nil
+            let (response, next) = if let ahead { ahead } else { try await sendReadingAhead(batch, limit: batchSize, into: &summary) }
+            ahead = nil
             summary.requests += 1
             switch response.status {
             case 200:
@@ -41,59 +37,89 @@ struct Uploader: Sendable {
                 do {
                     push = try JSONDecoder().decode(PushResponse.self, from: response.body)
                 } catch {
-                    await returnToQueue(batch)
+                    await returnToQueue(batch, next)
                     throw FerryError.protocolViolation("push response is not valid: \(error)")
-                }
-                let next: OutboxBatch?
-                do {
-                    next = try await takeBatch(limit: batchSize, summary: &summary, total: total)
-                } catch {
-                    await returnToQueue(batch)
-                    throw error
                 }
                 if let next, next.isIndependent(of: batch, results: push.results) {
                     async let nextResponse = send(next)
-                    let outcome: BatchOutcome
-                    do {
-                        outcome = try await apply(push, to: batch)
-                    } catch {
-                        _ = try? await nextResponse
+                    let local = await attempt { (try await apply(push, to: batch), try await read(limit: batchSize)) }
+                    let answer: Result<TransportResponse, any Error>
+                    do { answer = .success(try await nextResponse) } catch { answer = .failure(error) }
+                    switch (local, answer) {
+                    case (.success(let (outcome, following)), .success(let response)):
+                        await record(outcome, push: push, into: &summary)
+                        summary.acknowledged += following.cancelledOut
+                        ahead = (response, following.batch)
+                        current = next
+                    case (.success(let (_, following)), .failure(let error)):
+                        await returnToQueue(following.batch)
+                        throw error
+                    case (.failure(let error), _):
                         await returnToQueue(next)
                         throw error
                     }
-                    await record(outcome, push: push, into: &summary)
-                    answered = try await nextResponse
-                    current = next
                 } else {
                     if let next { try await outbox.release(next) }
-                    await record(try await apply(push, to: batch), push: push, into: &summary)
-                    // Taken again after applying: the answer may have queued entries (a conflict
-                    // resolved by keeping the local record) and moved versions of `next`'s records.
-                    current = try await takeBatch(limit: batchSize, summary: &summary, total: total)
+                    try await record(apply(push, to: batch), push: push, into: &summary)
+                    current = try await read(limit: batchSize, into: &summary)
                 }
                 await report(summary, total: total)
             case 413 where batchSize > 1:
                 try await outbox.release(batch)
+                if let next { try await outbox.release(next) }
                 batchSize = max(1, batchSize / 2)
                 await journal.record(JournalEvent(kind: "batch.halved", message: "server answered 413; batch size now \(batchSize)"))
-                current = try await takeBatch(limit: batchSize, summary: &summary, total: total)
+                current = try await read(limit: batchSize, into: &summary)
             default:
-                await returnToQueue(batch)
+                await returnToQueue(batch, next)
                 throw FerryError.protocolViolation("push answered \(response.status): \(SyncConnection.message(in: response))")
             }
         }
         return summary
     }
 
-    /// The next batch with something to send; batches whose entries all cancelled out
-    /// locally are counted as done on the way.
-    private func takeBatch(limit: Int, summary: inout UploadSummary, total: Int) async throws -> OutboxBatch? {
-        while let batch = try await outbox.nextBatch(limit: limit) {
-            guard batch.mutations.isEmpty else { return batch }
-            summary.acknowledged += batch.unsent.count
-            await report(summary, total: total)
+    /// Sends `batch` and reads the batch after it while waiting for the answer.
+    private func sendReadingAhead(_ batch: OutboxBatch, limit: Int, into summary: inout UploadSummary) async throws -> (response: TransportResponse, next: OutboxBatch?) {
+        async let response = send(batch)
+        let following = await attempt { try await read(limit: limit) }
+        let answer: Result<TransportResponse, any Error>
+        do { answer = .success(try await response) } catch { answer = .failure(error) }
+        switch (following, answer) {
+        case (.success(let following), .success(let response)):
+            summary.acknowledged += following.cancelledOut
+            return (response, following.batch)
+        case (.success(let following), .failure(let error)):
+            await returnToQueue(following.batch)
+            throw error
+        case (.failure(let error), _):
+            // The answer may have come: the entries go out again and are answered `duplicate`.
+            await returnToQueue(batch)
+            throw error
         }
-        return nil
+    }
+
+    /// The next batch with something to send, and how many entries cancelled out locally on the way.
+    private func read(limit: Int) async throws -> (batch: OutboxBatch?, cancelledOut: Int) {
+        var cancelledOut = 0
+        while let batch = try await outbox.nextBatch(limit: limit) {
+            guard batch.mutations.isEmpty else { return (batch, cancelledOut) }
+            cancelledOut += batch.unsent.count
+        }
+        return (nil, cancelledOut)
+    }
+
+    private func read(limit: Int, into summary: inout UploadSummary) async throws -> OutboxBatch? {
+        let (batch, cancelledOut) = try await read(limit: limit)
+        summary.acknowledged += cancelledOut
+        return batch
+    }
+
+    private func attempt<T>(_ body: () async throws -> T) async -> Result<T, any Error> {
+        do {
+            return .success(try await body())
+        } catch {
+            return .failure(error)
+        }
     }
 
     /// Sends a batch; on failure its entries go back to pending.
@@ -124,11 +150,13 @@ struct Uploader: Sendable {
         }
     }
 
-    /// Puts the batch back to pending even when the run is being cancelled (a sign-out), so
+    /// Puts batches back to pending even when the run is being cancelled (a sign-out), so
     /// nothing stays in flight. If even that fails, reopening the store recovers the entries.
-    private func returnToQueue(_ batch: OutboxBatch) async {
+    private func returnToQueue(_ batches: OutboxBatch?...) async {
         let outbox = self.outbox
-        await Task { try? await outbox.release(batch) }.value
+        for case let batch? in batches {
+            await Task { try? await outbox.release(batch) }.value
+        }
     }
 
     /// Progress from what this drain has done, without counting the queue again.
