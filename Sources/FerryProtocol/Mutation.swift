@@ -1,5 +1,5 @@
 /// What a mutation does to its record.
-public enum MutationOp: String, Sendable, Codable, Hashable {
+public enum MutationOp: String, Sendable, Codable, Hashable, CaseIterable {
     case upsert
     case delete
 }

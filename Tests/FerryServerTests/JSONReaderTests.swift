@@ -1,3 +1,4 @@
+@testable import FerryServer
 import FerryProtocol
 import Foundation
 import Testing
@@ -77,15 +78,34 @@ struct JSONReaderTests {
         let request = try PushRequest.decode(from: Data(body.utf8))
         #expect(request == PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: ["k": .integer(1)])]))
         let cases: [(String, String)] = [
-            (#"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":null,"baseVersion":"2"}]}"#, #"mutations[0].baseVersion: expected a whole number, got a string"#),
+            (#"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":null,"baseVersion":"2"}]}"#, #"mutations[0].baseVersion: expected a whole number, got "2""#),
             (#"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":null,"op":"delete"}]}"#, "mutations[0].entityID: expected a string, got null"),
             (#"{"clientID":"c","mutations":[1]}"#, "mutations[0]: expected a JSON object, got 1"),
             (#"{"mutations":[]}"#, "clientID: is required"),
-            (#"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"Upsert"}]}"#, #"mutations[0].op: must be "upsert" or "delete", got "Upsert""#),
+            (#"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"Upsert"}]}"#, #"mutations[0].op: expected one of "upsert", "delete", got "Upsert""#),
             (#"{"clientID":"c","mutations":[{"id":2.5,"entity":"e","entityID":"x","op":"delete"}]}"#, "mutations[0].id: expected a whole number, got 2.5"),
         ]
         for (text, message) in cases {
             #expect(throws: ProtocolViolation.badRequest(message)) { try PushRequest.decode(from: Data(text.utf8)) }
+        }
+    }
+
+    @Test("push answers as the server writes them read back equal, every status and field included; a bad status is named")
+    func pushResponses() throws {
+        let response = PushResponse(lastMutationID: 9, results: [
+            PushResult(id: 5, status: .applied, entityID: "a", version: 1),
+            PushResult(id: 6, status: .merged, entityID: "canonical", version: 3),
+            PushResult(id: 7, status: .duplicate, entityID: nil, version: nil),
+            PushResult(id: 8, status: .conflict, entityID: "c", version: 2, current: RecordState(version: 2, deleted: false, data: ["k": .string("v\"")])),
+            PushResult(id: 9, status: .rejected, entityID: nil, version: nil, error: "entity \"X\" does not match"),
+        ])
+        let body = Data(buffer: try response.jsonBody())
+        #expect(try PushResponse.decode(from: body) == response)
+        #expect(try PushResponse.decode(from: body) == JSONDecoder().decode(PushResponse.self, from: body))
+        #expect {
+            try PushResponse.decode(from: Data(#"{"lastMutationID":1,"results":[{"id":1,"status":"done"}]}"#.utf8))
+        } throws: { error in
+            "\(error)" == #"results[0].status: expected one of "applied", "merged", "duplicate", "conflict", "rejected", got "done""#
         }
     }
 }

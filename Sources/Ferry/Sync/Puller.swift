@@ -16,7 +16,6 @@ struct Puller: Sendable {
 
     func pullUntilCaughtUp() async throws -> PullSummary {
         var summary = PullSummary()
-        let decoder = JSONDecoder()
         var cursor = try await store.database.read { db in try String.fetchOne(db, sql: "SELECT cursor FROM ferry_meta") }
         // While one page is written locally, the next is fetched and decoded, so the network,
         // the server and the local database work at the same time. Pages are still written
@@ -24,7 +23,7 @@ struct Puller: Sendable {
         var writing: Task<Int, any Error>?
         do {
             while true {
-                let fetched = try await fetchPage(after: cursor, decoder: decoder)
+                let fetched = try await fetchPage(after: cursor)
                 summary.requests += 1
                 summary.applied += try await writing?.value ?? 0
                 writing = nil
@@ -49,16 +48,16 @@ struct Puller: Sendable {
     }
 
     /// One page after `cursor`; `nil` when the server refuses the cursor as unknown.
-    private func fetchPage(after cursor: String?, decoder: JSONDecoder) async throws -> PullResponse? {
+    private func fetchPage(after cursor: String?) async throws -> PullResponse? {
         var path = "/v1/pull?limit=\(pageSize)"
         if let cursor { path += "&cursor=\(cursor.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? cursor)" }
         let response = try await connection.send(TransportRequest(method: "GET", path: path))
         guard response.status == 200 else {
-            if response.status == 400, (try? decoder.decode(ErrorEnvelope.self, from: response.body))?.code == .invalidCursor { return nil }
+            if response.status == 400, (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body))?.code == .invalidCursor { return nil }
             throw FerryError.protocolViolation("pull answered \(response.status): \(SyncConnection.message(in: response))")
         }
         do {
-            return try decoder.decode(PullResponse.self, from: response.body)
+            return try PullResponse.decode(from: response.body)
         } catch {
             throw FerryError.protocolViolation("pull response is not valid: \(error)")
         }

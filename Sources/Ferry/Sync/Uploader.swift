@@ -35,7 +35,7 @@ struct Uploader: Sendable {
             case 200:
                 let push: PushResponse
                 do {
-                    push = try JSONDecoder().decode(PushResponse.self, from: response.body)
+                    push = try PushResponse.decode(from: response.body)
                 } catch {
                     await returnToQueue(batch, next)
                     throw FerryError.protocolViolation("push response is not valid: \(error)")

@@ -1,0 +1,209 @@
+import Foundation
+
+// The wire types are read from a `JSONReader` tree rather than through `Codable`: a push
+// or pull of 500 records decoded with `JSONDecoder` cost about as much as storing them.
+// Unknown fields are ignored; the first field that is missing or mistyped is named by its
+// path, like `mutations[3].id: expected a whole number, got 1.5`.
+
+extension PushRequest {
+    /// Decodes a push body; what is wrong with it is a `bad_request`.
+    public static func decode(from body: Data) throws(ProtocolViolation) -> PushRequest {
+        do {
+            let fields = try JSONFields.root(body)
+            return PushRequest(
+                clientID: try fields.required("clientID", JSONFields.string),
+                mutations: try fields.elements("mutations", Mutation.init)
+            )
+        } catch {
+            throw .badRequest(error.message)
+        }
+    }
+}
+
+extension PushResponse {
+    public static func decode(from body: Data) throws(JSONShapeError) -> PushResponse {
+        let fields = try JSONFields.root(body)
+        return PushResponse(
+            lastMutationID: try fields.required("lastMutationID", JSONFields.integer),
+            results: try fields.elements("results", PushResult.init)
+        )
+    }
+}
+
+extension PullResponse {
+    public static func decode(from body: Data) throws(JSONShapeError) -> PullResponse {
+        let fields = try JSONFields.root(body)
+        return PullResponse(
+            changes: try fields.elements("changes", Change.init),
+            cursor: try fields.required("cursor", JSONFields.string),
+            hasMore: try fields.required("hasMore", JSONFields.bool)
+        )
+    }
+}
+
+extension Mutation {
+    init(_ fields: JSONFields) throws(JSONShapeError) {
+        self.init(
+            id: try fields.required("id", JSONFields.integer),
+            entity: try fields.required("entity", JSONFields.string),
+            entityID: try fields.required("entityID", JSONFields.string),
+            op: try fields.required("op", JSONFields.enumeration(MutationOp.self)),
+            data: try fields.optional("data", JSONFields.object),
+            naturalKey: try fields.optional("naturalKey", JSONFields.string),
+            baseVersion: try fields.optional("baseVersion", JSONFields.integer)
+        )
+    }
+}
+
+extension PushResult {
+    init(_ fields: JSONFields) throws(JSONShapeError) {
+        self.init(
+            id: try fields.required("id", JSONFields.integer),
+            status: try fields.required("status", JSONFields.enumeration(MutationStatus.self)),
+            entityID: try fields.optional("entityID", JSONFields.string),
+            version: try fields.optional("version", JSONFields.integer),
+            current: try fields.optionalObject("current", RecordState.init),
+            error: try fields.optional("error", JSONFields.string)
+        )
+    }
+}
+
+extension RecordState {
+    init(_ fields: JSONFields) throws(JSONShapeError) {
+        self.init(
+            version: try fields.required("version", JSONFields.integer),
+            deleted: try fields.required("deleted", JSONFields.bool),
+            data: try fields.optional("data", JSONFields.object)
+        )
+    }
+}
+
+extension Change {
+    init(_ fields: JSONFields) throws(JSONShapeError) {
+        self.init(
+            entity: try fields.required("entity", JSONFields.string),
+            entityID: try fields.required("entityID", JSONFields.string),
+            op: try fields.required("op", JSONFields.enumeration(MutationOp.self)),
+            version: try fields.required("version", JSONFields.integer),
+            naturalKey: try fields.optional("naturalKey", JSONFields.string),
+            data: try fields.optional("data", JSONFields.object)
+        )
+    }
+}
+
+/// A wire value that is not JSON, or not of the shape PROTOCOL.md gives it.
+public struct JSONShapeError: Error, Sendable, CustomStringConvertible {
+    public var message: String
+    public var description: String { message }
+}
+
+/// The fields of one JSON object of a wire value, read with errors that name their path.
+struct JSONFields {
+    let fields: [String: JSONValue]
+    let objectPath: String
+
+    init(_ value: JSONValue, path: String) throws(JSONShapeError) {
+        guard case .object(let fields) = value else {
+            throw JSONShapeError(message: "\(path): expected a JSON object, got \(Self.kind(value))")
+        }
+        self.fields = fields
+        objectPath = path
+    }
+
+    /// The fields of a whole body.
+    static func root(_ body: Data) throws(JSONShapeError) -> JSONFields {
+        let value: JSONValue
+        do {
+            value = try JSONReader.parse(body)
+        } catch {
+            throw JSONShapeError(message: "body is not valid JSON (\(error))")
+        }
+        return try JSONFields(value, path: "body")
+    }
+
+    func path(_ key: String) -> String {
+        objectPath == "body" ? key : "\(objectPath).\(key)"
+    }
+
+    /// A field that must be present and not null.
+    func required<T>(_ key: String, _ read: (JSONValue) -> T?) throws(JSONShapeError) -> T {
+        guard let value = fields[key] else { throw JSONShapeError(message: "\(path(key)): is required") }
+        return try convert(value, key: key, read)
+    }
+
+    /// A field that may be absent or null.
+    func optional<T>(_ key: String, _ read: (JSONValue) -> T?) throws(JSONShapeError) -> T? {
+        guard let value = fields[key], value != .null else { return nil }
+        return try convert(value, key: key, read)
+    }
+
+    /// A required array of objects, each read by `element`.
+    func elements<T>(_ key: String, _ element: (JSONFields) throws(JSONShapeError) -> T) throws(JSONShapeError) -> [T] {
+        let values = try required(key, Self.array)
+        var result: [T] = []
+        result.reserveCapacity(values.count)
+        for (index, value) in values.enumerated() {
+            result.append(try element(JSONFields(value, path: "\(path(key))[\(index)]")))
+        }
+        return result
+    }
+
+    /// An object that may be absent or null, read by `read`.
+    func optionalObject<T>(_ key: String, _ read: (JSONFields) throws(JSONShapeError) -> T) throws(JSONShapeError) -> T? {
+        guard let value = fields[key], value != .null else { return nil }
+        return try read(JSONFields(value, path: path(key)))
+    }
+
+    private func convert<T>(_ value: JSONValue, key: String, _ read: (JSONValue) -> T?) throws(JSONShapeError) -> T {
+        if let result = read(value) { return result }
+        let expected: String
+        switch T.self {
+        case is Int64.Type: expected = "a whole number"
+        case is Bool.Type: expected = "true or false"
+        case is [JSONValue].Type: expected = "an array"
+        case is JSONObject.Type: expected = "a JSON object"
+        case let type as any (CaseIterable & RawRepresentable<String>).Type:
+            let names = type.allCases.compactMap { ($0 as? any RawRepresentable<String>)?.rawValue }.map { "\"\($0)\"" }
+            expected = "one of " + names.joined(separator: ", ")
+        default: expected = "a string"
+        }
+        throw JSONShapeError(message: "\(path(key)): expected \(expected), got \(Self.kind(value))")
+    }
+
+    static func string(_ value: JSONValue) -> String? {
+        if case .string(let string) = value { string } else { nil }
+    }
+
+    static func integer(_ value: JSONValue) -> Int64? {
+        if case .integer(let integer) = value { integer } else { nil }
+    }
+
+    static func bool(_ value: JSONValue) -> Bool? {
+        if case .bool(let bool) = value { bool } else { nil }
+    }
+
+    static func array(_ value: JSONValue) -> [JSONValue]? {
+        if case .array(let array) = value { array } else { nil }
+    }
+
+    static func object(_ value: JSONValue) -> JSONObject? {
+        if case .object(let object) = value { object } else { nil }
+    }
+
+    static func enumeration<T: RawRepresentable<String> & CaseIterable>(_ type: T.Type) -> (JSONValue) -> T? {
+        { value in string(value).flatMap(T.init(rawValue:)) }
+    }
+
+    /// What a value is, for messages: `null`, a quoted string, or the number itself.
+    static func kind(_ value: JSONValue) -> String {
+        switch value {
+        case .null: "null"
+        case .bool(let bool): "\(bool)"
+        case .integer(let integer): "\(integer)"
+        case .number(let number): "\(number)"
+        case .string(let string): ProtocolValidation.quoted(string)
+        case .array: "an array"
+        case .object: "a JSON object"
+        }
+    }
+}
