@@ -178,6 +178,26 @@ struct UploadTests {
         }
     }
 
+    @Test("a delete read while the batch creating its record is on the wire is still sent")
+    func deleteOfRecordInFlight() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO events (id, kind) VALUES ('a', 'x'), ('b', 'x')")
+                try db.execute(sql: "DELETE FROM events WHERE id = 'b'")
+                try db.execute(sql: "INSERT INTO events (id, kind) VALUES ('c', 'x')")
+            }
+            var configuration = SyncConfiguration()
+            configuration.batchSize = 2
+            // [a, b] goes out; [delete b, c] is read meanwhile, before b has a version here.
+            let report = try await ClientFixture.client(store: store, server: server, configuration: configuration).sync()
+            #expect(report.upload.acknowledged == 4)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote.filter { $0.value.op == .upsert }.keys.sorted() == ["events/a", "events/c"])
+            #expect(remote["events/b"]?.op == .delete)
+        }
+    }
+
     @Test("a rejected mutation is dead-lettered without blocking the rest, and can be discarded")
     func deadLetters() async throws {
         try await TestServer.run { server in

@@ -23,7 +23,11 @@ struct Outbox: Sendable {
 
     /// Takes the next batch: at most `limit` entries, coalesced, marked in flight.
     /// `nil` when nothing is pending.
-    func nextBatch(limit: Int) async throws -> OutboxBatch? {
+    ///
+    /// `inFlight` holds the records of a batch sent but not yet applied: a delete of one of
+    /// them is sent even if the server has not given the record a version yet, since that
+    /// batch may be creating it there.
+    func nextBatch(limit: Int, inFlight: Set<RecordRef> = []) async throws -> OutboxBatch? {
         try await store.database.write { db in
             let rows = try Row.fetchAll(
                 db, sql: "SELECT id, entity, entity_id, op, data, natural_key FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
@@ -47,7 +51,7 @@ struct Outbox: Sendable {
                 // The version the server last gave the record: a delete needs it (none means the
                 // server never saw the record) and so does an upsert that detects conflicts.
                 let version = op == .delete || detectsConflicts ? try Int64.fetchOne(knownVersion, arguments: [record.entity, record.entityID]) : nil
-                if op == .delete, version == nil {
+                if op == .delete, version == nil, !inFlight.contains(record) {
                     // Created and deleted before the server saw it: nothing to send.
                     batch.unsent += entries[record] ?? []
                     continue
@@ -234,11 +238,16 @@ struct OutboxBatch: Sendable {
     /// it must not touch a record of `previous`, under its local id or the canonical one
     /// the server answered with, whose version or identity that answer may change.
     func isIndependent(of previous: OutboxBatch, results: [PushResult]) -> Bool {
-        var touched = Set(previous.mutations.map { RecordRef(entity: $0.entity, entityID: $0.entityID) })
+        var touched = previous.records
         for (mutation, result) in zip(previous.mutations, results) {
             if let canonical = result.entityID { touched.insert(RecordRef(entity: mutation.entity, entityID: canonical)) }
         }
         return !mutations.contains { touched.contains(RecordRef(entity: $0.entity, entityID: $0.entityID)) }
+    }
+
+    /// The records this batch sends changes of.
+    var records: Set<RecordRef> {
+        Set(mutations.map { RecordRef(entity: $0.entity, entityID: $0.entityID) })
     }
 
     /// The `PushRequest` body of PROTOCOL.md for this batch.

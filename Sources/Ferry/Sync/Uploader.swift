@@ -42,7 +42,7 @@ struct Uploader: Sendable {
                 }
                 if let next, next.isIndependent(of: batch, results: push.results) {
                     async let nextResponse = send(next)
-                    let local = await attempt { (try await apply(push, to: batch), try await read(limit: batchSize)) }
+                    let local = await attempt { (try await apply(push, to: batch), try await read(limit: batchSize, while: next)) }
                     let answer: Result<TransportResponse, any Error>
                     do { answer = .success(try await nextResponse) } catch { answer = .failure(error) }
                     switch (local, answer) {
@@ -81,7 +81,7 @@ struct Uploader: Sendable {
     /// Sends `batch` and reads the batch after it while waiting for the answer.
     private func sendReadingAhead(_ batch: OutboxBatch, limit: Int, into summary: inout UploadSummary) async throws -> (response: TransportResponse, next: OutboxBatch?) {
         async let response = send(batch)
-        let following = await attempt { try await read(limit: limit) }
+        let following = await attempt { try await read(limit: limit, while: batch) }
         let answer: Result<TransportResponse, any Error>
         do { answer = .success(try await response) } catch { answer = .failure(error) }
         switch (following, answer) {
@@ -98,10 +98,12 @@ struct Uploader: Sendable {
         }
     }
 
-    /// The next batch with something to send, and how many entries cancelled out locally on the way.
-    private func read(limit: Int) async throws -> (batch: OutboxBatch?, cancelledOut: Int) {
+    /// The next batch with something to send, and how many entries cancelled out locally on the
+    /// way; `sent` is the batch on the wire meanwhile, if any.
+    private func read(limit: Int, while sent: OutboxBatch? = nil) async throws -> (batch: OutboxBatch?, cancelledOut: Int) {
         var cancelledOut = 0
-        while let batch = try await outbox.nextBatch(limit: limit) {
+        let inFlight = sent?.records ?? []
+        while let batch = try await outbox.nextBatch(limit: limit, inFlight: inFlight) {
             guard batch.mutations.isEmpty else { return (batch, cancelledOut) }
             cancelledOut += batch.unsent.count
         }
