@@ -53,9 +53,7 @@ public struct TestServer: Sendable {
     }
 
     public static func temporaryDatabasePath() -> String {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-tests-\(UUID().uuidString)")
-        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        return directory.appendingPathComponent("server.sqlite").path
+        TestDirectory.make("server").appendingPathComponent("server.sqlite").path
     }
 
     public static func token(for user: String, secret: String = secret, now: Date = Date(), ttl: Duration = .seconds(3600)) async throws

@@ -47,7 +47,8 @@ struct ClientCommandTests {
     func endToEnd() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")
         try await TestServer.run { server in
-            let store = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-cli-\(UUID().uuidString)").path
+            let scratch = TestDirectory.make("cli")
+            let store = scratch.appendingPathComponent("store").path
             let base = ["--store", store, "--user", "alice"]
             let token = try await TestServer.token(for: "alice")
 
@@ -57,7 +58,7 @@ struct ClientCommandTests {
             #expect(run.status != 0)
             #expect(run.error.contains("--data must be a JSON object"))
 
-            let lines = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-cli-\(UUID().uuidString).jsonl")
+            let lines = scratch.appendingPathComponent("import.jsonl")
             try (#"{"entityID": "i-1", "data": {"v": 1}}"# + "\n" + #"{"entityID": "i-2", "data": 5}"# + "\n").write(to: lines, atomically: true, encoding: .utf8)
             run = try await Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
             #expect(run.status != 0)

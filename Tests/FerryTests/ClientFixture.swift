@@ -22,9 +22,7 @@ struct ClientFixture {
     }
 
     static func storePath() -> String {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-client-\(UUID().uuidString)")
-        try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        return directory.appendingPathComponent("alice.sqlite").path
+        TestDirectory.make("client").appendingPathComponent("alice.sqlite").path
     }
 
     static func openStore(at path: String) throws -> FerryStore {

@@ -48,9 +48,7 @@ struct SessionTests {
     }
 
     static func directory() -> URL {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-session-\(UUID().uuidString)")
-        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        return url
+        TestDirectory.make("session")
     }
 
     static func write(_ id: String, in session: SyncSession) async throws {
