@@ -16,7 +16,7 @@ public enum TestDirectory {
     }()
 
     /// A new, empty directory.
-    public static func make(_ name: String = "test") -> URL {
+    public static func make(_ name: String) -> URL {
         let directory = root.appendingPathComponent("\(name)-\(UUID().uuidString)")
         try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         return directory

@@ -32,7 +32,7 @@ struct ConnectivityTests {
                 func states() -> AsyncStream<Bool> { stream }
             }
             let session = SyncSession(
-                configuration: SessionConfiguration(storeDirectory: SessionTests.directory(), tables: [ClientFixture.events], schema: ClientFixture.schema()),
+                configuration: SessionConfiguration(storeDirectory: TestDirectory.make("session"), tables: [ClientFixture.events], schema: ClientFixture.schema()),
                 transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
                 token: { try await TestServer.token(for: $0) }, connectivity: Scripted(stream: states), clock: clock
             )

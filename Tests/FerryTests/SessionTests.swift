@@ -47,10 +47,6 @@ struct SessionTests {
         )
     }
 
-    static func directory() -> URL {
-        TestDirectory.make("session")
-    }
-
     static func write(_ id: String, in session: SyncSession) async throws {
         let store = try #require(await session.engine?.store)
         try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, 1)", arguments: [id]) }
@@ -60,7 +56,7 @@ struct SessionTests {
     func signInStartsProcessing() async throws {
         try await TestServer.run { server in
             let clock = TestClock()
-            let session = Self.session(server: server, directory: Self.directory(), clock: clock)
+            let session = Self.session(server: server, directory: TestDirectory.make("session"), clock: clock)
             await session.trigger(.launch)  // the app launched before anyone signed in: nothing to do
             #expect(await session.engine == nil)
 
@@ -84,7 +80,7 @@ struct SessionTests {
     func signOutMidUpload() async throws {
         try await TestServer.run { server in
             let clock = TestClock()
-            let directory = Self.directory()
+            let directory = TestDirectory.make("session")
             let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
             let session = Self.session(server: server, directory: directory, transport: gated, clock: clock)
             try await session.signIn("alice")
@@ -109,7 +105,7 @@ struct SessionTests {
             try await TestServer.run { server in
                 let clock = TestClock()
                 let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
-                let session = Self.session(server: server, directory: Self.directory(), policy: policy, transport: gated, clock: clock)
+                let session = Self.session(server: server, directory: TestDirectory.make("session"), policy: policy, transport: gated, clock: clock)
                 try await session.signIn("alice")
                 for index in 0..<5 { try await Self.write("alice-\(index)", in: session) }
                 try await session.signIn("bob")  // a switch: Alice's work stops before Bob's starts

@@ -144,7 +144,7 @@ struct StartupPipelineTests {
                 .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: .value(Int64($0)))
             }), token: token)
             let clock = TestClock()
-            let session = SessionTests.session(server: server, directory: SessionTests.directory(), clock: clock)
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("session"), clock: clock)
             let pipeline = StartupPipeline(steps: [.signedIn(session), .initialSync(session, weight: 3)], clock: clock)
 
             await pipeline.start()
