@@ -8,7 +8,7 @@ let package = Package(
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
         .library(name: "Ferry", targets: ["Ferry"]),
         .library(name: "FerryServer", targets: ["FerryServer"]),
-        .executable(name: "ferry", targets: ["ferry"]),
+        .executable(name: "ferry", targets: ["FerryCLI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
@@ -52,7 +52,7 @@ let package = Package(
             ]
         ),
         .executableTarget(
-            name: "ferry",
+            name: "FerryCLI",
             dependencies: [
                 "Ferry",
                 "FerryProtocol",

@@ -28,7 +28,7 @@ struct ErrorEnvelopeMiddleware: RouterMiddleware {
         var path = request.uri.path
         if path.count > 1, path.hasSuffix("/") { path.removeLast() }
         guard let allowed = routes[path] else {
-            return FerryHTTPError(.notFound, "no endpoint at \(path.prefix(200)); see PROTOCOL.md for the endpoints")
+            return FerryHTTPError(.notFound, "no endpoint at \(path.prefix(200)); see docs/PROTOCOL.md in the Ferry repository for the endpoints")
         }
         var error = FerryHTTPError(.methodNotAllowed, "\(path) accepts \(allowed.rawValue) only, not \(request.method.rawValue)")
         error.headers[.allow] = allowed.rawValue
