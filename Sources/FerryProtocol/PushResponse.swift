@@ -13,11 +13,14 @@ public struct RecordState: Sendable, Codable, Hashable {
     public var deleted: Bool
     /// `nil` for a tombstone.
     public var data: JSONObject?
+    /// The record's natural key, if it has one (a tombstone has none).
+    public var naturalKey: String?
 
-    public init(version: Int64, deleted: Bool, data: JSONObject?) {
+    public init(version: Int64, deleted: Bool, data: JSONObject?, naturalKey: String? = nil) {
         self.version = version
         self.deleted = deleted
         self.data = data
+        self.naturalKey = naturalKey
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -25,6 +28,7 @@ public struct RecordState: Sendable, Codable, Hashable {
         try container.encode(version, forKey: .version)
         try container.encode(deleted, forKey: .deleted)
         try container.encode(data, forKey: .data)  // explicit null for a tombstone
+        try container.encodeIfPresent(naturalKey, forKey: .naturalKey)
     }
 }
 
@@ -32,12 +36,13 @@ public struct RecordState: Sendable, Codable, Hashable {
 public struct PushResult: Sendable, Codable, Hashable {
     public var id: Int64
     public var status: MutationStatus
-    /// The record's canonical identity; `nil` only for a `duplicate` whose record no longer exists
+    /// The record's canonical identity; `nil` only for a `duplicate` whose record does not exist
     /// or a `rejected` mutation.
     public var entityID: String?
-    /// The record's version after this mutation; `nil` for a delete of a record that never existed.
+    /// The record's version after this mutation; `nil` for a delete of a record that never existed,
+    /// and for a `duplicate`, which never claims a version it did not write.
     public var version: Int64?
-    /// Only with `conflict`: the server's record, `nil` if it does not exist.
+    /// With `conflict` and `duplicate`: the server's record as it is now, `nil` if it does not exist.
     public var current: RecordState?
     /// Only with `rejected`: why.
     public var error: String?
@@ -60,7 +65,7 @@ public struct PushResult: Sendable, Codable, Hashable {
         try container.encode(status, forKey: .status)
         try container.encode(entityID, forKey: .entityID)
         try container.encode(version, forKey: .version)
-        if status == .conflict { try container.encode(current, forKey: .current) }
+        if status == .conflict || status == .duplicate { try container.encode(current, forKey: .current) }
         if status == .rejected { try container.encode(error, forKey: .error) }
     }
 }

@@ -73,7 +73,8 @@ extension RecordState {
         self.init(
             version: try fields.required("version", JSONFields.integer),
             deleted: try fields.required("deleted", JSONFields.bool),
-            data: try fields.optional("data", JSONFields.object)
+            data: try fields.optional("data", JSONFields.object),
+            naturalKey: try fields.optional("naturalKey", JSONFields.string)
         )
     }
 }

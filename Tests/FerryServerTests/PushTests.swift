@@ -27,7 +27,7 @@ struct PushTests {
         }
     }
 
-    @Test("replaying a whole batch, then a partly overlapping one, answers duplicate and changes no version")
+    @Test("resending a whole batch, then a partly overlapping one, answers each resent mutation with its first result and applies nothing twice")
     func replay() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
@@ -35,11 +35,11 @@ struct PushTests {
                 .upsert(id: 10, entity: "events", entityID: "e-1", data: .value(1)),
                 .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(2)),
             ])
-            _ = try await server.pushOK(batch, token: token)
+            let first = try await server.pushOK(batch, token: token)
             let replayed = try await server.pushOK(batch, token: token)
-            #expect(replayed.results.map(\.status) == [.duplicate, .duplicate])
+            #expect(replayed == first)
+            #expect(replayed.results.map(\.status) == [.applied, .applied])
             #expect(replayed.results.map(\.version) == [1, 1])
-            #expect(replayed.results.map(\.entityID) == ["e-1", "e-2"])
             #expect(replayed.lastMutationID == 11)
 
             let overlapping = try await server.pushOK(
@@ -47,7 +47,8 @@ struct PushTests {
                     .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(99)),
                     .upsert(id: 12, entity: "events", entityID: "e-3", data: .value(3)),
                 ]), token: token)
-            #expect(overlapping.results.map(\.status) == [.duplicate, .applied])
+            #expect(overlapping.results.map(\.status) == [.applied, .applied])
+            #expect(overlapping.results.map(\.version) == [1, 1])
             #expect(overlapping.lastMutationID == 12)
             let records = try await server.pullAll(token: token)
             #expect(records["events/e-1"]?.version == 1)
@@ -117,7 +118,7 @@ struct PushTests {
         }
     }
 
-    @Test("a natural-key merge, then the same mutation resent, reports the canonical entityID both times")
+    @Test("a natural-key merge, then the same mutation resent, reports the merge both times")
     func naturalKeyMerge() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
@@ -133,9 +134,7 @@ struct PushTests {
             #expect(merged.results.first?.version == 2)
 
             let resent = try await server.pushOK(batch, token: token)  // the first response was "lost"
-            #expect(resent.results.first?.status == .duplicate)
-            #expect(resent.results.first?.entityID == "e-0017")
-            #expect(resent.results.first?.version == 2)
+            #expect(resent == merged)
 
             let records = try await server.pullAll(token: token)
             #expect(records.count == 1)
@@ -189,11 +188,12 @@ struct PushTests {
             #expect(reasons[2].contains("entityID"))
             #expect(reasons[3].contains("data must be absent"))
             #expect(reasons[4].contains("data is required"))
-            // The rejected id is spent: resending it is a duplicate, never a retry.
+            // The rejected id is spent: resending it learns the rejection again, never a retry.
             let resent = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
                 .upsert(id: 2, entity: "events", entityID: "e-2", data: .value(2)),
             ]), token: token)
-            #expect(resent.results.first?.status == .duplicate)
+            #expect(resent.results.first?.status == .rejected)
+            #expect(resent.results.first?.error == reasons[0])
             #expect(Set(try await server.pullAll(token: token).keys) == ["events/e-1", "events/e-7"])
         }
     }
@@ -248,18 +248,29 @@ struct PushTests {
         }
     }
 
-    @Test("a duplicate of a record that no longer exists reports entityID and version as null")
-    func duplicateOfDeleted() async throws {
+    @Test("a resent mutation whose result is no longer kept is a duplicate: no version claimed, the record as it is now")
+    func duplicateBeyondRecentResults() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
             let upsert = PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))])
             _ = try await server.pushOK(upsert, token: token)
-            _ = try await server.pushOK(PushRequest(clientID: "c2", mutations: [.delete(id: 1, entity: "e", entityID: "x")]), token: token)
+            // Two later pushes of the client: the server keeps the results of the last two only.
+            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 2, entity: "e", entityID: "y", data: .value(2))]), token: token)
+            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 3, entity: "e", entityID: "y", data: .value(3))]), token: token)
+            _ = try await server.pushOK(PushRequest(clientID: "c2", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(9))]), token: token)
             let reply = try await server.push(upsert, token: token)
             let text = String(decoding: reply.body, as: UTF8.self)
-            #expect(text.contains("\"entityID\":null"))
             #expect(text.contains("\"version\":null"))
-            #expect(try reply.decode(PushResponse.self).results.first?.status == .duplicate)
+            let result = try #require(try reply.decode(PushResponse.self).results.first)
+            #expect(result.status == .duplicate)
+            #expect(result.entityID == "x")
+            #expect(result.current == RecordState(version: 2, deleted: false, data: .value(9)))
+
+            _ = try await server.pushOK(PushRequest(clientID: "c2", mutations: [.delete(id: 2, entity: "e", entityID: "x")]), token: token)
+            let afterDelete = try #require(try await server.pushOK(upsert, token: token).results.first)
+            #expect(afterDelete.status == .duplicate)
+            #expect(afterDelete.current == RecordState(version: 3, deleted: true, data: nil))
+            #expect(try await server.pullAll(token: token)["e/x"]?.op == .delete)
         }
     }
 

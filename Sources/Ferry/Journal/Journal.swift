@@ -18,18 +18,22 @@ public struct JournalEvent: Sendable, Codable, Equatable {
 }
 
 /// The store's journal: structured events kept in the database and exported as JSON lines.
+/// It keeps the latest `capacity` events; older ones are dropped as new ones come.
 public struct Journal: Sendable {
     let database: DatabasePool
+    public let capacity: Int
 
-    public init(store: FerryStore) {
+    public init(store: FerryStore, capacity: Int = 10_000) {
         self.database = store.database
+        self.capacity = max(1, capacity)
     }
 
     public func record(_ event: JournalEvent) async {
         guard let text = try? String(decoding: JSONEncoder.journal.encode(event), as: UTF8.self) else { return }
         // The journal must never fail a sync; a lost line is logged by GRDB's error, not thrown.
-        try? await database.write { db in
+        try? await database.write { [capacity] db in
             try db.execute(sql: "INSERT INTO ferry_journal (at, event) VALUES (?, ?)", arguments: [event.at.timeIntervalSince1970, text])
+            try db.execute(sql: "DELETE FROM ferry_journal WHERE id <= ?", arguments: [db.lastInsertedRowID - Int64(capacity)])
         }
     }
 

@@ -9,11 +9,19 @@ import GRDB
 /// would make 600 a `duplicate`. Within that prefix, changes to the same record
 /// are coalesced into its latest state, carried by its latest entry's id, and a
 /// record created and deleted before the server ever saw it is not sent at all.
+///
+/// Every change it makes belongs to a sync run holding the store's `SyncLease`, and confirms
+/// that lease in the same transaction.
 struct Outbox: Sendable {
     let store: FerryStore
+    let lease: SyncLease
+
+    /// The most a batch's request body may carry: the protocol's 4 MiB, less room for the
+    /// envelope, so that a batch of large records is cut by size instead of refused with 413.
+    static let bodyBudget = ProtocolLimits.maxPushBodyBytes - 64 * 1024
 
     /// Pending and dead-lettered entry counts.
-    func counts() async throws -> (pending: Int, deadLettered: Int) {
+    static func counts(in store: FerryStore) async throws -> (pending: Int, deadLettered: Int) {
         try await store.database.read { db in
             let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE \(OutboxState.queuedCondition)") ?? 0
             let dead = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue]) ?? 0
@@ -27,13 +35,27 @@ struct Outbox: Sendable {
     /// `inFlight` holds the records of a batch sent but not yet applied: a delete of one of
     /// them is sent even if the server has not given the record a version yet, since that
     /// batch may be creating it there.
+    ///
+    /// A batch stops before the entry that would take its body past `bodyBudget`. A mutation
+    /// the protocol cannot carry (data that is not a JSON object, a number JSON has no form for,
+    /// data over 256 KiB, an id or key out of bounds) is dead-lettered here with the reason,
+    /// never sent: one bad record must not hold back the queue behind it.
     func nextBatch(limit: Int, inFlight: Set<RecordRef> = []) async throws -> OutboxBatch? {
         try await store.database.write { db in
-            let rows = try Row.fetchAll(
+            try lease.confirm(db)
+            var rows = try Row.fetchAll(
                 db, sql: "SELECT id, entity, entity_id, op, data, natural_key FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
                 arguments: [OutboxState.pending.rawValue, limit]
             )
             guard !rows.isEmpty else { return nil }
+            var bytes = 0
+            for (index, row) in rows.enumerated() {
+                bytes += OutgoingMutation.envelopeBytes + ((row[4] as String?)?.utf8.count ?? 0) + ((row[2] as String?)?.utf8.count ?? 0)
+                if bytes > Self.bodyBudget, index > 0 {
+                    rows.removeSubrange(index...)
+                    break
+                }
+            }
             var latest: [RecordRef: Row] = [:]
             var entries: [RecordRef: [Int64]] = [:]
             // Columns by position: GRDB matches names case-insensitively, which costs more
@@ -62,12 +84,19 @@ struct Outbox: Sendable {
                     mutation.naturalKey = row[5]
                     if detectsConflicts { mutation.baseVersion = version ?? 0 }
                 }
+                if let problem = mutation.problem() {
+                    batch.refused.append(RefusedMutation(id: mutation.id, entries: entries[record] ?? [], reason: problem))
+                    continue
+                }
                 batch.mutations.append(mutation)
                 batch.entries[mutation.id] = entries[record] ?? []
             }
             batch.mutations.sort { $0.id < $1.id }
             if !batch.unsent.isEmpty {
                 try db.cachedStatement(sql: "DELETE FROM ferry_outbox WHERE \(Self.idIn)").execute(arguments: [Self.idList(batch.unsent)])
+            }
+            for refused in batch.refused {
+                try Self.deadLetter(refused.entries, reason: refused.reason, db: db)
             }
             let sent = batch.entries.values.flatMap { $0 }
             if !sent.isEmpty {
@@ -83,14 +112,30 @@ struct Outbox: Sendable {
         let ids = batch.entries.values.flatMap { $0 }
         guard !ids.isEmpty else { return }
         try await store.database.write { db in
+            try lease.confirm(db)
             try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ? WHERE state = ? AND \(Self.idIn)")
                 .execute(arguments: [OutboxState.pending.rawValue, OutboxState.inFlight.rawValue, Self.idList(ids)])
         }
     }
 
+    /// Dead-letters a batch of one mutation that the server refused whole (400 or 413).
+    func deadLetter(_ batch: OutboxBatch, reason: String) async throws {
+        try await store.database.write { db in
+            try lease.confirm(db)
+            try Self.deadLetter(batch.entries.values.flatMap { $0 }, reason: reason, db: db)
+        }
+    }
+
+    private static func deadLetter(_ entries: [Int64], reason: String, db: Database) throws {
+        try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, error = ? WHERE \(idIn)")
+            .execute(arguments: [OutboxState.deadLettered.rawValue, reason, idList(entries)])
+    }
+
     /// Applies the server's results in one transaction: acknowledged entries leave the
     /// outbox, merged records are re-keyed, rejected ones are dead-lettered and conflicts
-    /// resolved by `policy`. Returns the outcome counts.
+    /// resolved by `policy`. A `duplicate` (a resent mutation whose first result the server no
+    /// longer keeps) brings the record as the server has it now, which the local row takes
+    /// unless more local changes of it are queued. Returns the outcome counts.
     func apply(_ response: PushResponse, to batch: OutboxBatch, policy: ConflictPolicy) async throws -> BatchOutcome {
         guard response.results.count == batch.mutations.count,
             zip(response.results, batch.mutations).allSatisfy({ $0.id == $1.id })
@@ -98,9 +143,11 @@ struct Outbox: Sendable {
             throw FerryError.protocolViolation("push results do not match the batch's mutations one to one")
         }
         return try await store.database.write { db in
+            try lease.confirm(db)
             var outcome = BatchOutcome(acknowledgedEntries: batch.unsent.count)
             var finished: [Int64] = []
             var rekeys: [(record: RecordRef, canonical: String)] = []
+            var serverStates: [(record: RecordRef, state: RecordState)] = []
             try FerryStore.withoutCapture(db) {
                 for (mutation, result) in zip(batch.mutations, response.results) {
                     let entryIDs = batch.entries[mutation.id] ?? []
@@ -113,6 +160,9 @@ struct Outbox: Sendable {
                         }
                         if let version = result.version {
                             try setVersion(version, entity: mutation.entity, entityID: result.entityID ?? mutation.entityID, db: db)
+                        }
+                        if result.status == .duplicate, let current = result.current {
+                            serverStates.append((RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID), current))
                         }
                         finished += entryIDs
                         outcome.acknowledgedEntries += entryIDs.count
@@ -132,9 +182,38 @@ struct Outbox: Sendable {
                 if !finished.isEmpty {
                     try Self.remove(where: Self.idIn, arguments: [Self.idList(finished)], db: db)
                 }
+                try adopt(serverStates, db: db)
             }
             return outcome
         }
+    }
+
+    /// Local rows take the server's state of records the server reported as they are now,
+    /// except rows with local changes still queued (those reach the server later and win or
+    /// conflict there), as a pull would.
+    private func adopt(_ states: [(record: RecordRef, state: RecordState)], db: Database) throws {
+        guard !states.isEmpty else { return }
+        let queued = try Self.queuedRecords(among: states.map(\.record), db: db)
+        var writer = RecordWriter(store: store)
+        for (record, state) in states where !queued.contains(record) {
+            try writer.write(entity: record.entity, entityID: record.entityID, data: state.deleted ? nil : (state.data ?? [:]), naturalKey: state.naturalKey, db: db)
+            try setVersion(state.version, entity: record.entity, entityID: record.entityID, db: db)
+        }
+    }
+
+    /// Which of `records` have local changes waiting to be sent, found with one scan of the
+    /// outbox (it has no index by record, which would cost every captured write).
+    static func queuedRecords(among records: [RecordRef], db: Database) throws -> Set<RecordRef> {
+        guard !records.isEmpty,
+            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition))") == true
+        else { return [] }
+        let rows = try Row.fetchCursor(
+            db.cachedStatement(sql: "SELECT entity, entity_id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (SELECT value FROM json_each(?))"),
+            arguments: [String(decoding: try JSONEncoder().encode(records.map(\.entityID)), as: UTF8.self)]
+        )
+        var queued = Set<RecordRef>()
+        while let row = try rows.next() { queued.insert(RecordRef(entity: row[0], entityID: row[1])) }
+        return queued
     }
 
     /// Deletes the entries matching `condition` (acknowledged or discarded ones).
@@ -233,6 +312,8 @@ struct OutboxBatch: Sendable {
     var entries: [Int64: [Int64]] = [:]
     /// Entries that cancelled out and were removed without being sent.
     var unsent: [Int64] = []
+    /// Mutations the protocol cannot carry, dead-lettered instead of sent.
+    var refused: [RefusedMutation] = []
 
     /// Whether this batch, read before `previous`'s answer was applied, can be sent as it is:
     /// it must not touch a record of `previous`, under its local id or the canonical one
@@ -263,6 +344,13 @@ struct OutboxBatch: Sendable {
         json.raw("]}")
         return Data(json.bytes)
     }
+}
+
+/// A mutation dead-lettered without being sent, and why.
+struct RefusedMutation: Sendable {
+    var id: Int64
+    var entries: [Int64]
+    var reason: String
 }
 
 /// What applying one push response did.

@@ -14,6 +14,31 @@ struct OutgoingMutation: Sendable {
     var naturalKey: String?
     var baseVersion: Int64?
 
+    /// A mutation's share of a request body besides its data, id and natural key: field names,
+    /// punctuation, the entity, numbers (an upper bound, for `Outbox.bodyBudget`).
+    static let envelopeBytes = 192
+
+    /// Why the protocol cannot carry this mutation, by the server's own rules
+    /// (`Mutation.rejectionReason`), or `nil` when it can.
+    func problem() -> String? {
+        var data: JSONObject?
+        if op == .upsert {
+            do {
+                guard case .object(let object) = try JSONReader.parse((dataText ?? "{}").utf8) else {
+                    return "data must be a JSON object"
+                }
+                data = object
+            } catch {
+                return "data is not valid JSON (\(error)); a REAL column holding Infinity or NaN has no JSON form"
+            }
+        }
+        let mutation = Mutation(id: id, entity: entity, entityID: entityID, op: op, data: data, naturalKey: naturalKey, baseVersion: baseVersion)
+        // Text of up to 32 KiB cannot exceed 256 KiB once the server encodes it (its numbers
+        // may be a few digits longer than SQLite's); larger data is measured exactly.
+        let textBytes = dataText?.utf8.count ?? 2
+        return mutation.rejectionReason(encodedDataBytes: textBytes <= ProtocolLimits.maxDataBytes / 8 ? textBytes : nil)
+    }
+
     /// The data decoded, for a conflict policy to look at.
     func data() throws -> JSONObject? {
         guard op == .upsert else { return nil }

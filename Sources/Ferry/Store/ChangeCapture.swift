@@ -5,7 +5,57 @@ import GRDB
 /// They are dropped and recreated on every open, so they always match the
 /// table's current columns.
 enum ChangeCapture {
+    /// Drops every capture trigger of the store, for the app's migrations (`FerryStore.init`).
+    static func uninstallAll(_ db: Database) throws {
+        for trigger in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'ferry\\_capture\\_%' ESCAPE '\\'") {
+            try db.execute(sql: "DROP TRIGGER \(trigger.quotedDatabaseIdentifier)")
+        }
+    }
+
     static func install(for table: SyncedTable, in db: Database) throws {
+        let sql = try Expressions(table: table, db: db)
+        let name = table.table
+        let quoted = name.quotedDatabaseIdentifier
+        for suffix in ["insert", "update", "delete"] {
+            try db.execute(sql: "DROP TRIGGER IF EXISTS \("ferry_capture_\(name)_\(suffix)".quotedDatabaseIdentifier)")
+        }
+        let capturing = "(SELECT capturing FROM ferry_meta)"
+        try db.execute(
+            sql: """
+                CREATE TRIGGER \("ferry_capture_\(name)_insert".quotedDatabaseIdentifier) AFTER INSERT ON \(quoted) WHEN \(capturing)
+                BEGIN \(sql.upsert("NEW")) END;
+                CREATE TRIGGER \("ferry_capture_\(name)_update".quotedDatabaseIdentifier) AFTER UPDATE ON \(quoted) WHEN \(capturing)
+                BEGIN
+                    INSERT INTO ferry_outbox (entity, entity_id, op) SELECT \(sql.entity("OLD")), OLD.\(sql.pk), 'delete' WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"));
+                    \(sql.upsert("NEW"))
+                END;
+                CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
+                BEGIN INSERT INTO ferry_outbox (entity, entity_id, op) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete'); END;
+                """
+        )
+    }
+
+    /// Queues an upsert of each row of `table` matching `condition`, exactly as the insert
+    /// trigger would have.
+    static func queueUpserts(of table: SyncedTable, where condition: String?, arguments: StatementArguments, in db: Database) throws {
+        let sql = try Expressions(table: table, db: db)
+        try db.execute(
+            sql: """
+                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key)
+                SELECT \(sql.entity("NEW")), NEW.\(sql.pk), 'upsert', \(sql.data("NEW")), \(sql.naturalKey("NEW"))
+                FROM \(table.table.quotedDatabaseIdentifier) AS NEW\(condition.map { " WHERE \($0)" } ?? "")
+                """,
+            arguments: arguments
+        )
+    }
+}
+
+/// The SQL expressions that turn a row of a synced table (named `NEW` or `OLD`) into an outbox entry.
+private struct Expressions {
+    let table: SyncedTable
+    let columns: [String]
+
+    init(table: SyncedTable, db: Database) throws {
         guard try db.tableExists(table.table) else {
             throw FerryError.invalidTable("table \(table.table) does not exist; create it (for example in the schema migrator) before opening the store")
         }
@@ -16,41 +66,33 @@ enum ChangeCapture {
         if case .document(let column) = table.layout, !columns.contains(column) {
             throw FerryError.invalidTable("table \(table.table) has no column \(column)")
         }
-        let name = table.table
-        let quoted = name.quotedDatabaseIdentifier
-        let entity = { (row: String) in table.entityColumn.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral }
-        for suffix in ["insert", "update", "delete"] {
-            try db.execute(sql: "DROP TRIGGER IF EXISTS \("ferry_capture_\(name)_\(suffix)".quotedDatabaseIdentifier)")
+        self.table = table
+        self.columns = columns
+    }
+
+    var pk: String { table.primaryKey.quotedDatabaseIdentifier }
+
+    func entity(_ row: String) -> String {
+        table.entityColumn.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral
+    }
+
+    func naturalKey(_ row: String) -> String {
+        table.naturalKey.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? "NULL"
+    }
+
+    func data(_ row: String) -> String {
+        switch table.layout {
+        case .document(let column):
+            return "json(\(row).\(column.quotedDatabaseIdentifier))"
+        case .columns:
+            let fields = columns.filter { $0 != table.primaryKey && $0 != table.naturalKey && $0 != table.entityColumn }
+                .map { "\($0.sqlLiteral), \(row).\($0.quotedDatabaseIdentifier)" }
+            return "json_object(\(fields.joined(separator: ", ")))"
         }
-        let pk = table.primaryKey.quotedDatabaseIdentifier
-        let naturalKey = { (row: String) in table.naturalKey.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? "NULL" }
-        let data = { (row: String) -> String in
-            switch table.layout {
-            case .document(let column):
-                return "json(\(row).\(column.quotedDatabaseIdentifier))"
-            case .columns:
-                let fields = columns.filter { $0 != table.primaryKey && $0 != table.naturalKey && $0 != table.entityColumn }
-                    .map { "\($0.sqlLiteral), \(row).\($0.quotedDatabaseIdentifier)" }
-                return "json_object(\(fields.joined(separator: ", ")))"
-            }
-        }
-        let capturing = "(SELECT capturing FROM ferry_meta)"
-        let upsert = { (row: String) in
-            "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)));"
-        }
-        try db.execute(
-            sql: """
-                CREATE TRIGGER \("ferry_capture_\(name)_insert".quotedDatabaseIdentifier) AFTER INSERT ON \(quoted) WHEN \(capturing)
-                BEGIN \(upsert("NEW")) END;
-                CREATE TRIGGER \("ferry_capture_\(name)_update".quotedDatabaseIdentifier) AFTER UPDATE ON \(quoted) WHEN \(capturing)
-                BEGIN
-                    INSERT INTO ferry_outbox (entity, entity_id, op) SELECT \(entity("OLD")), OLD.\(pk), 'delete' WHERE OLD.\(pk) IS NOT NEW.\(pk) OR \(entity("OLD")) IS NOT \(entity("NEW"));
-                    \(upsert("NEW"))
-                END;
-                CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
-                BEGIN INSERT INTO ferry_outbox (entity, entity_id, op) VALUES (\(entity("OLD")), OLD.\(pk), 'delete'); END;
-                """
-        )
+    }
+
+    func upsert(_ row: String) -> String {
+        "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)));"
     }
 }
 

@@ -12,6 +12,12 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case unreachable(String)
     /// The sync was cancelled.
     case cancelled
+    /// Another client (another process on the same store) took over this store's sync while
+    /// this run was in progress; nothing was lost, the other client resends what was in flight.
+    case leaseLost(String)
+    /// The store file cannot be used: not a SQLite database, or not one Ferry can read.
+    /// Nothing in it was changed.
+    case unreadableStore(String)
 
     public var description: String {
         switch self {
@@ -20,6 +26,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         case .protocolViolation(let why): "unexpected server response: \(why)"
         case .unreachable(let why): "server unreachable: \(why)"
         case .cancelled: "sync cancelled"
+        case .leaseLost(let why): "sync stopped: \(why)"
+        case .unreadableStore(let why): "cannot open the store: \(why)"
         }
     }
 }

@@ -16,23 +16,54 @@ public final class FerryStore: Sendable {
     public let tables: [SyncedTable]
 
     /// Opens or creates the store at `path`.
+    ///
+    /// The app's migrations (`schema`) run with change capture off: the capture triggers come
+    /// down before the first pending migration and go up again, matching the tables' new
+    /// columns, after the last. A migration may therefore drop or rename columns of a synced
+    /// table, and its own writes are not uploaded; to upload rows a migration changed, it
+    /// calls `FerryStore.queueUpload(of:where:arguments:in:)`.
+    ///
     /// - Parameters:
     ///   - schema: the app's own migrations, run before the synced tables are checked.
     ///   - tables: the tables to sync; each must exist with a TEXT primary key column.
+    /// - Throws: `FerryError.unreadableStore` for a file that is not a Ferry store (nothing in
+    ///   it is changed), `FerryError.invalidTable` for a table that does not fit, and the
+    ///   app's migrations' own errors.
     public init(path: String, schema: DatabaseMigrator? = nil, tables: [SyncedTable]) throws {
         var configuration = Configuration()
         configuration.label = "ferry.store"
         configuration.busyMode = .timeout(10)
-        database = try DatabasePool(path: path, configuration: configuration)
+        do {
+            database = try DatabasePool(path: path, configuration: configuration)
+            try database.read { db in try Self.checkReadable(db, path: path) }
+            try Self.migrator.migrate(database)
+        } catch let error as DatabaseError {
+            throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed")
+        }
         self.tables = tables
-        try Self.migrator.migrate(database)
-        try schema?.migrate(database)
+        if let schema, try !database.read(schema.hasCompletedMigrations) {
+            try database.write(ChangeCapture.uninstallAll)
+            try schema.migrate(database)
+        }
         clientID = try database.write { db in
+            guard let clientID = try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta") else {
+                throw FerryError.unreadableStore("\(path): ferry_meta holds no client id; the file is damaged")
+            }
             for table in tables { try ChangeCapture.install(for: table, in: db) }
-            // Entries caught in flight by a crash go back to pending: resending them is safe
-            // because the server answers a mutation id it already has with `duplicate`.
-            try db.execute(sql: "UPDATE ferry_outbox SET state = ? WHERE state = ?", arguments: [OutboxState.pending.rawValue, OutboxState.inFlight.rawValue])
-            return try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta")!
+            return clientID
+        }
+    }
+
+    /// Refuses, before anything is written, a file whose migrations say it is a Ferry store
+    /// but that lacks what Ferry keeps in it.
+    private static func checkReadable(_ db: Database, path: String) throws {
+        guard try db.tableExists("grdb_migrations"),
+            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = 'ferry-v1')") == true
+        else { return }
+        guard try db.tableExists("ferry_meta"), try db.tableExists("ferry_outbox"),
+            try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta") != nil
+        else {
+            throw FerryError.unreadableStore("\(path): Ferry's tables are missing or empty; the file is damaged, nothing in it was changed")
         }
     }
 
@@ -114,7 +145,27 @@ public final class FerryStore: Sendable {
                 arguments: [OutboxState.highWaterMark.rawValue]
             )
         }
+        migrator.registerMigration("ferry-v4") { db in
+            // One client syncs a store at a time, across processes (`SyncLease`).
+            try db.execute(
+                sql: """
+                    CREATE TABLE ferry_lease (
+                        id INTEGER PRIMARY KEY CHECK (id = 1),
+                        holder TEXT NOT NULL,
+                        pid INTEGER NOT NULL,
+                        expires_at REAL NOT NULL
+                    )
+                    """
+            )
+        }
         return migrator
+    }
+
+    /// Queues an upload of the current state of `table`'s rows matching `condition` (all rows
+    /// without one), as if each had just been written. For an app migration whose writes
+    /// should reach the server: migrations run with change capture off.
+    public static func queueUpload(of table: SyncedTable, where condition: String? = nil, arguments: StatementArguments = [], in db: Database) throws {
+        try ChangeCapture.queueUpserts(of: table, where: condition, arguments: arguments, in: db)
     }
 
     /// Records a change that is not a row of a synced table; it is uploaded like any other.

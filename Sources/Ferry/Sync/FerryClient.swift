@@ -9,6 +9,14 @@ public struct SyncConfiguration: Sendable {
     public var pullPageSize = 500
     public var retry = RetryPolicy()
     public var conflictPolicy = ConflictPolicy.serverWins
+    /// How long this client's hold on the store's sync lasts unless renewed (every third of
+    /// it, and with every batch and page). Another process that wants to sync the store waits
+    /// this long at most after this one stops without releasing it; a crash is noticed at once.
+    public var leaseDuration: Duration = .seconds(60)
+    /// How often a sync that finds another process syncing the store checks again.
+    public var leaseRetryInterval: Duration = .milliseconds(250)
+    /// Journal events kept in the store; older ones are dropped first.
+    public var journalCapacity = 10_000
 
     public init() {}
 }
@@ -41,6 +49,8 @@ public actor FerryClient {
     private let statusCenter = StatusCenter()
     private let connection: SyncConnection
     private let configuration: SyncConfiguration
+    private let clock: any Clock<Duration>
+    private let lease: SyncLease
     private var currentRun: Task<SyncReport, any Error>?
 
     public init(
@@ -49,8 +59,10 @@ public actor FerryClient {
         jitterSeed: UInt64? = nil
     ) {
         self.store = store
-        self.journal = Journal(store: store)
+        self.journal = Journal(store: store, capacity: configuration.journalCapacity)
         self.configuration = configuration
+        self.clock = clock
+        self.lease = SyncLease(store: store, duration: configuration.leaseDuration.timeInterval)
         self.connection = SyncConnection(
             transport: transport, token: token, clock: clock, retry: configuration.retry, journal: journal,
             status: statusCenter, random: jitterSeed.map { JitterGenerator(seed: $0) } ?? JitterGenerator()
@@ -90,13 +102,55 @@ public actor FerryClient {
     /// The upload step of `sync()` on its own, without the pull (`ferry bench` measures it).
     /// Apps call `sync()`; this must not run beside it.
     public func push() async throws -> UploadSummary {
+        try await holdingLease { try await self.upload() }
+    }
+
+    private func upload() async throws -> UploadSummary {
         try await Uploader(
-            outbox: Outbox(store: store), connection: connection, journal: journal, status: statusCenter, clientID: store.clientID,
+            outbox: Outbox(store: store, lease: lease), connection: connection, journal: journal, status: statusCenter, clientID: store.clientID,
             conflictPolicy: configuration.conflictPolicy, maximumBatchSize: configuration.batchSize
         ).drain()
     }
 
+    /// Runs `body` holding the store's sync lease: waits while another client (another process
+    /// on the same store) holds it, renews it while `body` runs, and gives it up after.
+    private func holdingLease<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        var waitingFor: String?
+        let waiting = SyncStatus.Phase.waiting(seconds: configuration.leaseRetryInterval.timeInterval, reason: "another process is syncing this store")
+        while let holder = try await lease.acquire() {
+            if waitingFor != holder {
+                waitingFor = holder
+                await journal.record(JournalEvent(kind: "lease.wait", message: "another client is syncing this store (\(holder)); waiting for it to finish"))
+                await statusCenter.update { $0.phase = waiting }
+            }
+            try await clock.sleep(for: configuration.leaseRetryInterval)
+        }
+        let lease = self.lease
+        let renewal = configuration.leaseDuration / 3
+        // Wall time shared with other processes, not a wait of the sync: the real clock.
+        let heartbeat = Task {
+            while !Task.isCancelled {
+                try await Task.sleep(for: renewal)
+                try await lease.store.database.write { db in try lease.confirm(db) }
+            }
+        }
+        defer { heartbeat.cancel() }
+        do {
+            let result = try await body()
+            try await lease.release()
+            return result
+        } catch {
+            // Even when cancelled (a sign-out): the next client must not wait for the expiry.
+            await Task { try? await lease.release() }.value
+            throw error
+        }
+    }
+
     private func performSync(full: Bool) async throws -> SyncReport {
+        try await holdingLease { try await self.leasedSync(full: full) }
+    }
+
+    private func leasedSync(full: Bool) async throws -> SyncReport {
         if full {
             try await store.database.write { db in try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL") }
         }
@@ -105,8 +159,8 @@ public actor FerryClient {
         let limitedBefore = await connection.rateLimitedCount
         var report = SyncReport()
         do {
-            report.upload = try await push()
-            report.pull = try await Puller(store: store, connection: connection, status: statusCenter, pageSize: configuration.pullPageSize)
+            report.upload = try await upload()
+            report.pull = try await Puller(store: store, lease: lease, connection: connection, status: statusCenter, pageSize: configuration.pullPageSize)
                 .pullUntilCaughtUp()
         } catch {
             let why = (error as? FerryError)?.description ?? "\(error)"
@@ -132,7 +186,7 @@ public actor FerryClient {
 
     /// Reads the pending and dead-letter counts from the outbox into the status.
     public func refreshCounts() async {
-        guard let counts = try? await Outbox(store: store).counts() else { return }
+        guard let counts = try? await Outbox.counts(in: store) else { return }
         let lastSynced = try? await store.database.read { db in try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta") }
         await statusCenter.update {
             $0.pending = counts.pending
@@ -167,5 +221,11 @@ public actor FerryClient {
             try Outbox.remove(where: "state = \(OutboxState.deadLettered.rawValue)", db: db)
         }
         await refreshCounts()
+    }
+}
+
+extension Duration {
+    var timeInterval: TimeInterval {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }

@@ -10,6 +10,8 @@ import GRDB
 /// the same transaction as the rows it covers.
 struct Puller: Sendable {
     let store: FerryStore
+    /// Confirmed with every page written: a client that lost it writes nothing more.
+    let lease: SyncLease
     let connection: SyncConnection
     let status: StatusCenter
     let pageSize: Int
@@ -66,11 +68,12 @@ struct Puller: Sendable {
     /// Applies one page and saves its cursor; returns how many changes were written locally.
     private func apply(_ page: PullResponse) async throws -> Int {
         try await store.database.write { db in
+            try lease.confirm(db)
             var writer = RecordWriter(store: store)
             var applied = 0
             let known = try db.cachedStatement(sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?")
             let remember = try db.cachedStatement(sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version")
-            let queued = try Self.queuedRecords(among: page.changes, db: db)
+            let queued = try Outbox.queuedRecords(among: page.changes.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }, db: db)
             try FerryStore.withoutCapture(db) {
                 for change in page.changes {
                     // Our own upload coming back, or a record already this new: nothing to do.
@@ -87,23 +90,6 @@ struct Puller: Sendable {
             try db.execute(sql: "UPDATE ferry_meta SET cursor = ?", arguments: [page.cursor])
             return applied
         }
-    }
-
-    /// The page's records that have local changes waiting to be sent, found with one scan of
-    /// the outbox (it has no index by record, which would cost every captured write).
-    /// Usually nothing is queued, as a sync pushes before it pulls.
-    private static func queuedRecords(among changes: [Change], db: Database) throws -> Set<RecordRef> {
-        guard !changes.isEmpty,
-            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition))") == true
-        else { return [] }
-        let placeholders = Array(repeating: "?", count: changes.count).joined(separator: ", ")
-        let rows = try Row.fetchCursor(
-            db, sql: "SELECT entity, entity_id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (\(placeholders))",
-            arguments: StatementArguments(changes.map(\.entityID))
-        )
-        var queued = Set<RecordRef>()
-        while let row = try rows.next() { queued.insert(RecordRef(entity: row["entity"], entityID: row["entity_id"])) }
-        return queued
     }
 }
 

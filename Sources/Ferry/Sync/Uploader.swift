@@ -22,7 +22,7 @@ struct Uploader: Sendable {
     func drain() async throws -> UploadSummary {
         var summary = UploadSummary()
         var batchSize = maximumBatchSize
-        let total = try await outbox.counts().pending
+        let total = try await Outbox.counts(in: outbox.store).pending
         await status.update { $0.phase = .uploading(done: 0, total: total); $0.pending = total }
         var current = try await read(limit: batchSize, into: &summary)
         // `current`'s answer and the batch after it, when both came while the batch before was applied.
@@ -40,6 +40,8 @@ struct Uploader: Sendable {
                     await returnToQueue(batch, next)
                     throw FerryError.protocolViolation("push response is not valid: \(error)")
                 }
+                // Back to full size in a few steps after the batch was split.
+                batchSize = min(maximumBatchSize, batchSize * 2)
                 if let next, next.isIndependent(of: batch, results: push.results) {
                     async let nextResponse = send(next)
                     let local = await attempt { (try await apply(push, to: batch), try await read(limit: batchSize, while: next)) }
@@ -48,7 +50,7 @@ struct Uploader: Sendable {
                     switch (local, answer) {
                     case (.success(let (outcome, following)), .success(let response)):
                         await record(outcome, push: push, into: &summary)
-                        summary.acknowledged += following.cancelledOut
+                        await count(following, into: &summary)
                         ahead = (response, following.batch)
                         current = next
                     case (.success(let (_, following)), .failure(let error)):
@@ -64,12 +66,27 @@ struct Uploader: Sendable {
                     current = try await read(limit: batchSize, into: &summary)
                 }
                 await report(summary, total: total)
-            case 413 where batchSize > 1:
-                try await outbox.release(batch)
+            case 400, 413:
+                // The server refused the batch whole. Split it until the mutation at fault is
+                // alone, and dead-letter that one with the server's reason: one record the
+                // server cannot take must not hold back the others.
                 if let next { try await outbox.release(next) }
-                batchSize = max(1, batchSize / 2)
-                await journal.record(JournalEvent(kind: "batch.halved", message: "server answered 413; batch size now \(batchSize)"))
+                let reason = "push answered \(response.status): \(SyncConnection.message(in: response))"
+                if batch.mutations.count > 1 {
+                    try await outbox.release(batch)
+                    batchSize = max(1, min(batchSize, batch.entryCount) / 2)
+                    await journal.record(JournalEvent(kind: "batch.halved", message: "\(reason); batch size now \(batchSize)"))
+                } else {
+                    try await outbox.deadLetter(batch, reason: reason)
+                    let entries = batch.entries.values.reduce(0) { $0 + $1.count }
+                    summary.deadLettered += entries
+                    await journal.record(JournalEvent(
+                        kind: "deadLettered", message: "mutation \(batch.mutations[0].id) refused: \(reason)",
+                        details: ["id": "\(batch.mutations[0].id)", "entries": "\(entries)"]
+                    ))
+                }
                 current = try await read(limit: batchSize, into: &summary)
+                await report(summary, total: total)
             default:
                 await returnToQueue(batch, next)
                 throw FerryError.protocolViolation("push answered \(response.status): \(SyncConnection.message(in: response))")
@@ -86,7 +103,7 @@ struct Uploader: Sendable {
         do { answer = .success(try await response) } catch { answer = .failure(error) }
         switch (following, answer) {
         case (.success(let following), .success(let response)):
-            summary.acknowledged += following.cancelledOut
+            await count(following, into: &summary)
             return (response, following.batch)
         case (.success(let following), .failure(let error)):
             await returnToQueue(following.batch)
@@ -98,22 +115,45 @@ struct Uploader: Sendable {
         }
     }
 
-    /// The next batch with something to send, and how many entries cancelled out locally on the
-    /// way; `sent` is the batch on the wire meanwhile, if any.
-    private func read(limit: Int, while sent: OutboxBatch? = nil) async throws -> (batch: OutboxBatch?, cancelledOut: Int) {
+    /// What reading the next batch found: the batch with something to send, and what was
+    /// settled locally on the way (entries that cancelled out, mutations dead-lettered unsent).
+    private struct Reading: Sendable {
+        var batch: OutboxBatch?
         var cancelledOut = 0
+        var refused: [RefusedMutation] = []
+    }
+
+    /// Reads the next batch with something to send; `sent` is the batch on the wire meanwhile, if any.
+    private func read(limit: Int, while sent: OutboxBatch? = nil) async throws -> Reading {
+        var reading = Reading()
         let inFlight = sent?.records ?? []
         while let batch = try await outbox.nextBatch(limit: limit, inFlight: inFlight) {
-            guard batch.mutations.isEmpty else { return (batch, cancelledOut) }
-            cancelledOut += batch.unsent.count
+            reading.refused += batch.refused
+            guard batch.mutations.isEmpty else {
+                reading.batch = batch  // its cancelled-out entries count when its answer is applied
+                break
+            }
+            reading.cancelledOut += batch.unsent.count
         }
-        return (nil, cancelledOut)
+        return reading
     }
 
     private func read(limit: Int, into summary: inout UploadSummary) async throws -> OutboxBatch? {
-        let (batch, cancelledOut) = try await read(limit: limit)
-        summary.acknowledged += cancelledOut
-        return batch
+        let reading = try await read(limit: limit)
+        await count(reading, into: &summary)
+        return reading.batch
+    }
+
+    /// Counts what a reading settled locally, and journals each mutation dead-lettered unsent.
+    private func count(_ reading: Reading, into summary: inout UploadSummary) async {
+        summary.acknowledged += reading.cancelledOut
+        for refused in reading.refused {
+            summary.deadLettered += refused.entries.count
+            await journal.record(JournalEvent(
+                kind: "deadLettered", message: "mutation \(refused.id) not sent: \(refused.reason)",
+                details: ["id": "\(refused.id)", "entries": "\(refused.entries.count)"]
+            ))
+        }
     }
 
     private func attempt<T>(_ body: () async throws -> T) async -> Result<T, any Error> {

@@ -6,6 +6,11 @@ extension PushResponse {
     /// The response body, written directly rather than through `JSONEncoder`: 500 results
     /// cost a tenth of the time. Same fields and explicit nulls as `PushResult.encode(to:)`.
     func jsonBody() throws -> ByteBuffer {
+        ByteBuffer(bytes: try jsonBytes())
+    }
+
+    /// The body as JSON text; storage keeps a push's results in this form too (`RecentResults`).
+    func jsonBytes() throws -> [UInt8] {
         var json = JSONTextWriter(capacity: 64 + results.count * 96)
         json.raw("{\"lastMutationID\":")
         json.integer(lastMutationID)
@@ -20,9 +25,9 @@ extension PushResponse {
             if let entityID = result.entityID { json.string(entityID) } else { json.raw("null") }
             json.raw(",\"version\":")
             if let version = result.version { json.integer(version) } else { json.raw("null") }
-            if result.status == .conflict {
+            if result.status == .conflict || result.status == .duplicate {
                 json.raw(",\"current\":")
-                // Conflicts are rare, and the record's data is a whole JSON tree: the encoder writes it.
+                // Conflicts and duplicates are rare, and the record's data is a whole JSON tree: the encoder writes it.
                 if let current = result.current { json.fragment(try ProtocolValidation.makeEncoder().encode(current)) } else { json.raw("null") }
             }
             if result.status == .rejected {
@@ -32,6 +37,6 @@ extension PushResponse {
             json.raw("}")
         }
         json.raw("]}")
-        return ByteBuffer(bytes: json.bytes)
+        return json.bytes
     }
 }

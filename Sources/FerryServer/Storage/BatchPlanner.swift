@@ -17,6 +17,9 @@ struct BatchPlanner {
     /// What the storage must write for a batch.
     struct BatchPlan {
         var response: PushResponse
+        /// Results of the mutations this batch processed for the first time (not resent ones):
+        /// the storage keeps them so that a resend learns them (`RecentResults`).
+        var processed: [PushResult]
         /// Final state of every record the batch changed, in the order of their last change.
         var writes: [StoredRecord]
         /// Records that held a live natural key before the batch and no longer hold it; the
@@ -24,9 +27,14 @@ struct BatchPlanner {
         var releasedNaturalKeys: [RecordKey]
     }
 
-    static func lookups(for mutations: [IncomingMutation]) -> Lookups {
+    /// - Parameter replays: the results kept for resent mutations; a replayed conflict reports
+    ///   its record as it is now, so that record is read too.
+    static func lookups(for mutations: [IncomingMutation], replays: [Int64: PushResult] = [:]) -> Lookups {
         var lookups = Lookups()
         for incoming in mutations {
+            if let replay = replays[incoming.mutation.id], replay.status == .conflict, let entityID = replay.entityID {
+                lookups.keys.insert(RecordKey(entity: incoming.mutation.entity, entityID: entityID))
+            }
             let mutation = incoming.mutation
             lookups.keys.insert(RecordKey(entity: mutation.entity, entityID: mutation.entityID))
             if let naturalKey = mutation.naturalKey {
@@ -37,6 +45,7 @@ struct BatchPlanner {
     }
 
     private let initialLastMutationID: Int64
+    private let replays: [Int64: PushResult]
     private let initial: [RecordKey: StoredRecord]
     private var records: [RecordKey: StoredRecord]
     private var naturalKeyHolders: [NaturalKeyRef: RecordKey] = [:]
@@ -44,9 +53,11 @@ struct BatchPlanner {
 
     /// - Parameters:
     ///   - lastMutationID: the client's stored `lastMutationID` (0 for a new client).
-    ///   - loaded: every record found by `lookups(for:)`.
-    init(lastMutationID: Int64, loaded: [StoredRecord]) {
+    ///   - replays: the results the client's recent pushes got, by mutation id.
+    ///   - loaded: every record found by `lookups(for:replays:)`.
+    init(lastMutationID: Int64, replays: [Int64: PushResult] = [:], loaded: [StoredRecord]) {
         self.initialLastMutationID = lastMutationID
+        self.replays = replays
         var records: [RecordKey: StoredRecord] = [:]
         for record in loaded {
             records[record.key] = record
@@ -72,13 +83,14 @@ struct BatchPlanner {
         }
         return BatchPlan(
             response: PushResponse(lastMutationID: lastMutationID, results: results),
+            processed: results.filter { $0.id > initialLastMutationID },
             writes: writes, releasedNaturalKeys: released
         )
     }
 
     private mutating func decide(_ incoming: IncomingMutation, at index: Int) -> PushResult {
         let mutation = incoming.mutation
-        if mutation.id <= initialLastMutationID { return duplicate(mutation) }
+        if mutation.id <= initialLastMutationID { return replay(mutation) ?? duplicate(mutation) }
         if let reason = incoming.rejection {
             return PushResult(id: mutation.id, status: .rejected, entityID: nil, version: nil, error: reason)
         }
@@ -88,19 +100,32 @@ struct BatchPlanner {
         }
     }
 
-    /// Already processed: report the record as it is now, found by natural key when the
-    /// mutation has one, so a client whose response was lost still learns a merge's identity.
+    /// A resent mutation whose first result is kept: that result again, word for word, so a
+    /// client whose answer was lost learns what its mutation did (a version it wrote, a merge,
+    /// a conflict, a rejection). A conflict reports the record as it is now.
+    private func replay(_ mutation: Mutation) -> PushResult? {
+        guard var result = replays[mutation.id] else { return nil }
+        if result.status == .conflict {
+            let record = result.entityID.flatMap { records[RecordKey(entity: mutation.entity, entityID: $0)] }
+            result.version = record?.version
+            result.current = try? record?.state()
+        }
+        return result
+    }
+
+    /// Already processed, and its result no longer kept (or the id was never sent on its own:
+    /// a client coalesced it into a later one). Nothing is claimed about what it did: `version`
+    /// is null, and `current` is the record as it is now, found by natural key when the
+    /// mutation has one, so the client can take the server's state.
     private func duplicate(_ mutation: Mutation) -> PushResult {
         let record: StoredRecord?
         if let naturalKey = mutation.naturalKey {
             record = naturalKeyHolders[NaturalKeyRef(entity: mutation.entity, naturalKey: naturalKey)].flatMap { records[$0] }
+                ?? records[RecordKey(entity: mutation.entity, entityID: mutation.entityID)]
         } else {
             record = records[RecordKey(entity: mutation.entity, entityID: mutation.entityID)]
         }
-        guard let record, !record.deleted else {
-            return PushResult(id: mutation.id, status: .duplicate, entityID: nil, version: nil)
-        }
-        return PushResult(id: mutation.id, status: .duplicate, entityID: record.entityID, version: record.version)
+        return PushResult(id: mutation.id, status: .duplicate, entityID: record?.entityID, version: nil, current: try? record?.state())
     }
 
     private mutating func upsert(_ mutation: Mutation, data: Data?, at index: Int) -> PushResult {
@@ -121,33 +146,42 @@ struct BatchPlanner {
                 current: try? existing?.state()
             )
         }
-        var naturalKey = mutation.naturalKey ?? existing?.naturalKey
-        if let kept = naturalKey, mutation.naturalKey == nil,
-            let holder = naturalKeyHolders[NaturalKeyRef(entity: key.entity, naturalKey: kept)], holder != key
-        {
-            // Reviving a tombstone whose natural key another record has taken since: it gives the key up.
-            naturalKey = nil
-        }
+        // Without a natural key an upsert keeps the record's own; a tombstone holds none.
         let record = StoredRecord(
             entity: key.entity, entityID: key.entityID, version: (existing?.version ?? 0) + 1,
-            deleted: false, naturalKey: naturalKey, data: data
+            deleted: false, naturalKey: mutation.naturalKey ?? existing?.naturalKey, data: data
         )
         store(record, replacing: existing, at: index)
+        if merged {
+            // The mutation's own record, if the server has it live, is the same thing as the
+            // key's holder: it is merged into the holder and deleted, so every device ends with
+            // one record (a device that already had both learns of the deletion by pull).
+            let own = RecordKey(entity: mutation.entity, entityID: mutation.entityID)
+            if let absorbed = records[own], !absorbed.deleted { tombstone(absorbed, at: index) }
+        }
         return PushResult(id: mutation.id, status: merged ? .merged : .applied, entityID: key.entityID, version: record.version)
     }
 
     private mutating func delete(_ mutation: Mutation, at index: Int) -> PushResult {
         let key = RecordKey(entity: mutation.entity, entityID: mutation.entityID)
-        guard var record = records[key] else {
+        guard let record = records[key] else {
             // Nothing to delete and nothing to tell other clients: no tombstone.
             return PushResult(id: mutation.id, status: .applied, entityID: key.entityID, version: nil)
         }
-        let existing = record
-        record.version += 1
-        record.deleted = true
-        record.data = nil
-        store(record, replacing: existing, at: index)
-        return PushResult(id: mutation.id, status: .applied, entityID: key.entityID, version: record.version)
+        return PushResult(id: mutation.id, status: .applied, entityID: key.entityID, version: tombstone(record, at: index))
+    }
+
+    /// Deletes `record`, leaving a tombstone that gives up its natural key: a key belongs to
+    /// live records only, so a later record may take it and a revived one does not clash.
+    @discardableResult
+    private mutating func tombstone(_ record: StoredRecord, at index: Int) -> Int64 {
+        var tombstone = record
+        tombstone.version += 1
+        tombstone.deleted = true
+        tombstone.data = nil
+        tombstone.naturalKey = nil
+        store(tombstone, replacing: record, at: index)
+        return tombstone.version
     }
 
     private mutating func store(_ record: StoredRecord, replacing existing: StoredRecord?, at index: Int) {

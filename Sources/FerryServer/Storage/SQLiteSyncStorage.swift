@@ -23,8 +23,11 @@ public final class SQLiteSyncStorage: SyncStorage {
         var configuration = Configuration()
         configuration.label = "ferry.server.storage"
         configuration.busyMode = .timeout(10)
-        if let statementObserver {
-            configuration.prepareDatabase { db in
+        configuration.prepareDatabase { db in
+            // A push is acknowledged once committed, and the client then forgets its entries:
+            // the commit must survive a power cut. WAL's default (NORMAL) may roll it back.
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            if let statementObserver {
                 db.trace(options: .statement) { event in
                     if case .statement(let statement) = event { statementObserver(statement.sql) }
                 }
@@ -84,34 +87,108 @@ public final class SQLiteSyncStorage: SyncStorage {
                 sql: "INSERT INTO server_meta (key, value) VALUES ('cursor_secret', ?)", arguments: [Data(secret)]
             )
         }
+        migrator.registerMigration("v2") { db in
+            // Resent mutations are answered with their first result (`RecentResults`), and a
+            // tombstone no longer holds a natural key (a revived record could clash with the
+            // record that took the key since).
+            try db.execute(
+                sql: """
+                    ALTER TABLE clients ADD COLUMN latest_results BLOB;
+                    ALTER TABLE clients ADD COLUMN previous_results BLOB;
+                    UPDATE records SET natural_key = NULL WHERE deleted = 1 AND natural_key IS NOT NULL;
+                    """
+            )
+        }
         return migrator
     }
 
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
         try await mapErrors {
-            try await writer.write { db in
-                let lastMutationID =
-                    try Int64.fetchOne(
-                        db, sql: "SELECT last_mutation_id FROM clients WHERE user_id = ? AND client_id = ?",
-                        arguments: [userID, clientID]
-                    ) ?? 0
-                let lookups = BatchPlanner.lookups(for: mutations)
-                let loaded = try Self.load(lookups, userID: userID, db: db)
-                var planner = BatchPlanner(lastMutationID: lastMutationID, loaded: loaded)
-                let plan = planner.plan(mutations)
-                try Self.write(plan, userID: userID, db: db)
-                if plan.response.lastMutationID != lastMutationID {
-                    try db.execute(
-                        sql: """
-                            INSERT INTO clients (user_id, client_id, last_mutation_id) VALUES (?, ?, ?)
-                            ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id
-                            """,
-                        arguments: [userID, clientID, plan.response.lastMutationID]
-                    )
+            do {
+                return try await writer.write { db in
+                    try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
+                        let plan = try Self.apply(mutations, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db)
+                        return (plan.response, plan.processed)
+                    }
                 }
-                return plan.response
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                // The planner should make this impossible; if a rule was missed, the batch
+                // (rolled back whole) still gets one result per mutation instead of a 500.
+                return try await writer.write { db in
+                    try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
+                        try Self.applyOneByOne(mutations, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db)
+                    }
+                }
             }
         }
+    }
+
+    /// One push's transaction around `apply`: reads the client's position (and, for a resend,
+    /// its recent results), then stores its new position and the results `apply` processed.
+    private static func push(
+        _ mutations: [IncomingMutation], userID: String, clientID: String, db: Database,
+        apply: (_ lastMutationID: Int64, _ replays: [Int64: PushResult]) throws -> (response: PushResponse, processed: [PushResult])
+    ) throws -> PushResponse {
+        let client = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT last_mutation_id, latest_results, previous_results FROM clients WHERE user_id = ? AND client_id = ?"),
+            arguments: [userID, clientID]
+        )
+        let lastMutationID: Int64 = client?[0] ?? 0
+        // Most pushes carry new ids only: the kept results are read for a resend alone.
+        let resends = mutations.contains { $0.mutation.id <= lastMutationID }
+        let replays = resends ? try RecentResults.decode(latest: client?[1], previous: client?[2]) : [:]
+        let outcome = try apply(lastMutationID, replays)
+        if !outcome.processed.isEmpty {
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO clients (user_id, client_id, last_mutation_id, latest_results) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id,
+                        previous_results = clients.latest_results, latest_results = excluded.latest_results
+                    """
+            ).execute(arguments: [userID, clientID, outcome.response.lastMutationID, try RecentResults.encode(outcome.processed)])
+        }
+        return outcome.response
+    }
+
+    /// Loads what a batch touches, decides every result and writes the records.
+    private static func apply(
+        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: PushResult], userID: String, db: Database
+    ) throws -> BatchPlanner.BatchPlan {
+        let loaded = try load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db)
+        var planner = BatchPlanner(lastMutationID: lastMutationID, replays: replays, loaded: loaded)
+        let plan = planner.plan(mutations)
+        try write(plan, userID: userID, db: db)
+        return plan
+    }
+
+    /// The batch again, one mutation per savepoint: a mutation whose write breaks a constraint
+    /// is `rejected` with the database's reason, and the others are applied as usual.
+    private static func applyOneByOne(
+        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: PushResult], userID: String, db: Database
+    ) throws -> (response: PushResponse, processed: [PushResult]) {
+        var last = lastMutationID
+        var results: [PushResult] = []
+        var processed: [PushResult] = []
+        for incoming in mutations {
+            let id = incoming.mutation.id
+            let result: PushResult
+            do {
+                result = try inSavepoint(db) {
+                    try apply([incoming], lastMutationID: last, replays: replays, userID: userID, db: db).response.results[0]
+                }
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                result = PushResult(
+                    id: id, status: .rejected, entityID: nil, version: nil,
+                    error: "the server cannot store this mutation: \(error.message ?? "a constraint failed")"
+                )
+            }
+            if id > last {
+                processed.append(result)
+                last = id
+            }
+            results.append(result)
+        }
+        return (PushResponse(lastMutationID: last, results: results), processed)
     }
 
     public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {
@@ -151,6 +228,16 @@ public final class SQLiteSyncStorage: SyncStorage {
                 continuation.resume(with: Result { try writer.close() })
             }
         }
+    }
+
+    /// `body` in a savepoint: rolled back alone if it throws, the transaction goes on.
+    private static func inSavepoint<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        var value: T?
+        try db.inSavepoint {
+            value = try body()
+            return .commit
+        }
+        return value!  // set: `inSavepoint` returned without an error, so `body` ran to the end
     }
 
     // MARK: - Set-based reads and writes

@@ -82,7 +82,7 @@ struct StoredRecord: Sendable, Equatable {
     }
 
     func state() throws -> RecordState {
-        RecordState(version: version, deleted: deleted, data: try decodedData())
+        RecordState(version: version, deleted: deleted, data: try decodedData(), naturalKey: deleted ? nil : naturalKey)
     }
 
     private func decodedData() throws -> JSONObject? {

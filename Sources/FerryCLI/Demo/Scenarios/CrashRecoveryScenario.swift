@@ -38,6 +38,15 @@ struct CrashRecoveryScenario: DemoScenario {
         func bury() { end.finish() }
     }
 
+    /// The id of a process that has ended, for the dying app's lease.
+    static func endedProcessID() throws -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/true")
+        try process.run()
+        process.waitUntilExit()
+        return process.processIdentifier
+    }
+
     func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         try await DemoServer.with(in: directory, rateLimit: .default) { server in
             try await play(server: server, directory: directory, output: output)
@@ -59,15 +68,17 @@ struct CrashRecoveryScenario: DemoScenario {
         var crashed = dying.crashed.makeAsyncIterator()
         _ = await crashed.next()
         let file = phone.appendingPathComponent("lee.sqlite").path  // the store the session keeps for lee
-        let states = try await DatabaseQueue(path: file).read { db in
-            try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox GROUP BY state").map { ($0["state"] as Int, $0["n"] as Int) })
+        let states = try await DatabaseQueue(path: file).write { db in
+            // The process is gone: no process has the id its hold on the store's sync names.
+            try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [try Self.endedProcessID()])
+            return try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox GROUP BY state").map { ($0["state"] as Int, $0["n"] as Int) })
         }
         let committedBeforeCrash = try await server.records(of: "lee").count
         output.say("The app dies on its third push of 500: the server has committed \(committedBeforeCrash) records; the file holds \(states[1] ?? 0) entries in flight (the batch the server applied, and the next, read while it was on the wire) and \(states[0] ?? 0) pending.")
 
         let second = DemoApp(directory: phone, server: server)
         let reopenedAt = Date()
-        try await second.session.signIn("lee")  // opening the store returns in-flight entries to pending
+        try await second.session.signIn("lee")  // its first sync takes the dead app's lease and returns its in-flight entries to pending
         let engine = try await second.engine()
         try await engine.scheduler.initialSync()
         let status = await engine.client.status
