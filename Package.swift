@@ -34,6 +34,8 @@ let package = Package(
                 "FerryProtocol",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
+                // SHA-256 for store file names: CryptoKit on Apple platforms, swift-crypto elsewhere.
+                .product(name: "Crypto", package: "swift-crypto", condition: .when(platforms: [.linux, .android, .windows, .wasi, .openbsd])),
             ]
         ),
         .target(

@@ -92,7 +92,7 @@ struct SessionTests {
             while gated.pushes == 0 { await Task.megaYield() }  // the push is on the wire
 
             try await session.signOut()
-            let file = try DatabaseQueue(path: directory.appendingPathComponent("alice.sqlite").path)
+            let file = try DatabaseQueue(path: directory.appendingPathComponent(StoreLocation.fileName(forUser: "alice")).path)
             let states = try await file.read { db in try [Int: Int](uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox WHERE state IN (0, 1) GROUP BY state").map { ($0["state"], $0["n"]) }) }
             #expect(states == [0: 20], "all pending, none in flight: \(states)")
             #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).isEmpty)

@@ -10,6 +10,8 @@ public struct SchedulerConfiguration: Sendable {
     public var minimumInterval: Duration = .seconds(2)
     /// Run periodically while the app is active; `nil` (the default) for never.
     public var periodicInterval: Duration?
+    /// Trigger fates kept in `SyncScheduler.history`; older ones are dropped first.
+    public var historyCapacity = 1_000
 
     public init() {}
 }
@@ -65,6 +67,7 @@ public actor SyncScheduler {
     private var waiters: [UUID: CheckedContinuation<Int, any Error>] = [:]
     private var waitingForNextRun: [UUID] = []
     private var servedByCurrentRun: [UUID] = []
+    /// The latest triggers and their fates, oldest first; at most `historyCapacity`.
     public private(set) var history: [(SyncTrigger, TriggerFate)] = []
 
     public init<C: Clock>(clock: C, configuration: SchedulerConfiguration = SchedulerConfiguration(), runner: @escaping Runner)
@@ -282,6 +285,9 @@ public actor SyncScheduler {
 
     private func record(_ trigger: SyncTrigger, _ fate: TriggerFate) {
         history.append((trigger, fate))
+        if history.count > max(1, configuration.historyCapacity) {
+            history.removeFirst(history.count - max(1, configuration.historyCapacity))
+        }
         emit(.trigger(trigger, fate))
     }
 

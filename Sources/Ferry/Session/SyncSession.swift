@@ -52,6 +52,8 @@ public actor SyncSession {
     private let logger = Logger(label: "ferry.session")
     private var observer: QueuedChangeObserver?
     private var connectivityTask: Task<Void, Never>?
+    /// The latest sign-in or sign-out; the next one waits for it (`oneAtATime`).
+    private var lastTransition: Task<Void, any Error>?
     private let engineObservers = Broadcast<Engine?>()
     public private(set) var engine: Engine? {
         didSet { engineObservers.send(engine) }
@@ -93,11 +95,38 @@ public actor SyncSession {
     }
 
     /// Starts the engine for `userID`, after stopping another user's. Raises `launch`.
+    ///
+    /// Sign-ins and sign-outs happen strictly one after another, in the order they were
+    /// called: one never starts while another is half done, so two engines never share a
+    /// store and an erase never removes a file a newer engine has opened.
     public func signIn(_ userID: String) async throws {
+        try await oneAtATime { try await self.performSignIn(userID) }
+    }
+
+    /// Stops the current user's engine: the run in progress is cancelled and its batch
+    /// returned to the queue, nothing is left in flight, and the store is closed (and
+    /// erased under `.eraseLocalData`).
+    public func signOut() async throws {
+        try await oneAtATime { try await self.performSignOut() }
+    }
+
+    /// Runs `transition` once every transition called before it has finished.
+    private func oneAtATime(_ transition: @escaping @Sendable () async throws -> Void) async throws {
+        let previous = lastTransition
+        let next = Task {
+            _ = await previous?.result
+            try await transition()
+        }
+        lastTransition = next
+        try await next.value
+    }
+
+    private func performSignIn(_ userID: String) async throws {
         guard engine?.userID != userID else { return }
-        if engine != nil { try await signOut() }
+        if engine != nil { try await performSignOut() }
         try FileManager.default.createDirectory(at: configuration.storeDirectory, withIntermediateDirectories: true)
-        let store = try FerryStore(path: storePath(for: userID).path, schema: configuration.schema, tables: configuration.tables)
+        let path = try StoreLocation.path(forUser: userID, in: configuration.storeDirectory)
+        let store = try FerryStore(path: path.path, schema: configuration.schema, tables: configuration.tables)
         let token = self.token
         let client = FerryClient(
             store: store, transport: transport, token: { try await token(userID) }, clock: clientClock, configuration: configuration.sync
@@ -122,10 +151,7 @@ public actor SyncSession {
         logger.info("signed in", metadata: ["user": "\(userID)"])
     }
 
-    /// Stops the current user's engine: the run in progress is cancelled and its batch
-    /// returned to the queue, nothing is left in flight, and the store is closed (and
-    /// erased under `.eraseLocalData`).
-    public func signOut() async throws {
+    private func performSignOut() async throws {
         guard let engine else { return }
         self.engine = nil
         connectivityTask?.cancel()
@@ -135,7 +161,7 @@ public actor SyncSession {
         await engine.client.finishStatusUpdates()
         try await engine.store.close()
         if configuration.signOutPolicy == .eraseLocalData {
-            let path = storePath(for: engine.userID).path
+            let path = engine.store.path
             for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
                 try FileManager.default.removeItem(atPath: path + suffix)
             }
@@ -146,11 +172,6 @@ public actor SyncSession {
     /// Forwards an app event to the signed-in user's scheduler; without a user there is nothing to sync.
     public func trigger(_ trigger: SyncTrigger, kind: SyncKind? = nil) async {
         await engine?.scheduler.trigger(trigger, kind: kind)
-    }
-
-    func storePath(for userID: String) -> URL {
-        let name = userID.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? userID
-        return configuration.storeDirectory.appendingPathComponent(name + ".sqlite")
     }
 }
 

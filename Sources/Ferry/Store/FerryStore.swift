@@ -14,6 +14,8 @@ public final class FerryStore: Sendable {
     /// This installation's client id, stable for the life of the file.
     public let clientID: String
     public let tables: [SyncedTable]
+    /// The store's file.
+    public let path: String
 
     /// Opens or creates the store at `path`.
     ///
@@ -41,6 +43,7 @@ public final class FerryStore: Sendable {
             throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed")
         }
         self.tables = tables
+        self.path = path
         if let schema, try !database.read(schema.hasCompletedMigrations) {
             try database.write(ChangeCapture.uninstallAll)
             try schema.migrate(database)

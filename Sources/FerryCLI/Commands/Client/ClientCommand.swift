@@ -8,7 +8,7 @@ struct ClientCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "client",
         abstract: "A client store of generic JSON records, synced by the Ferry library.",
-        discussion: "Each user's records live in DIR/<user>.sqlite; every entity is synced with id, data and an optional natural key.",
+        discussion: "Each user's records live in DIR/user-<SHA-256 of the user id>.sqlite; every entity is synced with id, data and an optional natural key.",
         subcommands: [
             ClientAddCommand.self, ClientDeleteCommand.self, ClientImportCommand.self, ClientSyncCommand.self,
             ClientStatusCommand.self, ClientListCommand.self, ClientJournalCommand.self,
@@ -39,7 +39,6 @@ struct StoreOptions: ParsableArguments {
         } else if !isDirectory.boolValue {
             throw CommandFailure("--store \(store) is a file; pass a directory")
         }
-        let fileName = (user.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? user) + ".sqlite"
         var schema = DatabaseMigrator()
         schema.registerMigration("ferry-client-records-v1") { db in
             try db.execute(sql: """
@@ -53,7 +52,8 @@ struct StoreOptions: ParsableArguments {
                 """)
         }
         do {
-            return try FerryStore(path: (store as NSString).appendingPathComponent(fileName), schema: schema, tables: [Self.records])
+            let path = try StoreLocation.path(forUser: user, in: URL(fileURLWithPath: store, isDirectory: true))
+            return try FerryStore(path: path.path, schema: schema, tables: [Self.records])
         } catch {
             throw CommandFailure("cannot open the store for \(user) in \(store): \(error)")
         }

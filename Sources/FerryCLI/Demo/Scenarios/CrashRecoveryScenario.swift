@@ -67,7 +67,7 @@ struct CrashRecoveryScenario: DemoScenario {
         try await first.recordHealthEvents(2000, prefix: "lee") { "hk:lee:\($0)" }
         var crashed = dying.crashed.makeAsyncIterator()
         _ = await crashed.next()
-        let file = phone.appendingPathComponent("lee.sqlite").path  // the store the session keeps for lee
+        let file = phone.appendingPathComponent(StoreLocation.fileName(forUser: "lee")).path  // the store the session keeps for lee
         let states = try await DatabaseQueue(path: file).write { db in
             // The process is gone: no process has the id its hold on the store's sync names.
             try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [try Self.endedProcessID()])

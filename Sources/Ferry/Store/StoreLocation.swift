@@ -1,0 +1,41 @@
+import Foundation
+import GRDB
+
+#if canImport(CryptoKit)
+import CryptoKit
+#else
+import Crypto
+#endif
+
+/// Where a user's store lives in a directory of stores.
+///
+/// The file is named from a SHA-256 of the user id, not the id itself: ids that differ only
+/// in case ("Bob", "bob") would share one file on a case-insensitive file system (macOS and
+/// iOS by default), and one user's changes would go up with the other's token; an id may
+/// also hold characters or a length a file name cannot.
+public enum StoreLocation {
+    /// The store's file name for `userID`.
+    public static func fileName(forUser userID: String) -> String {
+        let digest = SHA256.hash(data: Data(userID.utf8))
+        return "user-" + digest.map { String(format: "%02x", $0) }.joined() + ".sqlite"
+    }
+
+    /// The store's path for `userID` in `directory`. A store kept under the name earlier
+    /// versions gave it (the id, percent-encoded) is moved to the new name first. Where two
+    /// ids shared that old file, the first to sign in keeps it and the other starts afresh.
+    public static func path(forUser userID: String, in directory: URL) throws -> URL {
+        let path = directory.appendingPathComponent(fileName(forUser: userID))
+        let legacy = directory.appendingPathComponent((userID.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? userID) + ".sqlite")
+        let files = FileManager.default
+        guard !files.fileExists(atPath: path.path), files.fileExists(atPath: legacy.path) else { return path }
+        // Fold the write-ahead log into the file, so the file alone holds the store.
+        let queue = try DatabaseQueue(path: legacy.path)
+        try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+        try queue.close()
+        try files.moveItem(at: legacy, to: path)
+        for suffix in ["-wal", "-shm"] where files.fileExists(atPath: legacy.path + suffix) {
+            try files.removeItem(atPath: legacy.path + suffix)
+        }
+        return path
+    }
+}
