@@ -91,4 +91,39 @@ struct ClientCommandTests {
             #expect(run.output.contains("run.finished"))
         }
     }
+
+    @Test("two syncs and an import running at once on one store: after a last sync every record is on the server, once")
+    func concurrentProcesses() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")
+        try await TestServer.run { server in
+            let scratch = TestDirectory.make("cli-processes")
+            let base = ["--store", scratch.appendingPathComponent("store").path, "--user", "alice"]
+            let token = try await TestServer.token(for: "alice")
+            func lines(_ range: Range<Int>) throws -> String {
+                let file = scratch.appendingPathComponent("import-\(range.lowerBound).jsonl")
+                try range.map { #"{"entityID": "r-\#($0)", "data": {"n": \#($0)}}"# }.joined(separator: "\n").write(to: file, atomically: true, encoding: .utf8)
+                return file.path
+            }
+            let first = try await Self.ferry(["client", "import"] + base + ["--entity", "records", "--file", try lines(0..<2000)])
+            #expect(first.status == 0, "\(first.error)")
+            let files = try stride(from: 2000, to: 6000, by: 400).map { try lines($0..<$0 + 400) }
+            let sync = ["client", "sync"] + base + ["--server", server.baseURL, "--token", token, "--json"]
+            async let one = Self.ferry(sync)
+            async let two = Self.ferry(sync)
+            async let edits: [Run] = {
+                var runs: [Run] = []
+                for file in files { runs.append(try await Self.ferry(["client", "import"] + base + ["--entity", "records", "--file", file])) }
+                return runs
+            }()
+            let (syncs, imports) = try await ([one, two], edits)
+            #expect(imports.allSatisfy { $0.status == 0 }, "\(imports.map(\.error))")
+            #expect(syncs.allSatisfy { $0.status == 0 || $0.output.contains(#""error":null"#) }, "\(syncs.map(\.error))")
+            let last = try await Self.ferry(sync)
+            #expect(last.status == 0, "\(last.error)")
+            #expect(last.output.contains(#""pending":0"#))
+            let remote = try await server.pullAll(token: token)
+            #expect(remote.count == 6000)
+            #expect(remote.values.allSatisfy { $0.version == 1 }, "a change was applied twice")
+        }
+    }
 }
