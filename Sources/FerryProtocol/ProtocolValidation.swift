@@ -47,6 +47,12 @@ public enum ProtocolValidation {
         return nil
     }
 
+    /// `nil` when data of `bytes` once encoded fits the protocol, else why not.
+    public static func dataSizeProblem(_ bytes: Int) -> String? {
+        guard bytes > ProtocolLimits.maxDataBytes else { return nil }
+        return "data is \(bytes) bytes once encoded; the limit is \(ProtocolLimits.maxDataBytes) (256 KiB)"
+    }
+
     /// The encoder for other wire values (a conflict's current record): compact JSON with sorted keys.
     public static func makeEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
@@ -97,9 +103,7 @@ extension Mutation {
             guard let size = encodedDataBytes ?? (try? ProtocolValidation.encode(data).count) else {
                 return "data holds a number that is not finite, which JSON cannot carry"
             }
-            if size > ProtocolLimits.maxDataBytes {
-                return "data is \(size) bytes once encoded; the limit is \(ProtocolLimits.maxDataBytes) (256 KiB)"
-            }
+            if let problem = ProtocolValidation.dataSizeProblem(size) { return problem }
         case .delete:
             if data != nil { return "data must be absent for a delete" }
             if naturalKey != nil { return "naturalKey is only allowed on an upsert" }

@@ -67,6 +67,16 @@ struct ClientCommandTests {
             run = try await Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
             #expect(run.status == 0)
 
+            // What the protocol cannot carry is refused before anything is written.
+            let huge = String(repeating: "x", count: 5 * 1024 * 1024)
+            try (#"{"entityID": "i-3", "data": {"v": 3}}"# + "\n" + #"{"entityID": "big", "data": {"blob": "\#(huge)"}}"# + "\n").write(to: lines, atomically: true, encoding: .utf8)
+            run = try await Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
+            #expect(run.status != 0)
+            #expect(run.error.contains(":2:") && run.error.contains("262144"), "\(run.error)")
+            run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-3", "--data", #"{"value": 1e999}"#])
+            #expect(run.status != 0)
+            #expect(run.error.contains("out of range"), "\(run.error)")
+
             run = try await Self.ferry(["client", "status"] + base + ["--json"])
             #expect(run.output.contains(#""pending":3"#))
 

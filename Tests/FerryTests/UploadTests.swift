@@ -113,6 +113,35 @@ struct UploadTests {
         }
     }
 
+    @Test("a device gives a synced record the natural key another record holds: it becomes that record on every device and the server")
+    func naturalKeyGivenToSyncedRecord() async throws {
+        try await TestServer.run { server in
+            let phone = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let laptop = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let phoneClient = ClientFixture.client(store: phone, server: server)
+            let laptopClient = ClientFixture.client(store: laptop, server: server)
+            try await phone.database.write { db in
+                try db.execute(sql: "INSERT INTO events (id, value) VALUES ('r1', 1)")
+                try db.execute(sql: "INSERT INTO events (id, value, hk) VALUES ('r5', 5, 'hk:5')")
+            }
+            try await phoneClient.sync()
+            try await laptopClient.sync()
+            try await phone.database.write { db in try db.execute(sql: "UPDATE events SET value = 7, hk = 'hk:5' WHERE id = 'r1'") }
+            #expect(try await phoneClient.sync().upload.merged == 1)
+            try await laptopClient.sync()
+
+            func rows(_ store: FerryStore) async throws -> [String] {
+                try await store.database.read { db in try Row.fetchAll(db, sql: "SELECT id, value, hk FROM events ORDER BY id").map { "\($0["id"] as String)=\($0["value"] as Int)/\($0["hk"] as String? ?? "-")" } }
+            }
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            let live = remote.values.filter { $0.op == .upsert }.map { "\($0.entityID)=\($0.data?["value"].map { "\($0)" } ?? "")" }
+            #expect(live.count == 1)
+            #expect(remote["events/r1"]?.op == .delete)
+            #expect(try await rows(phone) == ["r5=7/hk:5"])
+            #expect(try await rows(laptop) == ["r5=7/hk:5"])
+        }
+    }
+
     @Test("ids, natural keys and data that need escaping reach the server exactly as written locally")
     func escaping() async throws {
         try await TestServer.run { server in

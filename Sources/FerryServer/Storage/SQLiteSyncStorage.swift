@@ -14,7 +14,8 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// Padded to 1,024 rows of 7 values that is 7,168 variables, well under SQLite's limit of 32,766.
     private static let rowsPerStatement = ProtocolLimits.maxMutationsPerPush
 
-    private let writer: any DatabaseWriter
+    /// Internal, not private: tests read the connections' settings through it.
+    let writer: any DatabaseWriter
     private let cursors: CursorCodec
 
     /// Opens (creating if needed) the database at `path`, or an in-memory database for `nil`.
@@ -23,11 +24,8 @@ public final class SQLiteSyncStorage: SyncStorage {
         var configuration = Configuration()
         configuration.label = "ferry.server.storage"
         configuration.busyMode = .timeout(10)
-        configuration.prepareDatabase { db in
-            // A push is acknowledged once committed, and the client then forgets its entries:
-            // the commit must survive a power cut. WAL's default (NORMAL) may roll it back.
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-            if let statementObserver {
+        if let statementObserver {
+            configuration.prepareDatabase { db in
                 db.trace(options: .statement) { event in
                     if case .statement(let statement) = event { statementObserver(statement.sql) }
                 }
@@ -39,6 +37,10 @@ public final class SQLiteSyncStorage: SyncStorage {
             } else {
                 writer = try DatabaseQueue(configuration: configuration)
             }
+            // A push is acknowledged once committed, and the client then forgets its entries:
+            // the commit must survive a power cut. GRDB sets WAL's usual NORMAL on the writer,
+            // with which a commit may roll back; FULL syncs the log at every commit.
+            try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
             try Self.migrator.migrate(writer)
             let secret = try writer.read { db in
                 try Data.fetchOne(db, sql: "SELECT value FROM server_meta WHERE key = 'cursor_secret'")

@@ -69,9 +69,21 @@ func validateRecord(entity: String, id: String, naturalKey: String?) throws {
 
 /// Parses a JSON object given on the command line or in a file, saying what is wrong if it is not one.
 func parseObject(_ text: String, what: String) throws -> JSONObject {
+    let value: JSONValue
     do {
-        return try JSONDecoder().decode(JSONObject.self, from: Data(text.utf8))
+        value = try JSONReader.parse(text.utf8)
     } catch {
+        throw CommandFailure("\(what) is not JSON the protocol can carry: \(error)")
+    }
+    guard case .object(let object) = value else {
         throw CommandFailure("\(what) must be a JSON object, for example '{\"value\": 1}'")
     }
+    return object
+}
+
+/// A record's data as stored and sent, refused if the protocol cannot carry it.
+func encodeData(_ object: JSONObject, what: String) throws -> String {
+    let encoded = try ProtocolValidation.encode(object)
+    if let problem = ProtocolValidation.dataSizeProblem(encoded.count) { throw CommandFailure("\(what): \(problem)") }
+    return String(decoding: encoded, as: UTF8.self)
 }

@@ -15,8 +15,7 @@ struct ClientAddCommand: AsyncParsableCommand {
 
     func run() async throws {
         try validateRecord(entity: entity, id: id, naturalKey: naturalKey)
-        let object = try parseObject(data, what: "--data")
-        let encoded = String(decoding: try ProtocolValidation.encode(object), as: UTF8.self)
+        let encoded = try encodeData(try parseObject(data, what: "--data"), what: "--data")
         let store = try options.open()
         try await store.database.write { [entity, id, naturalKey] db in
             try db.execute(
@@ -61,11 +60,6 @@ struct ClientImportCommand: AsyncParsableCommand {
     @Option(help: "Entity name for every record.") var entity: String
     @Option(help: "A .jsonl file.") var file: String
 
-    struct Line: Decodable {
-        var entityID: String
-        var data: JSONObject
-        var naturalKey: String?
-    }
 
     func run() async throws {
         if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
@@ -74,23 +68,26 @@ struct ClientImportCommand: AsyncParsableCommand {
         }
         // Parse and check every line before writing anything.
         var rows: [(id: String, data: String, naturalKey: String?)] = []
-        let decoder = JSONDecoder()
         var number = 0
         for line in contents.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
             number += 1
             if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) { continue }
-            let record: Line
             do {
-                record = try decoder.decode(Line.self, from: Data(line))
-            } catch {
-                throw CommandFailure(#"\#(file):\#(number): expected {"entityID": string, "data": object, "naturalKey": optional string}; nothing was imported"#)
-            }
-            do {
-                try validateRecord(entity: entity, id: record.entityID, naturalKey: record.naturalKey)
+                let fields = try parseObject(String(decoding: line, as: UTF8.self), what: "the line")
+                guard case .string(let entityID)? = fields["entityID"], case .object(let data)? = fields["data"] else {
+                    throw CommandFailure(#"expected {"entityID": string, "data": object, "naturalKey": optional string}"#)
+                }
+                var naturalKey: String?
+                switch fields["naturalKey"] {
+                case nil, .null?: break
+                case .string(let key)?: naturalKey = key
+                default: throw CommandFailure("naturalKey must be a string")
+                }
+                try validateRecord(entity: entity, id: entityID, naturalKey: naturalKey)
+                rows.append((entityID, try encodeData(data, what: "data"), naturalKey))
             } catch {
                 throw CommandFailure("\(file):\(number): \(error); nothing was imported")
             }
-            rows.append((record.entityID, String(decoding: try ProtocolValidation.encode(record.data), as: UTF8.self), record.naturalKey))
         }
         let store = try options.open()
         try await store.database.write { [entity, rows] db in
