@@ -36,8 +36,16 @@ public final class FerryStore: Sendable {
         configuration.label = "ferry.store"
         configuration.busyMode = .timeout(10)
         do {
+            if FileManager.default.fileExists(atPath: path) {
+                // Looked at read-only first: opening a pool writes to the file (GRDB makes
+                // sure the write-ahead log is not empty), and a file that is not ours stays as it is.
+                var readOnly = Configuration()
+                readOnly.readonly = true
+                let probe = try DatabaseQueue(path: path, configuration: readOnly)
+                try probe.read { db in try Self.checkReadable(db, path: path) }
+                try probe.close()
+            }
             database = try DatabasePool(path: path, configuration: configuration)
-            try database.read { db in try Self.checkReadable(db, path: path) }
             try Self.migrator.migrate(database)
         } catch let error as DatabaseError {
             throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed")

@@ -1,0 +1,120 @@
+@testable import Ferry
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import GRDB
+import Testing
+
+@Suite("Store", .timeLimit(.minutes(1)))
+struct StoreTests {
+    static func outbox(_ store: FerryStore) async throws -> [String] {
+        try await store.database.read { db in
+            try Row.fetchAll(db, sql: "SELECT entity_id, op, data FROM ferry_outbox WHERE state IN (0, 1) ORDER BY id")
+                .map { "\($0[0] as String) \($0[1] as String) \($0[2] as String? ?? "-")" }
+        }
+    }
+
+    static func migrations(_ more: (inout DatabaseMigrator) -> Void) -> DatabaseMigrator {
+        var migrator = ClientFixture.schema()
+        more(&migrator)
+        return migrator
+    }
+
+    @Test("an app migration drops a column of a synced table and rewrites its rows: the store opens, the rewrite is not uploaded, later writes are captured without the column")
+    func appMigrationOnSyncedTable() async throws {
+        let path = ClientFixture.storePath()
+        do {
+            let store = try ClientFixture.openStore(at: path)
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, kind, value) VALUES ('e-1', 'steps', 1)") }
+            try await store.close()
+        }
+        let upgraded = Self.migrations { migrator in
+            migrator.registerMigration("app-v2") { db in
+                try db.execute(sql: "ALTER TABLE events DROP COLUMN kind")
+                try db.execute(sql: "ALTER TABLE notes RENAME COLUMN body TO text")
+                try db.execute(sql: "UPDATE events SET value = value * 10")
+            }
+        }
+        let store = try FerryStore(path: path, schema: upgraded, tables: [ClientFixture.events, ClientFixture.notes])
+        #expect(try await Self.outbox(store) == [#"e-1 upsert {"kind":"steps","value":1}"#], "the migration's rewrite was not captured")
+        try await store.database.write { db in
+            try db.execute(sql: "INSERT INTO events (id, value) VALUES ('e-2', 2)")
+            try db.execute(sql: "INSERT INTO notes (id, text) VALUES ('n-1', 'hello')")
+        }
+        #expect(try await Self.outbox(store).suffix(2) == [#"e-2 upsert {"value":2}"#, #"n-1 upsert {"text":"hello"}"#])
+    }
+
+    @Test("a migration whose rows should reach the server queues them with FerryStore.queueUpload")
+    func migrationQueuesUpload() async throws {
+        let path = ClientFixture.storePath()
+        try await ClientFixture.openStore(at: path).close()
+        let upgraded = Self.migrations { migrator in
+            migrator.registerMigration("app-v2") { db in
+                try db.execute(sql: "INSERT INTO events (id, value) VALUES ('imported-1', 1), ('imported-2', 2), ('local-only', 3)")
+                try FerryStore.queueUpload(of: ClientFixture.events, where: "id LIKE ?", arguments: ["imported-%"], in: db)
+            }
+        }
+        let store = try FerryStore(path: path, schema: upgraded, tables: [ClientFixture.events, ClientFixture.notes])
+        #expect(try await Self.outbox(store) == [#"imported-1 upsert {"kind":null,"value":1}"#, #"imported-2 upsert {"kind":null,"value":2}"#])
+    }
+
+    @Test("a file that is not a SQLite database, or a Ferry store with its tables damaged, is refused with a clear error and left as it was")
+    func unreadableFiles() async throws {
+        let directory = TestDirectory.make("store")
+        let text = directory.appendingPathComponent("notes.sqlite")
+        try Data("this is not a database, but someone's notes\n".utf8).write(to: text)
+        #expect {
+            try ClientFixture.openStore(at: text.path)
+        } throws: { error in
+            "\(error)".contains("not a database") && "\(error)".contains("nothing in it was changed")
+        }
+        #expect(try Data(contentsOf: text) == Data("this is not a database, but someone's notes\n".utf8))
+
+        let damaged = directory.appendingPathComponent("damaged.sqlite").path
+        try await ClientFixture.openStore(at: damaged).close()
+        let queue = try DatabaseQueue(path: damaged)
+        try await queue.write { db in try db.execute(sql: "DELETE FROM ferry_meta") }
+        try queue.close()
+        let before = try Data(contentsOf: URL(fileURLWithPath: damaged))
+        #expect {
+            try ClientFixture.openStore(at: damaged)
+        } throws: { error in
+            "\(error)".contains("damaged")
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: damaged)) == before)
+    }
+
+    @Test("store files are named from a hash of the user id: ids that differ in case get their own files; a store under the old name is carried over")
+    func storeFileNames() async throws {
+        let directory = TestDirectory.make("stores")
+        let bob = try StoreLocation.path(forUser: "Bob", in: directory)
+        let lowercaseBob = try StoreLocation.path(forUser: "bob", in: directory)
+        #expect(bob.lastPathComponent.lowercased() != lowercaseBob.lastPathComponent.lowercased())
+        #expect(StoreLocation.fileName(forUser: "a/../../etc") .allSatisfy { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." })
+
+        // A store of an earlier version, named after the id, with a change still queued.
+        let legacy = directory.appendingPathComponent("carol%40example%2Ecom.sqlite").path
+        let old = try ClientFixture.openStore(at: legacy)
+        try await old.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES ('queued', 1)") }
+        let clientID = old.clientID
+        try await old.close()
+        let carried = try StoreLocation.path(forUser: "carol@example.com", in: directory)
+        #expect(!FileManager.default.fileExists(atPath: legacy))
+        let store = try ClientFixture.openStore(at: carried.path)
+        #expect(store.clientID == clientID)
+        #expect(try await Self.outbox(store).count == 1)
+    }
+
+    @Test("the journal keeps its newest events, up to its capacity")
+    func boundedJournal() async throws {
+        let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+        let journal = Journal(store: store, capacity: 50)
+        for index in 0..<120 { await journal.record(JournalEvent(kind: "test", message: "event \(index)")) }
+        let events = try await journal.events()
+        #expect(events.count == 50)
+        #expect(events.first?.message == "event 70")
+        #expect(events.last?.message == "event 119")
+        let rows = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_journal") }
+        #expect(rows == 50)
+    }
+}
