@@ -167,4 +167,20 @@ struct SchedulerTests {
         await Task.megaYield()
         #expect(await gate.kinds == [.full])
     }
+
+    @Test("the trigger history keeps the newest fates, up to its capacity")
+    func boundedHistory() async throws {
+        var configuration = SchedulerConfiguration()
+        configuration.historyCapacity = 5
+        let clock = TestClock()
+        let scheduler = SyncScheduler(clock: clock, configuration: configuration) { _ in }
+        await scheduler.trigger(.launch)
+        for _ in 0..<30 { await scheduler.trigger(.localChange) }
+        await scheduler.trigger(.manual)
+        let history = await scheduler.history
+        #expect(history.count == 5)
+        #expect(history.last?.0 == .manual)
+        #expect(!history.contains { $0.0 == .launch })
+        await scheduler.stop()
+    }
 }

@@ -132,4 +132,24 @@ struct SessionTests {
             }
         }
     }
+
+    @Test("sign-ins and sign-outs called at once happen one after another: one engine at a time, and no erase under a newer engine")
+    func transitionsOneAtATime() async throws {
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let session = Self.session(server: server, directory: TestDirectory.make("session"), policy: .eraseLocalData, clock: clock)
+            try await session.signIn("alice")
+            for round in 0..<10 {
+                async let out: Void = session.signOut()
+                async let back: Void = session.signIn("alice")
+                _ = try await (out, back)
+                guard let engine = await session.engine else { continue }
+                #expect(FileManager.default.fileExists(atPath: engine.store.path), "round \(round): the engine's file was erased under it")
+                try await Self.write("round-\(round)", in: session)
+                let rows = try await engine.store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events") }
+                #expect(rows == 1, "round \(round): a fresh store per sign-in under erase")
+            }
+            try await session.signOut()
+        }
+    }
 }
