@@ -89,7 +89,7 @@ struct NaturalKeyTests {
     func randomSequences() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
-            var random = SplitMix64(seed: 20261123)
+            var random = SeededGenerator(seed: 20261123)
             var nextID: [String: Int64] = ["c1": 0, "c2": 0]
             var sent = 0
             while sent < 2000 {
@@ -121,19 +121,6 @@ struct NaturalKeyTests {
             let keys = live.compactMap(\.naturalKey)
             #expect(Set(keys).count == keys.count, "a natural key held by two live records")
         }
-    }
-}
-
-/// A small seeded generator, so a failing sequence can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 

@@ -190,7 +190,7 @@ struct PushTests {
             #expect(reasons[4].contains("data is required"))
             // The rejected id is spent: resending it learns the rejection again, never a retry.
             let resent = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 2, entity: "events", entityID: "e-2", data: .value(2)),
+                .upsert(id: 2, entity: "Events!", entityID: "e-2", data: .value(2)),
             ]), token: token)
             #expect(resent.results.first?.status == .rejected)
             #expect(resent.results.first?.error == reasons[0])
@@ -271,6 +271,57 @@ struct PushTests {
             #expect(afterDelete.status == .duplicate)
             #expect(afterDelete.current == RecordState(version: 3, deleted: true, data: nil))
             #expect(try await server.pullAll(token: token)["e/x"]?.op == .delete)
+        }
+    }
+
+    @Test("answers lost three times while new changes join each resend: the first mutation still learns its own result")
+    func resendsWithNewChanges() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            var mutations: [Mutation] = []
+            var first: PushResult?
+            for round in 1...4 {
+                mutations.append(.upsert(id: Int64(round), entity: "events", entityID: "e-\(round)", data: .value(Int64(round))))
+                let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: mutations), token: token)
+                if round == 1 { first = response.results.first }
+                #expect(response.results.first == first, "round \(round)")
+                #expect(response.results.map(\.version) == Array(repeating: 1, count: round))
+            }
+        }
+    }
+
+    @Test("a mutation id reused for another change (a copied store) is rejected, never answered with the other change's result")
+    func reusedMutationID() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "A", data: .value(1))]), token: token)
+            let reused = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "B", data: .value(2))]), token: token)
+            #expect(reused.results.first?.status == .rejected)
+            #expect(reused.results.first?.error?.contains("already used mutation id 1") == true)
+            #expect(reused.results.first?.entityID == nil)
+            let records = try await server.pullAll(token: token)
+            #expect(records["events/A"]?.data == .value(1))
+            #expect(records["events/B"] == nil)
+        }
+    }
+
+    @Test("ids and natural keys that differ only in Unicode normalization are different records, as SQLite keeps them")
+    func normalizationIsNotIdentity() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let composed = "caf\u{E9}"
+            let decomposed = "cafe\u{301}"
+            let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 1, entity: "events", entityID: composed, data: .value(1), naturalKey: composed),
+                .upsert(id: 2, entity: "events", entityID: decomposed, data: .value(2), naturalKey: decomposed),
+            ]), token: token)
+            #expect(response.results.map(\.status) == [.applied, .applied])
+            #expect(response.results.map(\.version) == [1, 1])
+            // Counted from the page itself: a Swift dictionary keyed by these ids would merge them.
+            let changes = try await server.pullOK(token: token).changes
+            #expect(changes.count == 2)
+            #expect(changes.map(\.version) == [1, 1])
+            #expect(Set(changes.map { Array($0.entityID.utf8) }) == [Array(composed.utf8), Array(decomposed.utf8)])
         }
     }
 

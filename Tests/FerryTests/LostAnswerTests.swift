@@ -136,4 +136,49 @@ struct LostAnswerTests {
             #expect(local == Set(remote.keys.map { String($0.dropFirst("events/".count)) }), "every merged record re-keyed to the server's id")
         }
     }
+
+    /// A client that gives up at the first network error, so a lost answer ends the run.
+    static func givingUp() -> SyncConfiguration {
+        var configuration = SyncConfiguration()
+        configuration.retry = RetryPolicy(maximumAttempts: 1)
+        return configuration
+    }
+
+    @Test("a record whose creation was answered into the void, then deleted before the next sync: the delete reaches the server")
+    func deleteAfterLostCreate() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES ('r', 1)") }
+            let lossy = LostAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {}
+            await #expect(throws: FerryError.self) {
+                try await ClientFixture.client(store: store, server: server, transport: lossy, configuration: Self.givingUp()).sync()
+            }
+            try await store.database.write { db in try db.execute(sql: "DELETE FROM events WHERE id = 'r'") }
+            try await ClientFixture.client(store: store, server: server).sync()
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote["events/r"]?.op == .delete, "the server still has the record the device deleted")
+            #expect(try await Self.row("SELECT id FROM events WHERE id = 'r'", in: store) == nil)
+        }
+    }
+
+    @Test("an edit whose answer was lost, then another edit: the second is sent over the first's version, not judged a conflict with the device's own write")
+    func editAfterLostEdit() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n', 'zero')") }
+            try await ClientFixture.client(store: store, server: server).sync()
+            try await store.database.write { db in try db.execute(sql: "UPDATE notes SET body = 'one' WHERE id = 'n'") }
+            let lossy = LostAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {}
+            await #expect(throws: FerryError.self) {
+                try await ClientFixture.client(store: store, server: server, transport: lossy, configuration: Self.givingUp()).sync()
+            }
+            try await store.database.write { db in try db.execute(sql: "UPDATE notes SET body = 'two' WHERE id = 'n'") }
+            let report = try await ClientFixture.client(store: store, server: server).sync()
+            #expect(report.upload.conflicts == 0)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote["notes/n"]?.data?["body"] == .string("two"))
+            #expect(remote["notes/n"]?.version == 3)
+            #expect(try await Self.row("SELECT body FROM notes WHERE id = 'n'", in: store) == "two")
+        }
+    }
 }

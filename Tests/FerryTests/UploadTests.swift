@@ -142,6 +142,22 @@ struct UploadTests {
         }
     }
 
+    @Test("two rows whose ids differ only in Unicode normalization are two records on the server")
+    func normalizationIsNotIdentity() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, 1), (?, 2)", arguments: ["caf\u{E9}", "cafe\u{301}"])
+            }
+            let report = try await ClientFixture.client(store: store, server: server).sync()
+            #expect(report.upload.requests == 1)
+            // Counted from the page itself: a Swift dictionary keyed by these ids would merge them.
+            let changes = try await server.pullOK(token: try await TestServer.token(for: "alice")).changes
+            #expect(changes.count == 2)
+            #expect(Set(changes.compactMap { $0.data?["value"] }) == [.integer(1), .integer(2)])
+        }
+    }
+
     @Test("ids, natural keys and data that need escaping reach the server exactly as written locally")
     func escaping() async throws {
         try await TestServer.run { server in

@@ -44,17 +44,25 @@ struct Outbox: Sendable {
         try await store.database.write { db in
             try lease.confirm(db)
             var rows = try Row.fetchAll(
-                db, sql: "SELECT id, entity, entity_id, op, data, natural_key FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
+                db, sql: "SELECT id, entity, entity_id, op, data, natural_key, sent FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
                 arguments: [OutboxState.pending.rawValue, limit]
             )
             guard !rows.isEmpty else { return nil }
             var bytes = 0
+            var resent = Set<RecordRef>()
             for (index, row) in rows.enumerated() {
+                let record = RecordRef(entity: row[1], entityID: row[2])
+                let sent: Bool = row[6]
                 bytes += OutgoingMutation.envelopeBytes + ((row[4] as String?)?.utf8.count ?? 0) + ((row[2] as String?)?.utf8.count ?? 0)
-                if bytes > Self.bodyBudget, index > 0 {
+                    + ((row[5] as String?)?.utf8.count ?? 0)
+                // A record sent before whose answer never came goes out again as it was sent;
+                // its later changes wait for that answer (the version or identity it brings),
+                // else they would be coalesced into a new mutation judged on stale knowledge.
+                if index > 0, bytes > Self.bodyBudget || (!sent && resent.contains(record)) {
                     rows.removeSubrange(index...)
                     break
                 }
+                if sent { resent.insert(record) }
             }
             var latest: [RecordRef: Row] = [:]
             var entries: [RecordRef: [Int64]] = [:]
@@ -100,7 +108,7 @@ struct Outbox: Sendable {
             }
             let sent = batch.entries.values.flatMap { $0 }
             if !sent.isEmpty {
-                try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ? WHERE \(Self.idIn)")
+                try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = 1 WHERE \(Self.idIn)")
                     .execute(arguments: [OutboxState.inFlight.rawValue, Self.idList(sent)])
             }
             return batch
@@ -153,7 +161,7 @@ struct Outbox: Sendable {
                     let entryIDs = batch.entries[mutation.id] ?? []
                     switch result.status {
                     case .applied, .merged, .duplicate:
-                        if let canonical = result.entityID, canonical != mutation.entityID {
+                        if let canonical = result.entityID, !canonical.hasSameBytes(as: mutation.entityID) {
                             try rekey(entity: mutation.entity, from: mutation.entityID, to: canonical, db: db)
                             rekeys.append((RecordRef(entity: mutation.entity, entityID: mutation.entityID), canonical))
                             outcome.rekeyed += 1
@@ -297,10 +305,17 @@ struct Outbox: Sendable {
     }
 }
 
-/// A record within the user's data.
+/// A record within the user's data; ids are equal when their bytes are, as in SQLite.
 struct RecordRef: Hashable {
     var entity: String
     var entityID: String
+
+    static func == (a: Self, b: Self) -> Bool { a.entity.hasSameBytes(as: b.entity) && a.entityID.hasSameBytes(as: b.entityID) }
+
+    func hash(into hasher: inout Hasher) {
+        entity.hashBytes(into: &hasher)
+        entityID.hashBytes(into: &hasher)
+    }
 }
 
 /// What `Outbox.nextBatch` took.

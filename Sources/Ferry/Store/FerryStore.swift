@@ -169,6 +169,16 @@ public final class FerryStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("ferry-v5") { db in
+            // Entries ever sent (`Outbox.nextBatch` resends them as they were sent).
+            try db.execute(
+                sql: """
+                    ALTER TABLE ferry_outbox ADD COLUMN sent INTEGER NOT NULL DEFAULT 0;
+                    UPDATE ferry_outbox SET sent = 1 WHERE state = ?;
+                    """,
+                arguments: [OutboxState.inFlight.rawValue]
+            )
+        }
         return migrator
     }
 

@@ -66,10 +66,11 @@ struct Uploader: Sendable {
                     current = try await read(limit: batchSize, into: &summary)
                 }
                 await report(summary, total: total)
-            case 400, 413:
-                // The server refused the batch whole. Split it until the mutation at fault is
-                // alone, and dead-letter that one with the server's reason: one record the
-                // server cannot take must not hold back the others.
+            case 413, 400 where (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body))?.code == .badRequest:
+                // The server refused the batch whole (a 400 only counts in the protocol's own
+                // words: one from a proxy or a firewall may pass). Split it until the mutation
+                // at fault is alone, and dead-letter that one with the server's reason: one
+                // record the server cannot take must not hold back the others.
                 if let next { try await outbox.release(next) }
                 let reason = "push answered \(response.status): \(SyncConnection.message(in: response))"
                 if batch.mutations.count > 1 {

@@ -17,9 +17,6 @@ struct BatchPlanner {
     /// What the storage must write for a batch.
     struct BatchPlan {
         var response: PushResponse
-        /// Results of the mutations this batch processed for the first time (not resent ones):
-        /// the storage keeps them so that a resend learns them (`RecentResults`).
-        var processed: [PushResult]
         /// Final state of every record the batch changed, in the order of their last change.
         var writes: [StoredRecord]
         /// Records that held a live natural key before the batch and no longer hold it; the
@@ -29,10 +26,10 @@ struct BatchPlanner {
 
     /// - Parameter replays: the results kept for resent mutations; a replayed conflict reports
     ///   its record as it is now, so that record is read too.
-    static func lookups(for mutations: [IncomingMutation], replays: [Int64: PushResult] = [:]) -> Lookups {
+    static func lookups(for mutations: [IncomingMutation], replays: [Int64: RecentResults.Kept] = [:]) -> Lookups {
         var lookups = Lookups()
         for incoming in mutations {
-            if let replay = replays[incoming.mutation.id], replay.status == .conflict, let entityID = replay.entityID {
+            if let replay = replays[incoming.mutation.id]?.result, replay.status == .conflict, let entityID = replay.entityID {
                 lookups.keys.insert(RecordKey(entity: incoming.mutation.entity, entityID: entityID))
             }
             let mutation = incoming.mutation
@@ -45,7 +42,7 @@ struct BatchPlanner {
     }
 
     private let initialLastMutationID: Int64
-    private let replays: [Int64: PushResult]
+    private let replays: [Int64: RecentResults.Kept]
     private let initial: [RecordKey: StoredRecord]
     private var records: [RecordKey: StoredRecord]
     private var naturalKeyHolders: [NaturalKeyRef: RecordKey] = [:]
@@ -55,7 +52,7 @@ struct BatchPlanner {
     ///   - lastMutationID: the client's stored `lastMutationID` (0 for a new client).
     ///   - replays: the results the client's recent pushes got, by mutation id.
     ///   - loaded: every record found by `lookups(for:replays:)`.
-    init(lastMutationID: Int64, replays: [Int64: PushResult] = [:], loaded: [StoredRecord]) {
+    init(lastMutationID: Int64, replays: [Int64: RecentResults.Kept] = [:], loaded: [StoredRecord]) {
         self.initialLastMutationID = lastMutationID
         self.replays = replays
         var records: [RecordKey: StoredRecord] = [:]
@@ -83,7 +80,6 @@ struct BatchPlanner {
         }
         return BatchPlan(
             response: PushResponse(lastMutationID: lastMutationID, results: results),
-            processed: results.filter { $0.id > initialLastMutationID },
             writes: writes, releasedNaturalKeys: released
         )
     }
@@ -104,7 +100,15 @@ struct BatchPlanner {
     /// client whose answer was lost learns what its mutation did (a version it wrote, a merge,
     /// a conflict, a rejection). A conflict reports the record as it is now.
     private func replay(_ mutation: Mutation) -> PushResult? {
-        guard var result = replays[mutation.id] else { return nil }
+        guard let kept = replays[mutation.id] else { return nil }
+        guard kept.answers(mutation) else {
+            return PushResult(
+                id: mutation.id, status: .rejected, entityID: nil, version: nil,
+                error: "this client already used mutation id \(mutation.id) for another change (\(kept.op.rawValue) \(kept.entity)/\(kept.entityID)); "
+                    + "ids must never be reused: a store copied to another device or restored from a backup needs a new client id"
+            )
+        }
+        var result = kept.result
         if result.status == .conflict {
             let record = result.entityID.flatMap { records[RecordKey(entity: mutation.entity, entityID: $0)] }
             result.version = record?.version

@@ -109,8 +109,7 @@ public final class SQLiteSyncStorage: SyncStorage {
             do {
                 return try await writer.write { db in
                     try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                        let plan = try Self.apply(mutations, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db)
-                        return (plan.response, plan.processed)
+                        try Self.apply(mutations, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db).response
                     }
                 }
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
@@ -126,10 +125,11 @@ public final class SQLiteSyncStorage: SyncStorage {
     }
 
     /// One push's transaction around `apply`: reads the client's position (and, for a resend,
-    /// its recent results), then stores its new position and the results `apply` processed.
+    /// its recent results), then, if the push processed new mutations, stores its new position
+    /// and all its results.
     private static func push(
         _ mutations: [IncomingMutation], userID: String, clientID: String, db: Database,
-        apply: (_ lastMutationID: Int64, _ replays: [Int64: PushResult]) throws -> (response: PushResponse, processed: [PushResult])
+        apply: (_ lastMutationID: Int64, _ replays: [Int64: RecentResults.Kept]) throws -> PushResponse
     ) throws -> PushResponse {
         let client = try Row.fetchOne(
             db.cachedStatement(sql: "SELECT last_mutation_id, latest_results, previous_results FROM clients WHERE user_id = ? AND client_id = ?"),
@@ -139,22 +139,22 @@ public final class SQLiteSyncStorage: SyncStorage {
         // Most pushes carry new ids only: the kept results are read for a resend alone.
         let resends = mutations.contains { $0.mutation.id <= lastMutationID }
         let replays = resends ? try RecentResults.decode(latest: client?[1], previous: client?[2]) : [:]
-        let outcome = try apply(lastMutationID, replays)
-        if !outcome.processed.isEmpty {
+        let response = try apply(lastMutationID, replays)
+        if response.lastMutationID > lastMutationID {
             try db.cachedStatement(
                 sql: """
                     INSERT INTO clients (user_id, client_id, last_mutation_id, latest_results) VALUES (?, ?, ?, ?)
                     ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id,
                         previous_results = clients.latest_results, latest_results = excluded.latest_results
                     """
-            ).execute(arguments: [userID, clientID, outcome.response.lastMutationID, try RecentResults.encode(outcome.processed)])
+            ).execute(arguments: [userID, clientID, response.lastMutationID, try RecentResults.encode(response.results, of: mutations)])
         }
-        return outcome.response
+        return response
     }
 
     /// Loads what a batch touches, decides every result and writes the records.
     private static func apply(
-        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: PushResult], userID: String, db: Database
+        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: RecentResults.Kept], userID: String, db: Database
     ) throws -> BatchPlanner.BatchPlan {
         let loaded = try load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db)
         var planner = BatchPlanner(lastMutationID: lastMutationID, replays: replays, loaded: loaded)
@@ -166,11 +166,10 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// The batch again, one mutation per savepoint: a mutation whose write breaks a constraint
     /// is `rejected` with the database's reason, and the others are applied as usual.
     private static func applyOneByOne(
-        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: PushResult], userID: String, db: Database
-    ) throws -> (response: PushResponse, processed: [PushResult]) {
+        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: RecentResults.Kept], userID: String, db: Database
+    ) throws -> PushResponse {
         var last = lastMutationID
         var results: [PushResult] = []
-        var processed: [PushResult] = []
         for incoming in mutations {
             let id = incoming.mutation.id
             let result: PushResult
@@ -184,13 +183,10 @@ public final class SQLiteSyncStorage: SyncStorage {
                     error: "the server cannot store this mutation: \(error.message ?? "a constraint failed")"
                 )
             }
-            if id > last {
-                processed.append(result)
-                last = id
-            }
+            last = max(last, id)
             results.append(result)
         }
-        return (PushResponse(lastMutationID: last, results: results), processed)
+        return PushResponse(lastMutationID: last, results: results)
     }
 
     public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {

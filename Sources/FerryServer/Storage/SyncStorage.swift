@@ -51,16 +51,30 @@ public struct IncomingMutation: Sendable {
     }
 }
 
-/// Identity of a record within one user's data.
+/// Identity of a record within one user's data; ids are equal when their bytes are, as in SQLite.
 struct RecordKey: Hashable, Sendable {
     var entity: String
     var entityID: String
+
+    static func == (a: Self, b: Self) -> Bool { a.entity.hasSameBytes(as: b.entity) && a.entityID.hasSameBytes(as: b.entityID) }
+
+    func hash(into hasher: inout Hasher) {
+        entity.hashBytes(into: &hasher)
+        entityID.hashBytes(into: &hasher)
+    }
 }
 
-/// A natural key within one user's entity.
+/// A natural key within one user's entity; keys are equal when their bytes are, as in SQLite.
 struct NaturalKeyRef: Hashable, Sendable {
     var entity: String
     var naturalKey: String
+
+    static func == (a: Self, b: Self) -> Bool { a.entity.hasSameBytes(as: b.entity) && a.naturalKey.hasSameBytes(as: b.naturalKey) }
+
+    func hash(into hasher: inout Hasher) {
+        entity.hashBytes(into: &hasher)
+        naturalKey.hashBytes(into: &hasher)
+    }
 }
 
 /// One row of the records table.
