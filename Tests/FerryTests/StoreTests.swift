@@ -103,6 +103,15 @@ struct StoreTests {
         let store = try ClientFixture.openStore(at: carried.path)
         #expect(store.clientID == clientID)
         #expect(try await Self.outbox(store).count == 1)
+
+        // Another process still has its old-name store open, with commits in the log: it stays put.
+        let busyLegacy = directory.appendingPathComponent("dave.sqlite").path
+        let open = try ClientFixture.openStore(at: busyLegacy)
+        try await open.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES ('in-the-log', 1)") }
+        let reader = try await open.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events") }
+        #expect(reader == 1)
+        #expect(try StoreLocation.path(forUser: "dave", in: directory).path == busyLegacy)
+        #expect(try await Self.outbox(open).count == 1)
     }
 
     @Test("the journal keeps its newest events, up to its capacity")

@@ -21,18 +21,27 @@ public enum StoreLocation {
     }
 
     /// The store's path for `userID` in `directory`. A store kept under the name earlier
-    /// versions gave it (the id, percent-encoded) is moved to the new name first. Where two
-    /// ids shared that old file, the first to sign in keeps it and the other starts afresh.
+    /// versions gave it (the id, percent-encoded) is moved to the new name first, unless
+    /// another process has it open (then it is used where it is, and moved another time).
+    /// Where two ids shared that old file, the first to sign in keeps it and the other starts afresh.
     public static func path(forUser userID: String, in directory: URL) throws -> URL {
         let path = directory.appendingPathComponent(fileName(forUser: userID))
         let legacy = directory.appendingPathComponent((userID.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? userID) + ".sqlite")
         let files = FileManager.default
         guard !files.fileExists(atPath: path.path), files.fileExists(atPath: legacy.path) else { return path }
-        // Fold the write-ahead log into the file, so the file alone holds the store.
+        // Fold the write-ahead log into the file, so the file alone holds the store: SQLite does
+        // so, and deletes the log, when the last connection closes. If the log is still there,
+        // another process has the store open, and it stays where it is for now: moving it would
+        // leave that process writing to a log nobody reads.
         let queue = try DatabaseQueue(path: legacy.path)
         try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
         try queue.close()
-        try files.moveItem(at: legacy, to: path)
+        guard !files.fileExists(atPath: legacy.path + "-wal") else { return legacy }
+        do {
+            try files.moveItem(at: legacy, to: path)
+        } catch where files.fileExists(atPath: path.path) {
+            return path  // another process moved it first
+        }
         for suffix in ["-wal", "-shm"] where files.fileExists(atPath: legacy.path + suffix) {
             try files.removeItem(atPath: legacy.path + suffix)
         }
