@@ -29,7 +29,9 @@ struct BatchPlanner {
     static func lookups(for mutations: [IncomingMutation], replays: [Int64: RecentResults.Kept] = [:]) -> Lookups {
         var lookups = Lookups()
         for incoming in mutations {
-            if let replay = replays[incoming.mutation.id]?.result, replay.status == .conflict, let entityID = replay.entityID {
+            if let replay = replays[incoming.mutation.id]?.result(for: incoming.mutation), replay.status == .conflict,
+                let entityID = replay.entityID
+            {
                 lookups.keys.insert(RecordKey(entity: incoming.mutation.entity, entityID: entityID))
             }
             let mutation = incoming.mutation
@@ -104,11 +106,11 @@ struct BatchPlanner {
         guard kept.answers(mutation) else {
             return PushResult(
                 id: mutation.id, status: .rejected, entityID: nil, version: nil,
-                error: "this client already used mutation id \(mutation.id) for another change (\(kept.op.rawValue) \(kept.entity)/\(kept.entityID)); "
-                    + "ids must never be reused: a store copied to another device or restored from a backup needs a new client id"
+                error: "this client already used mutation id \(mutation.id) for another change; ids must never be reused "
+                    + "(a store copied to another device, or restored from a backup, needs a client id of its own)"
             )
         }
-        var result = kept.result
+        var result = kept.result(for: mutation)
         if result.status == .conflict {
             let record = result.entityID.flatMap { records[RecordKey(entity: mutation.entity, entityID: $0)] }
             result.version = record?.version

@@ -95,8 +95,14 @@ public final class SQLiteSyncStorage: SyncStorage {
             // record that took the key since).
             try db.execute(
                 sql: """
-                    ALTER TABLE clients ADD COLUMN latest_results BLOB;
-                    ALTER TABLE clients ADD COLUMN previous_results BLOB;
+                    ALTER TABLE clients ADD COLUMN pushes INTEGER NOT NULL DEFAULT 0;
+                    CREATE TABLE client_results (
+                        user_id TEXT NOT NULL,
+                        client_id TEXT NOT NULL,
+                        slot INTEGER NOT NULL,
+                        results BLOB NOT NULL,
+                        PRIMARY KEY (user_id, client_id, slot)
+                    );
                     UPDATE records SET natural_key = NULL WHERE deleted = 1 AND natural_key IS NOT NULL;
                     """
             )
@@ -132,22 +138,31 @@ public final class SQLiteSyncStorage: SyncStorage {
         apply: (_ lastMutationID: Int64, _ replays: [Int64: RecentResults.Kept]) throws -> PushResponse
     ) throws -> PushResponse {
         let client = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT last_mutation_id, latest_results, previous_results FROM clients WHERE user_id = ? AND client_id = ?"),
+            db.cachedStatement(sql: "SELECT last_mutation_id, pushes FROM clients WHERE user_id = ? AND client_id = ?"),
             arguments: [userID, clientID]
         )
         let lastMutationID: Int64 = client?[0] ?? 0
-        // Most pushes carry new ids only: the kept results are read for a resend alone.
-        let resends = mutations.contains { $0.mutation.id <= lastMutationID }
-        let replays = resends ? try RecentResults.decode(latest: client?[1], previous: client?[2]) : [:]
+        let pushes: Int64 = client?[1] ?? 0
+        // Most pushes carry new ids only: the kept results are read for a resend alone,
+        // the older of the two slots first.
+        var replays: [Int64: RecentResults.Kept] = [:]
+        if mutations.contains(where: { $0.mutation.id <= lastMutationID }) {
+            let kept = try Data.fetchAll(
+                db.cachedStatement(sql: "SELECT results FROM client_results WHERE user_id = ? AND client_id = ? ORDER BY slot = ?"),
+                arguments: [userID, clientID, (pushes - 1) % 2]
+            )
+            replays = try RecentResults.decode(kept)
+        }
         let response = try apply(lastMutationID, replays)
         if response.lastMutationID > lastMutationID {
             try db.cachedStatement(
                 sql: """
-                    INSERT INTO clients (user_id, client_id, last_mutation_id, latest_results) VALUES (?, ?, ?, ?)
-                    ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id,
-                        previous_results = clients.latest_results, latest_results = excluded.latest_results
+                    INSERT INTO clients (user_id, client_id, last_mutation_id, pushes) VALUES (?, ?, ?, 1)
+                    ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1
                     """
-            ).execute(arguments: [userID, clientID, response.lastMutationID, try RecentResults.encode(response.results, of: mutations)])
+            ).execute(arguments: [userID, clientID, response.lastMutationID])
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO client_results (user_id, client_id, slot, results) VALUES (?, ?, ?, ?)")
+                .execute(arguments: [userID, clientID, pushes % 2, RecentResults.encode(response.results, of: mutations)])
         }
         return response
     }
