@@ -52,7 +52,7 @@ struct Outbox: Sendable {
             var resent = Set<RecordRef>()
             for (index, row) in rows.enumerated() {
                 let record = RecordRef(entity: row[1], entityID: row[2])
-                let sent: Bool = row[6]
+                let sent = (row[6] as Bool?) ?? false
                 bytes += OutgoingMutation.envelopeBytes + ((row[4] as String?)?.utf8.count ?? 0) + ((row[2] as String?)?.utf8.count ?? 0)
                     + ((row[5] as String?)?.utf8.count ?? 0)
                 // A record sent before whose answer never came goes out again as it was sent;

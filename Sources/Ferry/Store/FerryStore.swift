@@ -170,10 +170,11 @@ public final class FerryStore: Sendable {
             )
         }
         migrator.registerMigration("ferry-v5") { db in
-            // Entries ever sent (`Outbox.nextBatch` resends them as they were sent).
+            // Entries ever sent (`Outbox.nextBatch` resends them as they were sent): 1, else
+            // NULL, which a captured row gets without a default or a check to apply.
             try db.execute(
                 sql: """
-                    ALTER TABLE ferry_outbox ADD COLUMN sent INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE ferry_outbox ADD COLUMN sent INTEGER;
                     UPDATE ferry_outbox SET sent = 1 WHERE state = ?;
                     """,
                 arguments: [OutboxState.inFlight.rawValue]
