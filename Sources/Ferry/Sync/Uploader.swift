@@ -31,6 +31,10 @@ struct Uploader: Sendable {
             let (response, next) = if let ahead { ahead } else { try await sendReadingAhead(batch, limit: batchSize, into: &summary) }
             ahead = nil
             summary.requests += 1
+            // Refused whole: a 413, or a 400 in the protocol's own words (one from a proxy or a
+            // firewall may pass, so it is retried like any failure).
+            let refusedWhole = response.status == 413
+                || (response.status == 400 && (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body))?.code == .badRequest)
             switch response.status {
             case 200:
                 let push: PushResponse
@@ -66,11 +70,10 @@ struct Uploader: Sendable {
                     current = try await read(limit: batchSize, into: &summary)
                 }
                 await report(summary, total: total)
-            case 413, 400 where (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body))?.code == .badRequest:
-                // The server refused the batch whole (a 400 only counts in the protocol's own
-                // words: one from a proxy or a firewall may pass). Split it until the mutation
-                // at fault is alone, and dead-letter that one with the server's reason: one
-                // record the server cannot take must not hold back the others.
+            case _ where refusedWhole:
+                // Split the batch until the mutation at fault is alone, and dead-letter that one
+                // with the server's reason: one record the server cannot take must not hold
+                // back the others.
                 if let next { try await outbox.release(next) }
                 let reason = "push answered \(response.status): \(SyncConnection.message(in: response))"
                 if batch.mutations.count > 1 {
