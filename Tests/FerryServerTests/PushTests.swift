@@ -44,7 +44,7 @@ struct PushTests {
 
             let overlapping = try await server.pushOK(
                 PushRequest(clientID: "c1", mutations: [
-                    .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(99)),
+                    .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(2)),
                     .upsert(id: 12, entity: "events", entityID: "e-3", data: .value(3)),
                 ]), token: token)
             #expect(overlapping.results.map(\.status) == [.applied, .applied])
@@ -302,6 +302,33 @@ struct PushTests {
             let records = try await server.pullAll(token: token)
             #expect(records["events/A"]?.data == .value(1))
             #expect(records["events/B"] == nil)
+        }
+    }
+
+    @Test("a resent duplicate reports the record as it is now every time; a reused id with other data is rejected, and the first change's own resend still learns its result")
+    func keptResultsAreTheFirstChangesOwn() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 5, entity: "events", entityID: "r1", data: .value(1))]), token: token)
+            let withOld = PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 3, entity: "events", entityID: "r1", data: .value(0)),
+                .upsert(id: 6, entity: "events", entityID: "r2", data: .value(2)),
+            ])
+            let first = try await server.pushOK(withOld, token: token)
+            let again = try await server.pushOK(withOld, token: token)
+            #expect(first.results[0].status == .duplicate)
+            #expect(again.results[0].current == RecordState(version: 1, deleted: false, data: .value(1)))
+            #expect(again == first)
+
+            // The same id, record and op, other data: a copied store's change, not a resend.
+            let reused = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
+                .upsert(id: 6, entity: "events", entityID: "r2", data: .value(99)),
+                .upsert(id: 7, entity: "events", entityID: "r3", data: .value(3)),
+            ]), token: token)
+            #expect(reused.results.map(\.status) == [.rejected, .applied])
+            let genuine = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 6, entity: "events", entityID: "r2", data: .value(2))]), token: token)
+            #expect(genuine.results.first == first.results[1])
+            #expect(try await server.pullAll(token: token)["events/r2"]?.data == .value(2))
         }
     }
 

@@ -181,4 +181,42 @@ struct LostAnswerTests {
             #expect(try await Self.row("SELECT body FROM notes WHERE id = 'n'", in: store) == "two")
         }
     }
+
+    @Test("a crash with a batch answered and the next read ahead, deleting a record the first created: after recovery the delete reaches the server")
+    func deleteReadAheadBeforeCrash() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            let path = ClientFixture.storePath()
+            do {
+                let store = try ClientFixture.openStore(at: path)
+                try await store.database.write { db in
+                    try db.execute(sql: "INSERT INTO events (id, value) VALUES ('q', 0)")
+                    try db.execute(sql: "DELETE FROM events WHERE id = 'q'")
+                    try db.execute(sql: "INSERT INTO events (id, value) VALUES ('r', 1)")
+                    for index in 0..<3 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["a-\(index)", index]) }
+                    try db.execute(sql: "INSERT INTO events (id, value) VALUES ('f', 2)")
+                    try db.execute(sql: "DELETE FROM events WHERE id = 'r'")
+                }
+                let lease = SyncLease(store: store, duration: 60)
+                #expect(try await lease.acquire() == nil)
+                let outbox = Outbox(store: store, lease: lease)
+                // The first batch creates r and reaches the server; the next, read while it was on
+                // the wire, deletes r; then the process dies with neither answer applied.
+                let first = try #require(try await outbox.nextBatch(limit: 6))
+                #expect(first.records.contains(RecordRef(entity: "events", entityID: "r")))
+                #expect(try await server.send(.POST, "/v1/push", token: token, body: first.requestBody(clientID: store.clientID)).status == 200)
+                let second = try #require(try await outbox.nextBatch(limit: 6, inFlight: first.records))
+                #expect(second.mutations.map(\.op) == [.upsert, .delete])
+                try await store.database.write { db in try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [try deadProcessID()]) }
+            }
+            let reopened = try ClientFixture.openStore(at: path)
+            let client = ClientFixture.client(store: reopened, server: server)
+            try await client.sync()
+            #expect(await client.status.pending == 0)
+            let remote = try await server.pullAll(token: token)
+            #expect(remote["events/r"]?.op == .delete, "the device deleted r; the server must not keep it")
+            #expect(remote.values.filter { $0.op == .upsert }.count == 4)
+            #expect(try await Self.row("SELECT id FROM events WHERE id = 'r'", in: reopened) == nil)
+        }
+    }
 }

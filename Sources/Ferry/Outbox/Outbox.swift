@@ -49,20 +49,23 @@ struct Outbox: Sendable {
             )
             guard !rows.isEmpty else { return nil }
             var bytes = 0
-            var resent = Set<RecordRef>()
+            // Per record in this batch: whether one of its entries was sent before.
+            var sentBefore: [RecordRef: Bool] = [:]
             for (index, row) in rows.enumerated() {
                 let record = RecordRef(entity: row[1], entityID: row[2])
                 let sent = (row[6] as Bool?) ?? false
                 bytes += OutgoingMutation.envelopeBytes + ((row[4] as String?)?.utf8.count ?? 0) + ((row[2] as String?)?.utf8.count ?? 0)
                     + ((row[5] as String?)?.utf8.count ?? 0)
-                // A record sent before whose answer never came goes out again as it was sent;
-                // its later changes wait for that answer (the version or identity it brings),
-                // else they would be coalesced into a new mutation judged on stale knowledge.
-                if index > 0, bytes > Self.bodyBudget || (!sent && resent.contains(record)) {
+                // An entry sent before stands for exactly one mutation (the entries coalesced
+                // into it were folded into it when it was sent): it goes out again alone, as
+                // it was sent, and the record's other changes wait for its answer (the version
+                // or identity it brings) instead of being coalesced on stale knowledge.
+                let mixesSent = sentBefore[record].map { $0 || sent } ?? false
+                if index > 0, bytes > Self.bodyBudget || mixesSent {
                     rows.removeSubrange(index...)
                     break
                 }
-                if sent { resent.insert(record) }
+                sentBefore[record] = (sentBefore[record] ?? false) || sent
             }
             var latest: [RecordRef: Row] = [:]
             var entries: [RecordRef: [Int64]] = [:]
@@ -97,7 +100,10 @@ struct Outbox: Sendable {
                     continue
                 }
                 batch.mutations.append(mutation)
-                batch.entries[mutation.id] = entries[record] ?? []
+                // The entries coalesced into the mutation are folded into its own: from now on
+                // one entry stands for what was sent, so a resend is the same mutation.
+                batch.entries[mutation.id] = [mutation.id]
+                batch.unsent += (entries[record] ?? []).filter { $0 != mutation.id }
             }
             batch.mutations.sort { $0.id < $1.id }
             if !batch.unsent.isEmpty {
@@ -325,7 +331,8 @@ struct OutboxBatch: Sendable {
     var mutations: [OutgoingMutation] = []
     /// The outbox entries each mutation stands for (itself and the edits coalesced into it).
     var entries: [Int64: [Int64]] = [:]
-    /// Entries that cancelled out and were removed without being sent.
+    /// Entries removed without being sent: they cancelled out, or were folded into the
+    /// mutation that carries their record's latest state.
     var unsent: [Int64] = []
     /// Mutations the protocol cannot carry, dead-lettered instead of sent.
     var refused: [RefusedMutation] = []

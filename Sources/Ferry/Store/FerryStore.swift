@@ -171,13 +171,15 @@ public final class FerryStore: Sendable {
         }
         migrator.registerMigration("ferry-v5") { db in
             // Entries ever sent (`Outbox.nextBatch` resends them as they were sent): 1, else
-            // NULL, which a captured row gets without a default or a check to apply.
+            // NULL, which a captured row gets without a default or a check to apply. An entry
+            // queued before this migration may have been sent and put back after a lost answer:
+            // it counts as sent (at worst, a batch ends a little early).
             try db.execute(
                 sql: """
                     ALTER TABLE ferry_outbox ADD COLUMN sent INTEGER;
-                    UPDATE ferry_outbox SET sent = 1 WHERE state = ?;
+                    UPDATE ferry_outbox SET sent = 1 WHERE state IN (?, ?);
                     """,
-                arguments: [OutboxState.inFlight.rawValue]
+                arguments: [OutboxState.pending.rawValue, OutboxState.inFlight.rawValue]
             )
         }
         return migrator

@@ -88,7 +88,7 @@ struct BatchPlanner {
 
     private mutating func decide(_ incoming: IncomingMutation, at index: Int) -> PushResult {
         let mutation = incoming.mutation
-        if mutation.id <= initialLastMutationID { return replay(mutation) ?? duplicate(mutation) }
+        if mutation.id <= initialLastMutationID { return replay(incoming) ?? duplicate(mutation) }
         if let reason = incoming.rejection {
             return PushResult(id: mutation.id, status: .rejected, entityID: nil, version: nil, error: reason)
         }
@@ -101,9 +101,10 @@ struct BatchPlanner {
     /// A resent mutation whose first result is kept: that result again, word for word, so a
     /// client whose answer was lost learns what its mutation did (a version it wrote, a merge,
     /// a conflict, a rejection). A conflict reports the record as it is now.
-    private func replay(_ mutation: Mutation) -> PushResult? {
-        guard let kept = replays[mutation.id] else { return nil }
-        guard kept.answers(mutation) else {
+    private func replay(_ incoming: IncomingMutation) -> PushResult? {
+        let mutation = incoming.mutation
+        guard let kept = replays[mutation.id], kept.status != .duplicate else { return nil }
+        guard kept.answers(incoming) else {
             return PushResult(
                 id: mutation.id, status: .rejected, entityID: nil, version: nil,
                 error: "this client already used mutation id \(mutation.id) for another change; ids must never be reused "

@@ -13,8 +13,8 @@ import Foundation
 ///
 /// Stored compactly, one array per result: `[id, status, version, entityID, error, fingerprint]`,
 /// where `entityID` is `0` when it is the mutation's own, and `fingerprint` identifies the
-/// mutation answered (entity, entityID, op) to tell a resend from another change reusing the
-/// id (a store copied to a second device, or restored from a backup). A conflict's `current`
+/// mutation answered (all it says, data included) to tell a resend from another change
+/// reusing the id (a store copied to a second device, or restored from a backup). A conflict's `current`
 /// is not kept: a replay reports the record as it is then.
 enum RecentResults {
     /// A kept result and the fingerprint of the mutation it answered.
@@ -27,8 +27,8 @@ enum RecentResults {
         var error: String?
         var fingerprint: Int64
 
-        func answers(_ mutation: Mutation) -> Bool {
-            fingerprint == RecentResults.fingerprint(of: mutation)
+        func answers(_ incoming: IncomingMutation) -> Bool {
+            fingerprint == RecentResults.fingerprint(of: incoming)
         }
 
         /// The result as first answered to `mutation`.
@@ -37,27 +37,45 @@ enum RecentResults {
         }
     }
 
-    static func encode(_ results: [PushResult], of mutations: [IncomingMutation]) -> Data {
+    /// A push's results as kept: each new mutation's result, and each resent mutation's kept
+    /// result as it was (a `duplicate`, or a rejection of a reused id, is worked out again).
+    static func encode(_ results: [PushResult], of mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: Kept]) -> Data {
         var json = JSONTextWriter(capacity: 16 + results.count * 48)
         json.raw("[")
-        for (index, (result, incoming)) in zip(results, mutations).enumerated() {
-            if index > 0 { json.raw(",") }
+        var first = true
+        for (result, incoming) in zip(results, mutations) {
+            let kept: Kept
+            if result.id > lastMutationID {
+                let entityID: String??
+                switch result.entityID {
+                case let own? where own.hasSameBytes(as: incoming.mutation.entityID): entityID = nil
+                case let other?: entityID = .some(other)
+                case nil: entityID = .some(nil)
+                }
+                kept = Kept(id: result.id, status: result.status, version: result.version, entityID: entityID, error: result.error, fingerprint: fingerprint(of: incoming))
+            } else if let replayed = replays[result.id], replayed.status != .duplicate {
+                kept = replayed
+            } else {
+                continue
+            }
+            if !first { json.raw(",") }
+            first = false
             json.raw("[")
-            json.integer(result.id)
+            json.integer(kept.id)
             json.raw(",")
-            json.string(result.status.rawValue)
+            json.string(kept.status.rawValue)
             json.raw(",")
-            if let version = result.version { json.integer(version) } else { json.raw("null") }
+            if let version = kept.version { json.integer(version) } else { json.raw("null") }
             json.raw(",")
-            switch result.entityID {
-            case let entityID? where entityID.hasSameBytes(as: incoming.mutation.entityID): json.raw("0")
-            case let entityID?: json.string(entityID)
-            case nil: json.raw("null")
+            switch kept.entityID {
+            case nil: json.raw("0")
+            case .some(let entityID?): json.string(entityID)
+            case .some(nil): json.raw("null")
             }
             json.raw(",")
-            if let error = result.error { json.string(error) } else { json.raw("null") }
+            if let error = kept.error { json.string(error) } else { json.raw("null") }
             json.raw(",")
-            json.integer(fingerprint(of: incoming.mutation))
+            json.integer(kept.fingerprint)
             json.raw("]")
         }
         json.raw("]")
@@ -91,15 +109,21 @@ enum RecentResults {
         return kept
     }
 
-    /// FNV-1a over the mutation's entity, entityID and op, as UTF-8 bytes.
-    static func fingerprint(of mutation: Mutation) -> Int64 {
+    /// FNV-1a over everything the mutation says: entity, entityID, op, natural key, base
+    /// version and its data as stored, as UTF-8 bytes.
+    static func fingerprint(of incoming: IncomingMutation) -> Int64 {
+        let mutation = incoming.mutation
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for part in [mutation.entity, mutation.entityID, mutation.op.rawValue] {
-            for byte in part.utf8 {
-                hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3
-            }
+        func add(_ bytes: some Sequence<UInt8>) {
+            for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
             hash = (hash ^ 0xff) &* 0x100_0000_01b3  // a separator no UTF-8 byte equals
         }
+        add(mutation.entity.utf8)
+        add(mutation.entityID.utf8)
+        add(mutation.op.rawValue.utf8)
+        add((mutation.naturalKey ?? "").utf8)
+        add(mutation.baseVersion.map { "\($0)" }?.utf8 ?? "".utf8)
+        add(incoming.encodedData ?? Data())
         return Int64(bitPattern: hash)
     }
 }

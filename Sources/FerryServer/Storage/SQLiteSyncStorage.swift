@@ -162,7 +162,10 @@ public final class SQLiteSyncStorage: SyncStorage {
                     """
             ).execute(arguments: [userID, clientID, response.lastMutationID])
             try db.cachedStatement(sql: "INSERT OR REPLACE INTO client_results (user_id, client_id, slot, results) VALUES (?, ?, ?, ?)")
-                .execute(arguments: [userID, clientID, pushes % 2, RecentResults.encode(response.results, of: mutations)])
+                .execute(arguments: [
+                    userID, clientID, pushes % 2,
+                    RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays),
+                ])
         }
         return response
     }
