@@ -135,15 +135,12 @@ public actor FerryClient {
             }
         }
         defer { heartbeat.cancel() }
-        do {
-            let result = try await body()
-            try await lease.release()
-            return result
-        } catch {
-            // Even when cancelled (a sign-out): the next client must not wait for the expiry.
-            await Task { try? await lease.release() }.value
-            throw error
-        }
+        // Given up even when cancelled (a sign-out), so the next client need not wait for the
+        // expiry; a release that fails leaves the lease to expire and fails nothing.
+        let outcome: Result<T, any Error>
+        do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
+        await Task { try? await lease.release() }.value
+        return try outcome.get()
     }
 
     private func performSync(full: Bool) async throws -> SyncReport {
