@@ -198,7 +198,14 @@ public struct JSONReader {
             guard digits() else { throw failure("expected a digit in the exponent") }
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
-        if integral, let integer = Int64(text) { return .integer(integer) }
+        if integral {
+            // Kept exactly or refused, never rounded into a double.
+            guard let integer = Int64(text) else {
+                index = start
+                throw failure("integer \(text.prefix(40)) does not fit in 64 bits; send it as a string")
+            }
+            return .integer(integer)
+        }
         guard let double = Double(text), double.isFinite else {
             index = start
             throw failure("number \(text.prefix(40)) is out of range")

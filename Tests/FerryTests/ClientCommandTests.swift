@@ -76,6 +76,9 @@ struct ClientCommandTests {
             run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-3", "--data", #"{"value": 1e999}"#])
             #expect(run.status != 0)
             #expect(run.error.contains("out of range"), "\(run.error)")
+            run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-3", "--data", #"{"value": 123456789012345678901234}"#])
+            #expect(run.status != 0)
+            #expect(run.error.contains("does not fit in 64 bits"), "\(run.error)")
 
             run = try await Self.ferry(["client", "status"] + base + ["--json"])
             #expect(run.output.contains(#""pending":3"#))
