@@ -11,7 +11,8 @@ public struct SyncConfiguration: Sendable {
     public var conflictPolicy = ConflictPolicy.serverWins
     /// How long this client's hold on the store's sync lasts unless renewed (every third of
     /// it, and with every batch and page). Another process that wants to sync the store waits
-    /// this long at most after this one stops without releasing it; a crash is noticed at once.
+    /// this long at most after this one stops without releasing it; a holder whose process has
+    /// ended (a crash on this device) is passed over at once.
     public var leaseDuration: Duration = .seconds(60)
     /// How often a sync that finds another process syncing the store checks again.
     public var leaseRetryInterval: Duration = .milliseconds(250)
