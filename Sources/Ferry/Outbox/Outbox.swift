@@ -32,9 +32,11 @@ struct Outbox: Sendable {
     /// Takes the next batch: at most `limit` entries, coalesced, marked in flight.
     /// `nil` when nothing is pending.
     ///
-    /// `inFlight` holds the records of a batch sent but not yet applied: a delete of one of
-    /// them is sent even if the server has not given the record a version yet, since that
-    /// batch may be creating it there.
+    /// `inFlight` holds the records of a batch sent but not yet applied (the uploader reads
+    /// ahead while it waits): the batch stops before the first change of one of them, which
+    /// waits for that answer, since the answer may give the record a version its change must
+    /// be sent over, or another identity (a merge) its change must follow. `nil` when the
+    /// first pending change is such a one.
     ///
     /// A batch stops before the entry that would take its body past `bodyBudget`. A mutation
     /// the protocol cannot carry (data that is not a JSON object, a number JSON has no form for,
@@ -61,12 +63,13 @@ struct Outbox: Sendable {
                 // it was sent, and the record's other changes wait for its answer (the version
                 // or identity it brings) instead of being coalesced on stale knowledge.
                 let mixesSent = sentBefore[record].map { $0 || sent } ?? false
-                if index > 0, bytes > Self.bodyBudget || mixesSent {
+                if inFlight.contains(record) || (index > 0 && (bytes > Self.bodyBudget || mixesSent)) {
                     rows.removeSubrange(index...)
                     break
                 }
                 sentBefore[record] = (sentBefore[record] ?? false) || sent
             }
+            guard !rows.isEmpty else { return nil }
             var latest: [RecordRef: Row] = [:]
             var entries: [RecordRef: [Int64]] = [:]
             // Columns by position: GRDB matches names case-insensitively, which costs more
@@ -84,7 +87,7 @@ struct Outbox: Sendable {
                 // The version the server last gave the record: a delete needs it (none means the
                 // server never saw the record) and so does an upsert that detects conflicts.
                 let version = op == .delete || detectsConflicts ? try Int64.fetchOne(knownVersion, arguments: [record.entity, record.entityID]) : nil
-                if op == .delete, version == nil, !inFlight.contains(record) {
+                if op == .delete, version == nil {
                     // Created and deleted before the server saw it: nothing to send.
                     batch.unsent += entries[record] ?? []
                     continue
@@ -168,7 +171,7 @@ struct Outbox: Sendable {
                     switch result.status {
                     case .applied, .merged, .duplicate:
                         if let canonical = result.entityID, !canonical.hasSameBytes(as: mutation.entityID) {
-                            try rekey(entity: mutation.entity, from: mutation.entityID, to: canonical, db: db)
+                            try rekey(entity: mutation.entity, from: mutation.entityID, to: canonical, after: mutation.id, db: db)
                             rekeys.append((RecordRef(entity: mutation.entity, entityID: mutation.entityID), canonical))
                             outcome.rekeyed += 1
                         }
@@ -271,11 +274,22 @@ struct Outbox: Sendable {
     /// The local record takes the server's identity. The server now holds this client's data
     /// under the canonical id, so a stale local copy of the canonical record (pulled earlier)
     /// gives way to the re-keyed row; its later pending edits follow it (`rekeyQueuedEntries`).
-    private func rekey(entity: String, from local: String, to canonical: String, db: Database) throws {
+    /// But when this store changed the canonical record after the merged mutation (an edit or
+    /// a delete still queued), that change reaches the server later and decides the record:
+    /// the local canonical row (or its absence) stays, and the merged row goes.
+    private func rekey(entity: String, from local: String, to canonical: String, after mutationID: Int64, db: Database) throws {
         guard let table = store.table(forEntity: entity) else { return }
         let name = table.table.quotedDatabaseIdentifier
         let canonicalRow = table.rowCondition(entity: entity, entityID: canonical)
         let localRow = table.rowCondition(entity: entity, entityID: local)
+        let canonicalChangedLater = try Bool.fetchOne(
+            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity = ? AND entity_id = ? AND id > ?)"),
+            arguments: [entity, canonical, mutationID]
+        ) ?? false
+        if canonicalChangedLater {
+            try db.execute(sql: "DELETE FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments))
+            return
+        }
         try db.execute(sql: "DELETE FROM \(name) WHERE \(canonicalRow.sql)", arguments: StatementArguments(canonicalRow.arguments))
         try db.execute(
             sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)",
@@ -283,11 +297,23 @@ struct Outbox: Sendable {
         )
     }
 
+    /// Ends a conflict as `policy` says. Changes of the record made after the conflicting one
+    /// and still queued were made on the same stale knowledge: accepting the server's state
+    /// discards them too (else they would be sent over the new version and silently undo it),
+    /// and keeping local data lets the newest of them go over the server's version instead.
     private func resolve(_ mutation: OutgoingMutation, current: RecordState?, policy: ConflictPolicy, db: Database) throws {
         let local = try mutation.data()
         var writer = RecordWriter(store: store)
+        let laterChanges = try Bool.fetchOne(
+            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE state = ? AND entity = ? AND entity_id = ?)"),
+            arguments: [OutboxState.pending.rawValue, mutation.entity, mutation.entityID]
+        ) ?? false
         switch policy.resolve(Conflict(entity: mutation.entity, entityID: mutation.entityID, local: local, server: current)) {
         case .acceptServer:
+            if laterChanges {
+                try db.cachedStatement(sql: "DELETE FROM ferry_outbox WHERE state = ? AND entity = ? AND entity_id = ?")
+                    .execute(arguments: [OutboxState.pending.rawValue, mutation.entity, mutation.entityID])
+            }
             try writer.write(
                 entity: mutation.entity, entityID: mutation.entityID,
                 data: current?.deleted == false ? current?.data : nil, naturalKey: mutation.naturalKey, db: db
@@ -296,6 +322,7 @@ struct Outbox: Sendable {
         case .keep(let data):
             // Re-send over the server's version: a new entry, so it goes through the queue like any change.
             if let current { try setVersion(current.version, entity: mutation.entity, entityID: mutation.entityID, db: db) }
+            guard !laterChanges else { return }
             try writer.write(entity: mutation.entity, entityID: mutation.entityID, data: data, naturalKey: mutation.naturalKey, db: db)
             let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
             try db.execute(

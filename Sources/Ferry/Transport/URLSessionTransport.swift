@@ -44,6 +44,7 @@ public struct URLSessionTransport: SyncTransport {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let task = session.dataTask(with: request) { data, response, error in
+                    handle.finish()
                     if let error {
                         continuation.resume(throwing: error)
                     } else if let response {
@@ -61,11 +62,17 @@ public struct URLSessionTransport: SyncTransport {
 }
 
 /// The data task of one request, cancelled even when cancellation comes before it starts.
+///
+/// swift-corelibs-foundation crashes ("a task that is not in the registry") when a task is
+/// cancelled as it finishes, so a finished task is not cancelled: the completion handler marks
+/// it, and the cancel, which runs on another queue, checks the mark and the task's state. This
+/// narrows that race on Linux; it cannot close it from outside Foundation.
 private final class DataTaskHandle: @unchecked Sendable {
-    // @unchecked: `task` and `cancelled` are only read and written under `lock`.
+    // @unchecked: `task`, `cancelled` and `finished` are only read and written under `lock`.
     private let lock = NSLock()
     private var task: URLSessionDataTask?
     private var cancelled = false
+    private var finished = false
 
     func start(_ task: URLSessionDataTask) {
         let cancelled = lock.withLock {
@@ -73,19 +80,27 @@ private final class DataTaskHandle: @unchecked Sendable {
             return self.cancelled
         }
         task.resume()
-        if cancelled { Self.cancel(task) }
+        if cancelled { cancelUnlessFinished() }
+    }
+
+    /// Called by the completion handler, before it resumes the caller.
+    func finish() {
+        lock.withLock { finished = true }
     }
 
     func cancel() {
-        let task = lock.withLock {
+        let started = lock.withLock {
             cancelled = true
-            return self.task
+            return task != nil
         }
-        if let task { Self.cancel(task) }
+        if started { cancelUnlessFinished() }
     }
 
     /// Off the caller's thread: the caller may hold the Swift task's status lock.
-    private static func cancel(_ task: URLSessionDataTask) {
-        DispatchQueue.global().async { task.cancel() }
+    private func cancelUnlessFinished() {
+        DispatchQueue.global().async {
+            guard let task = self.lock.withLock({ self.finished ? nil : self.task }), task.state == .running else { return }
+            task.cancel()
+        }
     }
 }

@@ -1,0 +1,431 @@
+import Ferry
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import GRDB
+
+/// One seeded run of devices against a real server through faults, ending in one invariant.
+///
+/// Alice has a phone, whose app and widget are two client processes on one store, and a
+/// laptop; Bob has a phone. From the seed come every step (writes, syncs alone or side by
+/// side, a write during a sync, a process killed and reopened, a server restart) and every
+/// fault on the wire. At the end, with faults off, each device syncs until caught up, and:
+/// every store holds what the server holds, every version the server wrote was heard by one
+/// client (nothing applied twice), nothing is queued or in flight or leased, the dead letters
+/// are exactly the records too big to send, and neither user's data reached the other.
+final class FaultSchedule {
+    struct Outcome {
+        var steps: [String: Int] = [:]
+        var faults: [String: Int] = [:]
+        var problems: [String] = []
+        var log: [String] = []
+    }
+
+    /// A client process: a store opened on a file, the client syncing it, and its network.
+    struct ClientProcess {
+        let name: String
+        let user: String
+        let path: String
+        var store: FerryStore
+        var client: FerryClient
+        var transport: ScheduleTransport
+    }
+
+    /// Over `ProtocolLimits.maxDataBytes`: the server must refuse it, so it ends a dead letter.
+    static let bigBody = String(repeating: "x", count: 300 * 1024)
+
+    private let seed: UInt64
+    private var random: JitterGenerator
+    private let server = RestartableServer()
+    private let ledger = ScheduleLedger()
+    private let freezer = Freezer()
+    private let configuration: SyncConfiguration
+    private var tokens: [String: String] = [:]
+    private var processes: [ClientProcess] = []
+    /// Killed processes: their stores stay open (a killed process closes nothing) until the end.
+    private var killed: [(store: FerryStore, run: Task<Void, Never>)] = []
+    private var bigRecords: [String: Set<String>] = [:]
+    /// Per user and record: who wrote it and what it held after each write.
+    private var history: [String: [String: RecordHistory]] = [:]
+    private var counter = 0
+    private var outcome = Outcome()
+
+    private init(seed: UInt64) {
+        self.seed = seed
+        self.random = JitterGenerator(seed: seed)
+        var configuration = SyncConfiguration()
+        // Small batches and pages: several per sync, so faults land between them.
+        configuration.batchSize = Int.random(in: 2...12, using: &random)
+        configuration.pullPageSize = Int.random(in: 2...12, using: &random)
+        configuration.leaseRetryInterval = .seconds(2)
+        self.configuration = configuration
+    }
+
+    static func run(seed: UInt64) async -> Outcome {
+        let schedule = FaultSchedule(seed: seed)
+        do {
+            try await schedule.play()
+        } catch {
+            schedule.outcome.problems.append("the schedule stopped: \(error)")
+        }
+        await schedule.tearDown()
+        if !schedule.outcome.problems.isEmpty, let folder = ProcessInfo.processInfo.environment["FERRY_FUZZ_KEEP"] {
+            schedule.keepFiles(in: URL(fileURLWithPath: folder).appendingPathComponent("seed-\(seed)"))
+        }
+        schedule.outcome.faults = schedule.ledger.injectedFaults
+        schedule.outcome.log = schedule.ledger.logLines
+        return schedule.outcome
+    }
+
+    private func note(_ step: String, _ detail: String) {
+        outcome.steps[step, default: 0] += 1
+        ledger.log("\(step): \(detail)")
+    }
+
+    private func roll(_ range: Range<Int>) -> Int { Int.random(in: range, using: &random) }
+
+    // MARK: - Playing
+
+    private func play() async throws {
+        try await server.start()
+        for user in ["alice", "bob"] { tokens[user] = try await TestServer.token(for: user) }
+        let phone = ClientFixture.storePath()
+        let laptop = ClientFixture.storePath()
+        let bobPhone = ClientFixture.storePath()
+        for (name, user, path) in [("phone", "alice", phone), ("widget", "alice", phone), ("laptop", "alice", laptop), ("bob", "bob", bobPhone)] {
+            processes.append(try open(name: name, user: user, path: path))
+        }
+        let stepCount = 20 + roll(0..<20)
+        for _ in 0..<stepCount {
+            let choice = roll(0..<100)
+            let target = roll(0..<processes.count)
+            switch choice {
+            case ..<40: try await write(on: target)
+            case ..<68: await sync(target)
+            case ..<78: await syncSideBySide()
+            case ..<85: try await writeDuringSync(on: target)
+            case ..<93: try await kill(target)
+            default:
+                try await server.restart()
+                note("server restarted", "between steps")
+            }
+        }
+        try await server.start()
+        try await finish()
+    }
+
+    private func open(name: String, user: String, path: String) throws -> ClientProcess {
+        let transport = ScheduleTransport(user: user, name: name, seed: random.next(), server: server, ledger: ledger, freezer: freezer)
+        let store = try ClientFixture.openStore(at: path)
+        let token = tokens[user]!
+        let client = FerryClient(
+            store: store, transport: transport, token: { token }, clock: FastClock(), configuration: configuration,
+            jitterSeed: random.next()
+        )
+        return ClientProcess(name: name, user: user, path: path, store: store, client: client, transport: transport)
+    }
+
+    /// One to four changes in one transaction: creates (some with a natural key every device
+    /// and user draws from), edits and deletes of whatever the store holds, edits of notes
+    /// every device of the user shares (conflicting), and now and then a record too big to send.
+    private func write(on index: Int) async throws {
+        let process = processes[index]
+        let events = try await process.store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM events ORDER BY id") }
+        var statements: [(String, StatementArguments)] = []
+        var effects: [Effect] = []
+        for _ in 0...roll(0..<4) {
+            counter += 1
+            let stamp = "\(process.user)-\(process.name)-\(counter)"
+            switch roll(0..<100) {
+            case ..<35:
+                let key: String? = roll(0..<2) == 0 ? nil : "hk-\(roll(0..<5))"
+                let (kind, value) = (["steps", "sleep"][roll(0..<2)], roll(0..<1000))
+                statements.append(("INSERT INTO events (id, kind, value, hk) VALUES (?, ?, ?, ?)", [stamp, kind, value, key]))
+                effects.append(Effect(record: "events/\(stamp)", state: Self.describe(kind: kind, value: "\(value)", naturalKey: key), naturalKey: key != nil))
+            case ..<55 where !events.isEmpty:
+                let (value, id) = (roll(0..<1000), events[roll(0..<events.count)])
+                statements.append(("UPDATE events SET value = ?, kind = ? WHERE id = ?", [value, stamp, id]))
+                effects.append(Effect(record: "events/\(id)", state: nil, update: "kind=\(stamp) value=\(value)"))
+            case ..<65 where !events.isEmpty:
+                let id = events[roll(0..<events.count)]
+                statements.append(("DELETE FROM events WHERE id = ?", [id]))
+                effects.append(Effect(record: "events/\(id)", state: nil))
+            case ..<88:
+                let id = "n-\(roll(0..<3))"
+                statements.append(("INSERT INTO notes (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body", [id, stamp]))
+                effects.append(Effect(record: "notes/\(id)", state: Self.describe(body: stamp)))
+            case ..<95:
+                let id = "n-\(roll(0..<3))"
+                statements.append(("DELETE FROM notes WHERE id = ?", [id]))
+                effects.append(Effect(record: "notes/\(id)", state: nil))
+            default:
+                let id = "\(stamp)-big"
+                bigRecords[process.path, default: []].insert("notes/\(id)")
+                statements.append(("INSERT INTO notes (id, body) VALUES (?, ?)", [id, Self.bigBody]))
+                effects.append(Effect(record: "notes/\(id)", state: Self.describe(body: Self.bigBody)))
+            }
+        }
+        let batch = statements
+        let changed = try await process.store.database.write { db in
+            try batch.map { sql, arguments in
+                try db.execute(sql: sql, arguments: arguments)
+                return db.changesCount > 0
+            }
+        }
+        for (effect, changed) in zip(effects, changed) where changed {
+            history[process.user, default: [:]][effect.record, default: RecordHistory()].add(effect, by: process.path)
+        }
+        let summary = statements.map { sql, arguments in
+            "\(sql.prefix(6).lowercased()) \(sql.contains("notes") ? "notes" : "events") \(arguments.description.prefix(60))"
+        }
+        note("write", "\(process.name): \(summary.joined(separator: "; "))")
+    }
+
+    private func sync(_ index: Int) async {
+        let process = processes[index]
+        do {
+            let report = try await process.client.sync()
+            note("sync", "\(process.name): pushed \(report.upload.acknowledged), pulled \(report.pull.received)")
+        } catch {
+            note("sync", "\(process.name): failed (\(error))")
+        }
+    }
+
+    /// Two or three processes sync at once (the app and its widget contend for one store's lease).
+    private func syncSideBySide() async {
+        var chosen: [Int] = []
+        for _ in 0..<(2 + roll(0..<2)) {
+            let index = roll(0..<processes.count)
+            if !chosen.contains(index) { chosen.append(index) }
+        }
+        let clients = chosen.map { processes[$0].client }
+        await withTaskGroup(of: Void.self) { group in
+            for client in clients { group.addTask { _ = try? await client.sync() } }
+        }
+        note("syncs side by side", chosen.map { processes[$0].name }.joined(separator: " + "))
+    }
+
+    private func writeDuringSync(on index: Int) async throws {
+        let client = processes[index].client
+        let run = Task { _ = try? await client.sync() }
+        try await write(on: index)
+        await run.value
+        note("write during a sync", processes[index].name)
+    }
+
+    /// Kills the process at one of its next requests (before it reaches the server or after the
+    /// server committed), or between syncs if its sync needs fewer, then opens the store again
+    /// as a new process would. A killed process's lease names a process that no longer exists.
+    private func kill(_ index: Int) async throws {
+        let process = processes[index]
+        let (signals, signal) = AsyncStream.makeStream(of: Bool.self)
+        process.transport.armKill(atRequest: roll(0..<6)) { signal.yield(true) }
+        let client = process.client
+        let run = Task {
+            _ = try? await client.sync()
+            signal.yield(false)
+        }
+        var iterator = signals.makeAsyncIterator()
+        let duringRequest = await iterator.next() ?? false
+        if duringRequest {
+            let dead = try deadProcessID()
+            try await process.store.database.write { db in try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [dead]) }
+        }
+        killed.append((process.store, run))
+        processes[index] = try open(name: process.name, user: process.user, path: process.path)
+        note("client killed", "\(process.name) \(duringRequest ? "during a request" : "between syncs"), reopened")
+    }
+
+    // MARK: - The invariant
+
+    private func finish() async throws {
+        for process in processes { process.transport.turnFaultsOff() }
+        for round in 0..<3 {
+            for process in processes {
+                do {
+                    try await process.client.sync()
+                } catch where round == 2 {
+                    outcome.problems.append("\(process.name): the last sync without faults failed: \(error)")
+                } catch {}
+            }
+        }
+        var server: [String: [String: Change]] = [:]
+        for user in ["alice", "bob"] {
+            server[user] = try await serverRecords(of: user)
+            let versions = server[user]!.mapValues(\.version)
+            outcome.problems += ledger.exactlyOnceProblems(user: user, serverVersions: versions).map { "\(user): \($0)" }
+            outcome.problems += lostChanges(of: user, server: server[user]!).map { "\(user): \($0)" }
+        }
+        outcome.problems += ledger.inconsistencies
+        var checkedPaths: Set<String> = []
+        for process in processes where checkedPaths.insert(process.path).inserted {
+            outcome.problems += try await problems(of: process, server: server[process.user]!).map { "\(process.name): \($0)" }
+        }
+        for (user, other) in [("alice", "bob"), ("bob", "alice")] {
+            let leaked = server[user]!.values.filter { change in
+                change.data.map { "\($0)".contains("\(other)-") } ?? false || change.entityID.hasPrefix("\(other)-")
+            }
+            if !leaked.isEmpty { outcome.problems.append("\(user) holds \(other)'s records: \(leaked.map(\.entityID))") }
+        }
+    }
+
+    /// A record only one store ever wrote, without a natural key (so no other record merged
+    /// into it) and not too big to send, must end on the server as that store last wrote it:
+    /// no conflict can take a change away, so a change that is missing was lost.
+    private func lostChanges(of user: String, server: [String: Change]) -> [String] {
+        var problems: [String] = []
+        for (record, history) in history[user] ?? [:] where history.writers.count == 1 && !history.naturalKey {
+            guard let path = history.writers.first, !(bigRecords[path] ?? []).contains(record) else { continue }
+            let remote = server[record].flatMap { change -> String? in
+                guard change.op == .upsert else { return nil }
+                let data = change.data ?? [:]
+                return change.entity == "events"
+                    ? Self.describe(kind: Self.text(data["kind"]), value: Self.text(data["value"]), naturalKey: change.naturalKey)
+                    : Self.describe(body: Self.text(data["body"]))
+            }
+            if remote != history.state {
+                problems.append("\(record), written by one store only, was last written as \(history.state ?? "deleted"), but the server holds \(remote ?? "nothing")")
+            }
+        }
+        return problems.sorted()
+    }
+
+    private func problems(of process: ClientProcess, server: [String: Change]) async throws -> [String] {
+        var problems: [String] = []
+        let store = process.store
+        let (queued, leases, localVersions) = try await store.database.read { db in
+            (
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state IN (0, 1)") ?? 0,
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_lease") ?? 0,
+                Dictionary(
+                    try Row.fetchAll(db, sql: "SELECT entity, entity_id, version FROM ferry_versions").map { row -> (String, Int64) in
+                        ("\(row[0] as String)/\(row[1] as String)", row[2])
+                    },
+                    uniquingKeysWith: { $1 }
+                )
+            )
+        }
+        if queued != 0 { problems.append("\(queued) changes still queued or in flight") }
+        if leases != 0 { problems.append("the sync lease is still held") }
+
+        let big = bigRecords[process.path] ?? []
+        let deadLetters = Set(try await process.client.deadLetters().map { "\($0.entity)/\($0.entityID)" })
+        if deadLetters != big {
+            problems.append("dead letters are \(deadLetters.sorted()), expected exactly the records too big to send: \(big.sorted())")
+        }
+
+        var local = try await store.database.read { db in
+            var rows: [String: String] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT id, kind, value, hk FROM events") {
+                rows["events/\(row[0] as String)"] = Self.describe(kind: row[1], value: (row[2] as Int64?).map { "\($0)" }, naturalKey: row[3])
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT id, body FROM notes") {
+                rows["notes/\(row[0] as String)"] = Self.describe(body: row[1])
+            }
+            return rows
+        }
+        for record in big {
+            if local.removeValue(forKey: record) == nil { problems.append("\(record), a dead letter, is gone from the store") }
+            if server[record] != nil { problems.append("\(record), too big to send, is on the server") }
+        }
+        var remote: [String: String] = [:]
+        for (key, change) in server where change.op == .upsert {
+            let data = change.data ?? [:]
+            remote[key] = change.entity == "events"
+                ? Self.describe(kind: Self.text(data["kind"]), value: Self.text(data["value"]), naturalKey: change.naturalKey)
+                : Self.describe(body: Self.text(data["body"]))
+            if localVersions[key] != change.version {
+                problems.append("\(key): the store knows version \(localVersions[key].map(String.init) ?? "none"), the server holds \(change.version)")
+            }
+        }
+        for key in Set(local.keys).union(remote.keys).sorted() where local[key] != remote[key] {
+            problems.append(
+                "\(key): the store holds \(local[key] ?? "nothing"), the server \(remote[key] ?? "nothing") "
+                    + "(store at version \(localVersions[key].map(String.init) ?? "none"), server at \(server[key].map { "\($0.version)" } ?? "none"); "
+                    + "answers heard: \(ledger.answers(about: key, user: process.user)))"
+            )
+        }
+        return problems
+    }
+
+    private static func describe(kind: String?, value: String?, naturalKey: String?) -> String {
+        "kind=\(kind ?? "null") value=\(value ?? "null") hk=\(naturalKey ?? "null")"
+    }
+
+    private static func describe(body: String?) -> String {
+        "body=\(body.map { $0.count > 40 ? "\($0.count) characters" : $0 } ?? "null")"
+    }
+
+    private static func text(_ value: JSONValue?) -> String? {
+        switch value {
+        case .string(let text): text
+        case .integer(let number): "\(number)"
+        case .none, .null: nil
+        case .some(let other): "\(other)"
+        }
+    }
+
+    /// Every record of `user` on the server, tombstones included, by `entity/entityID`.
+    private func serverRecords(of user: String) async throws -> [String: Change] {
+        let transport = URLSessionTransport(baseURL: URL(string: await server.baseURL)!)
+        var records: [String: Change] = [:]
+        var cursor: String?
+        while true {
+            let query = cursor.map { "?limit=1000&cursor=\($0)" } ?? "?limit=1000"
+            let response = try await transport.send(TransportRequest(method: "GET", path: "/v1/pull" + query, headers: ["Authorization": "Bearer \(tokens[user]!)"]))
+            guard response.status == 200 else { throw TestFailure("pull for \(user) answered \(response.status)") }
+            let page = try PullResponse.decode(from: response.body)
+            for change in page.changes { records["\(change.entity)/\(change.entityID)"] = change }
+            guard page.hasMore else { return records }
+            cursor = page.cursor
+        }
+    }
+
+    /// Copies the server's database and every store (`FERRY_FUZZ_KEEP=FOLDER`), to look into a failure.
+    private func keepFiles(in folder: URL) {
+        try? FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let files = [("server", server.databasePath)] + processes.map { ($0.name, $0.path) }
+        for (name, path) in files {
+            for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: path + suffix) {
+                try? FileManager.default.copyItem(atPath: path + suffix, toPath: folder.appendingPathComponent("\(name).sqlite\(suffix)").path)
+            }
+        }
+        outcome.problems.append("files kept in \(folder.path)")
+    }
+
+    private func tearDown() async {
+        await freezer.thaw()
+        for (_, run) in killed { await run.value }
+        for store in killed.map(\.store) + processes.map(\.store) { try? await store.close() }
+        try? await server.stop()
+    }
+}
+
+/// One local write's effect on a record: its state after (`nil` for a delete), or for an
+/// update of some columns, those columns.
+private struct Effect {
+    var record: String
+    var state: String?
+    var update: String?
+    var naturalKey = false
+}
+
+/// What the stores did to one record.
+private struct RecordHistory {
+    var writers: Set<String> = []
+    var naturalKey = false
+    /// The record as its last write left it, while one store wrote it; `nil` when deleted.
+    var state: String?
+
+    mutating func add(_ effect: Effect, by path: String) {
+        writers.insert(path)
+        naturalKey = naturalKey || effect.naturalKey
+        if let update = effect.update {
+            // An update keeps the natural key the row had; only kind and value change.
+            let key = state?.components(separatedBy: " hk=").last ?? "null"
+            state = "\(update) hk=\(key)"
+        } else {
+            state = effect.state
+        }
+    }
+}
