@@ -40,11 +40,14 @@ public enum FerryServerApplication {
         let controller = SyncController(storage: storage, metrics: metrics)
 
         let router = Router(context: FerryRequestContext.self)
+        var accessLogger = logger
+        accessLogger[metadataKey: "log"] = "access"
+        router.add(middleware: AccessLogMiddleware(logger: accessLogger))
         router.add(middleware: MetricsMiddleware(metrics: metrics))
         router.add(middleware: ErrorEnvelopeMiddleware(routes: routes))
         router.get("/v1/health", use: controller.health)
         router.get("/metrics", use: controller.metricsText)
-        let authenticated = router.group("/v1").add(middleware: AuthMiddleware(authority: authority))
+        let authenticated = router.group("/v1").add(middleware: AuthMiddleware(authority: authority, metrics: metrics))
         if let limiter {
             authenticated.add(middleware: RateLimitMiddleware(limiter: limiter, metrics: metrics))
         }

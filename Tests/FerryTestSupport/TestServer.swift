@@ -21,16 +21,21 @@ public struct TestServer: Sendable {
         rateLimit: RateLimitPolicy? = nil,
         rateLimiter: (any RateLimiter)? = nil,
         databasePath: String? = nil,
+        metrics: ServerMetrics = ServerMetrics(),
+        logger: Logger? = nil,
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
         let path = databasePath ?? Self.temporaryDatabasePath()
         let storage = try SQLiteSyncStorage(path: path)
-        var logger = Logger(label: "ferry.test")
-        logger.logLevel = .error
+        let logger = logger ?? {
+            var logger = Logger(label: "ferry.test")
+            logger.logLevel = .error
+            return logger
+        }()
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = try await FerryServerApplication.make(
             configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit),
-            storage: storage, rateLimiter: rateLimiter, logger: logger,
+            storage: storage, rateLimiter: rateLimiter, metrics: metrics, logger: logger,
             onServerRunning: { port in portContinuation.yield(port) }
         )
         let group = ServiceGroup(services: [app], logger: logger)

@@ -66,7 +66,7 @@ public actor FerryClient {
         self.lease = SyncLease(store: store, duration: configuration.leaseDuration.timeInterval)
         self.connection = SyncConnection(
             transport: transport, token: token, clock: clock, retry: configuration.retry, journal: journal,
-            status: statusCenter, random: jitterSeed.map { JitterGenerator(seed: $0) } ?? JitterGenerator()
+            status: statusCenter, random: jitterSeed.map { JitterGenerator(seed: $0) } ?? JitterGenerator(), clientID: store.clientID
         )
     }
 

@@ -18,14 +18,17 @@ actor SyncConnection {
     private let status: StatusCenter
     private let logger = Logger(label: "ferry.connection")
     private var random: JitterGenerator
+    /// Sent as `Ferry-Client-ID` with every request, for the server's access log.
+    private let clientID: String?
     /// Requests answered 429 so far, for reports.
     private(set) var rateLimitedCount = 0
     private(set) var requestCount = 0
 
     init(
         transport: any SyncTransport, token: @escaping TokenProvider, clock: any Clock<Duration>, retry: RetryPolicy,
-        journal: Journal, status: StatusCenter, random: JitterGenerator = JitterGenerator()
+        journal: Journal, status: StatusCenter, random: JitterGenerator = JitterGenerator(), clientID: String? = nil
     ) {
+        self.clientID = clientID
         self.transport = transport
         self.token = token
         self.clock = clock
@@ -44,6 +47,7 @@ actor SyncConnection {
             attempt += 1
             var request = request
             request.headers["Authorization"] = "Bearer \(try await token())"
+            if let clientID { request.headers["Ferry-Client-ID"] = clientID }
             if request.body != nil { request.headers["Content-Type"] = "application/json" }
             let started = ContinuousClock.now
             let response: TransportResponse

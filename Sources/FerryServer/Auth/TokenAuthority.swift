@@ -87,6 +87,20 @@ public enum AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     case expired
     case missingSubject
 
+    /// A short name for metrics.
+    var metricLabel: String {
+        switch self {
+        case .missingHeader: "missing_header"
+        case .notBearer: "not_bearer"
+        case .malformed: "malformed"
+        case .wrongAlgorithm: "wrong_algorithm"
+        case .badSignature: "bad_signature"
+        case .missingExpiry: "missing_expiry"
+        case .expired: "expired"
+        case .missingSubject: "missing_subject"
+        }
+    }
+
     public var description: String {
         switch self {
         case .missingHeader: "missing Authorization header; send 'Authorization: Bearer <JWT>'"

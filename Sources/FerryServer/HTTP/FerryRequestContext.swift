@@ -6,6 +6,8 @@ public struct FerryRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     /// Set by `AuthMiddleware`; `nil` on unauthenticated routes.
     public var userID: String?
+    /// Shared by every copy of this context, for the access log.
+    let facts = RequestFacts()
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)

@@ -21,6 +21,7 @@ struct SyncController: Sendable {
         }
         let body = try await request.body.collect(upTo: ProtocolLimits.maxPushBodyBytes)
         let pushRequest = try PushRequest.decode(from: Data(body.readableBytesView))
+        context.facts.client = pushRequest.clientID
         try pushRequest.validateBatch()
         let response = try await storage.push(
             userID: userID, clientID: pushRequest.clientID, mutations: pushRequest.mutations.map(IncomingMutation.init)

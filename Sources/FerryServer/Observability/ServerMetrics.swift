@@ -30,6 +30,11 @@ public final class ServerMetrics: Sendable {
         }
     }
 
+    /// Counts a refused token by why it was refused (`missing_header`, `bad_signature`, ...).
+    func recordAuthenticationFailure(_ failure: AuthFailure) {
+        Counter(label: "ferry_auth_failures_total", dimensions: [("reason", failure.metricLabel)], factory: factory).increment()
+    }
+
     func recordRateLimited() {
         Counter(label: "ferry_rate_limited_total", factory: factory).increment()
     }

@@ -1,0 +1,19 @@
+import Synchronization
+
+/// What the layers of one request learn about it (the user from authentication, the client
+/// id from a push body or the `Ferry-Client-ID` header), kept for the access log, which
+/// sees the request only from outside. Request contexts are copied from layer to layer;
+/// they all share this one instance.
+final class RequestFacts: Sendable {
+    private let state = Mutex<(user: String?, client: String?)>((nil, nil))
+
+    var user: String? {
+        get { state.withLock { $0.user } }
+        set { state.withLock { $0.user = newValue } }
+    }
+
+    var client: String? {
+        get { state.withLock { $0.client } }
+        set { state.withLock { $0.client = newValue } }
+    }
+}

@@ -1,0 +1,38 @@
+import Logging
+import Synchronization
+
+/// Every line a logger wrote, at every level, as text: for tests that read a server's log.
+public final class CapturedLog: Sendable {
+    private let lines = Mutex<[String]>([])
+
+    public init() {}
+
+    /// A logger at `trace` level whose lines land here.
+    public func logger(label: String = "ferry.test") -> Logger {
+        var logger = Logger(label: label) { _ in Handler(log: self) }
+        logger.logLevel = .trace
+        return logger
+    }
+
+    public var text: [String] { lines.withLock { $0 } }
+
+    fileprivate func append(_ line: String) { lines.withLock { $0.append(line) } }
+
+    private struct Handler: LogHandler {
+        let log: CapturedLog
+        var metadata: Logger.Metadata = [:]
+        var metadataProvider: Logger.MetadataProvider?
+        var logLevel: Logger.Level = .trace
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let all = metadata.merging(metadataProvider?.get() ?? [:]) { $1 }.merging(event.metadata ?? [:]) { $1 }
+            let fields = all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            log.append("\(event.level) \(event.message) \(fields)\(event.error.map { " error=\($0)" } ?? "")")
+        }
+    }
+}
