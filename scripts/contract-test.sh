@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Contract test: runs schemathesis (all checks) against a real Ferry server and openapi.yaml.
+#   scripts/contract-test.sh [FERRY_BINARY]          default .build/debug/ferry
+# Environment:
+#   FERRY_VENV                   venv for schemathesis (default .build/schemathesis-venv; created if missing)
+#   FERRY_CONTRACT_EXAMPLES      test cases per operation and phase (default 500; about 75 s on 2 idle cores)
+#   FERRY_CONTRACT_SEED          hypothesis seed (default 20261123); same seed + same server = same run
+#   FERRY_CONTRACT_REPORT_DIR    where the JUnit report goes (default .build/contract-report)
+# Exits with schemathesis's status (0: no failures).
+set -uo pipefail
+started=$(date +%s)
+SCHEMATHESIS_VERSION=4.32.5
+root=$(cd "$(dirname "$0")/.." && pwd)
+# Paths given by the caller are relative to where they ran this; defaults to the repository.
+absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+ferry=$(absolute "${1:-$root/.build/debug/ferry}")
+venv=$(absolute "${FERRY_VENV:-$root/.build/schemathesis-venv}")
+report_dir=$(absolute "${FERRY_CONTRACT_REPORT_DIR:-$root/.build/contract-report}")
+examples=${FERRY_CONTRACT_EXAMPLES:-500}
+seed=${FERRY_CONTRACT_SEED:-20261123}
+cd "$root"
+
+[ -x "$ferry" ] || { echo "contract-test: no ferry binary at $ferry (build first, or pass its path)" >&2; exit 2; }
+
+# Generation depends on hypothesis and jsonschema_rs as much as on schemathesis: pin all three.
+pins="schemathesis==$SCHEMATHESIS_VERSION hypothesis==6.170.15 jsonschema_rs==0.60.3"
+if [ ! -x "$venv/bin/st" ] || [ "$(cat "$venv/.ferry-contract-pins" 2>/dev/null)" != "$pins" ]; then
+    echo "contract-test: installing $pins into $venv"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv" || exit 2
+    # shellcheck disable=SC2086
+    "$venv/bin/pip" install --quiet --disable-pip-version-check $pins || exit 2
+    echo "$pins" >"$venv/.ferry-contract-pins"
+fi
+
+work=$(mktemp -d)
+server_pid=
+st_pid=
+cleanup() {
+    [ -n "$st_pid" ] && kill -TERM "$st_pid" 2>/dev/null && wait "$st_pid" 2>/dev/null
+    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -TERM "$server_pid" 2>/dev/null
+        for _ in $(seq 1 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$server_pid" 2>/dev/null
+        wait "$server_pid" 2>/dev/null
+    fi
+    rm -rf "$work"
+    echo "contract-test: took $(($(date +%s) - started))s"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+secret=$("$venv/bin/python" -c 'import secrets; print(secrets.token_hex(32))')
+"$ferry" serve --database "sqlite:$work/contract.sqlite" --port 0 --jwt-secret "$secret" --rate-limit off \
+    >"$work/server.log" 2>&1 &
+server_pid=$!
+
+url=
+for _ in $(seq 1 100); do
+    url=$(sed -n 's/^Ferry server listening on \(http:[^ ]*\).*/\1/p' "$work/server.log" | head -1)
+    [ -n "$url" ] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$url" ] || ! curl -fsS "$url/v1/health" >/dev/null; then
+    echo "contract-test: the server did not start:" >&2
+    cat "$work/server.log" >&2
+    exit 2
+fi
+token=$("$ferry" token --user contract-test --secret "$secret") || exit 2
+
+# Rules of docs/PROTOCOL.md that no JSON Schema can state. A schema-valid request that the
+# server refuses with 400 for exactly one of these reasons (its own error message says which)
+# is not a contract failure; every other failure stays one. If a message changes, the failures
+# come back: update the pattern here.
+cat >"$work/hooks.py" <<'EOF'
+import json
+import re
+
+import schemathesis
+
+UNEXPRESSIBLE = [
+    # An HMAC-signed cursor this server issued to this user; a made-up one is invalid_cursor.
+    ("invalid_cursor", re.compile(r"^cursor was not issued by this server")),
+    # Mutation ids strictly increasing within a batch.
+    ("bad_request", re.compile(r"ids must be strictly increasing within a batch$")),
+    # An integer literal (no fraction, no exponent) must fit in 64 bits; JSON Schema cannot
+    # tell the literal 10^30 (refused, never rounded) from 1e30 (a double, accepted).
+    ("bad_request", re.compile(r"^body is not valid JSON \(integer -?[0-9]+ does not fit in 64 bits")),
+    # Integers written as integers: JSON Schema calls 2.0 and 2e3 integers, the server
+    # refuses them for id and baseVersion (see openapi.yaml, Mutation).
+    ("bad_request", re.compile(r"^mutations\[[0-9]+\]\.(id|baseVersion): expected a whole number, got (?P<n>-?[0-9.e+-]+)$")),
+]
+
+
+def _whole(match):
+    number = match.groupdict().get("n")
+    if number is None:
+        return True
+    try:
+        return float(number).is_integer()
+    except ValueError:
+        return False
+
+
+@schemathesis.hook
+def filter_failure(context, failure, case, response):
+    if getattr(failure, "code", None) != "ST202" or response.status_code != 400:
+        return True
+    try:
+        error = json.loads(response.content)["error"]
+        code, message = error["code"], error["message"]
+    except Exception:
+        return True
+    for expected_code, pattern in UNEXPRESSIBLE:
+        match = pattern.search(message)
+        if code == expected_code and match and _whole(match):
+            return False
+    return True
+EOF
+
+# 413 (batch_too_large) is the documented answer to more than 1000 mutations.
+cat >"$work/schemathesis.toml" <<EOF
+hooks = "$work/hooks.py"
+
+[checks.negative_data_rejection]
+expected-statuses = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429, "5xx"]
+EOF
+
+command=(
+    "$venv/bin/st" --config-file "$work/schemathesis.toml" run "$root/openapi.yaml"
+    --url "$url"
+    --header "Authorization: Bearer $token"
+    --checks all
+    --phases examples,coverage,fuzzing,stateful
+    --max-examples "$examples"
+    --seed "$seed"
+    --generation-database none
+    --workers 1
+    --continue-on-failure
+    --request-timeout 10
+    --no-color
+    --report junit --report-dir "$report_dir"
+)
+echo "contract-test: schemathesis $SCHEMATHESIS_VERSION against $url, $examples examples, seed $seed"
+# From the temporary directory: schemathesis and hypothesis keep caches in the working directory.
+# In the background so that INT or TERM reach the traps at once (cleanup stops it too).
+(cd "$work" && exec "${command[@]}") &
+st_pid=$!
+wait "$st_pid"
+status=$?
+st_pid=
+if [ "$status" -ne 0 ]; then
+    # A 500's message carries a request id that the server log also has.
+    echo "contract-test: schemathesis exited $status; the server log's last 40 lines:"
+    tail -n 40 "$work/server.log"
+fi
+exit "$status"
