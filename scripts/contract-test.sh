@@ -20,6 +20,7 @@ examples=${FERRY_CONTRACT_EXAMPLES:-500}
 seed=${FERRY_CONTRACT_SEED:-20261123}
 cd "$root"
 
+if [ ! -x "$ferry" ] && [ $# -eq 0 ]; then swift build --product ferry || exit 2; fi
 [ -x "$ferry" ] || { echo "contract-test: no ferry binary at $ferry (build first, or pass its path)" >&2; exit 2; }
 
 # Generation depends on hypothesis and jsonschema_rs as much as on schemathesis: pin all three.
