@@ -9,12 +9,20 @@ public struct ServerConfiguration: Sendable {
     public var jwtSecret: String
     /// `nil` turns rate limiting off.
     public var rateLimit: RateLimitPolicy?
+    /// A connection that has not sent a whole request head for this long (an idle keep-alive
+    /// connection, or a slow client trickling its headers) is closed, so slow clients cannot
+    /// hold the server's connections.
+    public var idleTimeout: Duration
 
-    public init(host: String = "127.0.0.1", port: Int = 8080, jwtSecret: String, rateLimit: RateLimitPolicy? = .default) {
+    public init(
+        host: String = "127.0.0.1", port: Int = 8080, jwtSecret: String, rateLimit: RateLimitPolicy? = .default,
+        idleTimeout: Duration = .seconds(30)
+    ) {
         self.host = host
         self.port = port
         self.jwtSecret = jwtSecret
         self.rateLimit = rateLimit
+        self.idleTimeout = idleTimeout
     }
 }
 
@@ -56,6 +64,7 @@ public enum FerryServerApplication {
 
         return Application(
             router: router,
+            server: .http1(configuration: .init(idleTimeout: .nanoseconds(Int64(configuration.idleTimeout / .nanoseconds(1))))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ferry"),
             services: [StorageCloser(storage: storage, logger: logger)],
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },

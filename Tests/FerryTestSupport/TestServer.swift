@@ -23,6 +23,7 @@ public struct TestServer: Sendable {
         databasePath: String? = nil,
         metrics: ServerMetrics = ServerMetrics(),
         logger: Logger? = nil,
+        idleTimeout: Duration = .seconds(30),
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
         let path = databasePath ?? Self.temporaryDatabasePath()
@@ -34,7 +35,7 @@ public struct TestServer: Sendable {
         }()
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = try await FerryServerApplication.make(
-            configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit),
+            configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit, idleTimeout: idleTimeout),
             storage: storage, rateLimiter: rateLimiter, metrics: metrics, logger: logger,
             onServerRunning: { port in portContinuation.yield(port) }
         )
