@@ -4,7 +4,9 @@ import FerryProtocol
 public struct Conflict: Sendable, Equatable {
     public var entity: String
     public var entityID: String
-    /// What this client tried to write; `nil` for a delete.
+    /// The record as this client has it now: what the conflicting change wrote, or the newest
+    /// change of the record queued after it (those are replaced by the resolution); `nil` for
+    /// a delete.
     public var local: JSONObject?
     /// The record on the server; `nil` if it does not exist.
     public var server: RecordState?

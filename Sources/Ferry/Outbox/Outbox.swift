@@ -165,13 +165,14 @@ struct Outbox: Sendable {
             var finished: [Int64] = []
             var rekeys: [(record: RecordRef, canonical: String)] = []
             var serverStates: [(record: RecordRef, state: RecordState)] = []
+            var later = try LaterChanges(for: zip(batch.mutations, response.results), db: db)
             try FerryStore.withoutCapture(db) {
                 for (mutation, result) in zip(batch.mutations, response.results) {
                     let entryIDs = batch.entries[mutation.id] ?? []
                     switch result.status {
                     case .applied, .merged, .duplicate:
                         if let canonical = result.entityID, !canonical.hasSameBytes(as: mutation.entityID) {
-                            try rekey(entity: mutation.entity, from: mutation.entityID, to: canonical, after: mutation.id, db: db)
+                            try rekey(entity: mutation.entity, from: mutation.entityID, to: canonical, after: mutation.id, later: later, db: db)
                             rekeys.append((RecordRef(entity: mutation.entity, entityID: mutation.entityID), canonical))
                             outcome.rekeyed += 1
                         }
@@ -192,7 +193,7 @@ struct Outbox: Sendable {
                         finished += entryIDs
                         outcome.acknowledgedEntries += entryIDs.count
                         outcome.conflicts += 1
-                        try resolve(mutation, current: result.current, policy: policy, db: db)
+                        try resolve(mutation, current: result.current, policy: policy, later: &later, db: db)
                     }
                 }
                 try rekeyQueuedEntries(rekeys, db: db)
@@ -274,19 +275,17 @@ struct Outbox: Sendable {
     /// The local record takes the server's identity. The server now holds this client's data
     /// under the canonical id, so a stale local copy of the canonical record (pulled earlier)
     /// gives way to the re-keyed row; its later pending edits follow it (`rekeyQueuedEntries`).
-    /// But when this store changed the canonical record after the merged mutation (an edit or
-    /// a delete still queued), that change reaches the server later and decides the record:
-    /// the local canonical row (or its absence) stays, and the merged row goes.
-    private func rekey(entity: String, from local: String, to canonical: String, after mutationID: Int64, db: Database) throws {
+    /// But when this store changed the canonical record after the merged mutation, and more
+    /// recently than it changed the merged row, that change reaches the server last and decides
+    /// the record: the local canonical row (or its absence) stays, and the merged row goes.
+    private func rekey(entity: String, from local: String, to canonical: String, after mutationID: Int64, later: LaterChanges, db: Database) throws {
         guard let table = store.table(forEntity: entity) else { return }
         let name = table.table.quotedDatabaseIdentifier
         let canonicalRow = table.rowCondition(entity: entity, entityID: canonical)
         let localRow = table.rowCondition(entity: entity, entityID: local)
-        let canonicalChangedLater = try Bool.fetchOne(
-            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity = ? AND entity_id = ? AND id > ?)"),
-            arguments: [entity, canonical, mutationID]
-        ) ?? false
-        if canonicalChangedLater {
+        if let canonicalLatest = later.newest(of: RecordRef(entity: entity, entityID: canonical), after: mutationID),
+            canonicalLatest > later.newest(of: RecordRef(entity: entity, entityID: local), after: mutationID) ?? 0
+        {
             try db.execute(sql: "DELETE FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments))
             return
         }
@@ -297,23 +296,24 @@ struct Outbox: Sendable {
         )
     }
 
-    /// Ends a conflict as `policy` says. Changes of the record made after the conflicting one
-    /// and still queued were made on the same stale knowledge: accepting the server's state
-    /// discards them too (else they would be sent over the new version and silently undo it),
-    /// and keeping local data lets the newest of them go over the server's version instead.
-    private func resolve(_ mutation: OutgoingMutation, current: RecordState?, policy: ConflictPolicy, db: Database) throws {
-        let local = try mutation.data()
+    /// Ends a conflict as `policy` says. Changes of the record queued after the conflicting one
+    /// were made on the same stale knowledge: the policy sees the newest of them as the local
+    /// state, and its decision replaces them all (else they would be sent over the server's
+    /// version afterwards and silently undo an accepted server state or a merge).
+    private func resolve(_ mutation: OutgoingMutation, current: RecordState?, policy: ConflictPolicy, later: inout LaterChanges, db: Database) throws {
+        var local = try mutation.data()
         var writer = RecordWriter(store: store)
-        let laterChanges = try Bool.fetchOne(
-            db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE state = ? AND entity = ? AND entity_id = ?)"),
-            arguments: [OutboxState.pending.rawValue, mutation.entity, mutation.entityID]
-        ) ?? false
+        let record = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
+        if let newest = later.newest(of: record, after: mutation.id),
+            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT op, data FROM ferry_outbox WHERE id = ?"), arguments: [newest])
+        {
+            local = (row[0] as String) == MutationOp.delete.rawValue
+                ? nil : try JSONDecoder().decode(JSONObject.self, from: Data(((row[1] as String?) ?? "{}").utf8))
+            let ids = later.take(of: record, after: mutation.id)
+            try Self.remove(where: "state = \(OutboxState.pending.rawValue) AND \(Self.idIn)", arguments: [Self.idList(ids)], db: db)
+        }
         switch policy.resolve(Conflict(entity: mutation.entity, entityID: mutation.entityID, local: local, server: current)) {
         case .acceptServer:
-            if laterChanges {
-                try db.cachedStatement(sql: "DELETE FROM ferry_outbox WHERE state = ? AND entity = ? AND entity_id = ?")
-                    .execute(arguments: [OutboxState.pending.rawValue, mutation.entity, mutation.entityID])
-            }
             try writer.write(
                 entity: mutation.entity, entityID: mutation.entityID,
                 data: current?.deleted == false ? current?.data : nil, naturalKey: mutation.naturalKey, db: db
@@ -322,7 +322,6 @@ struct Outbox: Sendable {
         case .keep(let data):
             // Re-send over the server's version: a new entry, so it goes through the queue like any change.
             if let current { try setVersion(current.version, entity: mutation.entity, entityID: mutation.entityID, db: db) }
-            guard !laterChanges else { return }
             try writer.write(entity: mutation.entity, entityID: mutation.entityID, data: data, naturalKey: mutation.naturalKey, db: db)
             let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
             try db.execute(
@@ -409,4 +408,44 @@ struct BatchOutcome: Sendable, Equatable {
     var merged = 0
     var rekeyed = 0
     var conflicts = 0
+}
+
+/// The queued entry ids of the records a batch's answer re-keys or reports in conflict, read
+/// with one scan of the outbox per batch (it has no index by record, which would cost every
+/// captured write), so each result can ask what this store changed after its mutation.
+struct LaterChanges {
+    private var ids: [RecordRef: [Int64]] = [:]
+
+    init<Results: Sequence>(for results: Results, db: Database) throws where Results.Element == (OutgoingMutation, PushResult) {
+        var records: [RecordRef] = []
+        for (mutation, result) in results {
+            let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
+            if result.status == .conflict { records.append(own) }
+            if let canonical = result.entityID, !canonical.hasSameBytes(as: mutation.entityID) {
+                records += [own, RecordRef(entity: mutation.entity, entityID: canonical)]
+            }
+        }
+        guard !records.isEmpty else { return }
+        let wanted = Set(records)
+        let rows = try Row.fetchCursor(
+            db.cachedStatement(sql: "SELECT entity, entity_id, id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (SELECT value FROM json_each(?))"),
+            arguments: [String(decoding: try JSONEncoder().encode(records.map(\.entityID)), as: UTF8.self)]
+        )
+        while let row = try rows.next() {
+            let record = RecordRef(entity: row[0], entityID: row[1])
+            if wanted.contains(record) { ids[record, default: []].append(row[2]) }
+        }
+    }
+
+    /// The id of the newest entry of `record` after `id`, if any.
+    func newest(of record: RecordRef, after id: Int64) -> Int64? {
+        ids[record]?.filter { $0 > id }.max()
+    }
+
+    /// The ids of `record`'s entries after `id`, which the caller removes from the outbox.
+    mutating func take(of record: RecordRef, after id: Int64) -> [Int64] {
+        let taken = ids[record]?.filter { $0 > id } ?? []
+        ids[record]?.removeAll { $0 > id }
+        return taken
+    }
 }

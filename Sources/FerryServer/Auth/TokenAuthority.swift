@@ -107,7 +107,10 @@ public enum AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .notBearer: "the Authorization header must use the Bearer scheme: 'Authorization: Bearer <JWT>'"
         case .malformed(let why): "malformed token: \(why)"
         case .wrongAlgorithm(let algorithm):
-            "token is signed with algorithm \(algorithm.prefix(20)); this server accepts HS256 only"
+            // The name comes from an unauthenticated header: shown only if it looks like one.
+            algorithm.count <= 20 && algorithm.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
+                ? "token is signed with algorithm \(algorithm); this server accepts HS256 only"
+                : "token is signed with another algorithm; this server accepts HS256 only"
         case .badSignature: "token signature is wrong: it was not signed with this server's secret"
         case .missingExpiry: "token has no exp claim; tokens must expire"
         case .expired: "token has expired; get a new one"

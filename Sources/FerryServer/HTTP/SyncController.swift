@@ -21,8 +21,8 @@ struct SyncController: Sendable {
         }
         let body = try await request.body.collect(upTo: ProtocolLimits.maxPushBodyBytes)
         let pushRequest = try PushRequest.decode(from: Data(body.readableBytesView))
-        context.facts.client = pushRequest.clientID
         try pushRequest.validateBatch()
+        context.facts.client = pushRequest.clientID  // validated: A-Z a-z 0-9 _ -, at most 64
         let response = try await storage.push(
             userID: userID, clientID: pushRequest.clientID, mutations: pushRequest.mutations.map(IncomingMutation.init)
         )

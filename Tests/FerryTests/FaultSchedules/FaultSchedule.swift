@@ -58,6 +58,14 @@ final class FaultSchedule {
         configuration.batchSize = Int.random(in: 2...12, using: &random)
         configuration.pullPageSize = Int.random(in: 2...12, using: &random)
         configuration.leaseRetryInterval = .seconds(2)
+        // Conflicts on shared notes end either way; a merging policy keeps both bodies.
+        configuration.conflictPolicy = [
+            .serverWins, .clientWins,
+            ConflictPolicy { conflict in
+                guard case .string(let mine) = conflict.local?["body"], case .string(let theirs) = conflict.server?.data?["body"] else { return .acceptServer }
+                return .keep(["body": .string(String("\(theirs)+\(mine)".suffix(200)))])
+            },
+        ][Int.random(in: 0..<3, using: &random)]
         self.configuration = configuration
     }
 

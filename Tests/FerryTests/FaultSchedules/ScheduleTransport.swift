@@ -109,8 +109,7 @@ final class ScheduleTransport: SyncTransport, @unchecked Sendable {
             try await Task.sleep(for: .milliseconds(roll % 30))
             return try await deliver(request)
         case .restart:
-            let url = await server.baseURL
-            async let answer = URLSessionTransport(baseURL: URL(string: url)!).send(request)
+            async let answer = forward(request)
             try await Task.sleep(for: .microseconds(roll * 2))
             try await server.restart()
             let response = try await answer
