@@ -25,6 +25,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Requests per user per window, as N/SECONDS, or off.")
     var rateLimit = "300/60"
 
+    @Option(help: "Seconds a connection may stay idle, or take to send a request's head, before it is closed.")
+    var idleTimeout = 30
+
     func run() async throws {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -33,6 +36,9 @@ struct ServeCommand: AsyncParsableCommand {
         }
         guard (0...65_535).contains(port) else {
             throw CommandFailure("--port must be from 0 to 65535, got \(port)")
+        }
+        guard (1...3600).contains(idleTimeout) else {
+            throw CommandFailure("--idle-timeout must be from 1 to 3600 seconds, got \(idleTimeout)")
         }
         let policy: RateLimitPolicy?
         do {
@@ -49,7 +55,9 @@ struct ServeCommand: AsyncParsableCommand {
         }
 
         let (secret, demoToken) = try await resolveSecret()
-        let configuration = ServerConfiguration(host: host, port: port, jwtSecret: secret, rateLimit: policy)
+        let configuration = ServerConfiguration(
+            host: host, port: port, jwtSecret: secret, rateLimit: policy, idleTimeout: .seconds(idleTimeout)
+        )
         let host = self.host
         let database = self.database
         let app = try await FerryServerApplication.make(
