@@ -50,6 +50,31 @@ struct LaterChangeTests {
         }
     }
 
+    @Test("two new records merged into one record in one batch, one of them deleted since: the record is deleted on the device and the server")
+    func twoMergesOneDeleted() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            var configuration = SyncConfiguration()
+            configuration.batchSize = 2
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let client = ClientFixture.client(store: store, server: server, configuration: configuration)
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value, hk) VALUES ('a', 1, 'hk-1')") }
+            try await client.sync()
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO events (id, value, hk) VALUES ('b', 2, 'hk-1')")
+                try db.execute(sql: "INSERT INTO events (id, value, hk) VALUES ('c', 3, 'hk-1')")
+                try db.execute(sql: "DELETE FROM events WHERE id = 'b'")  // b is a: the user deleted a
+            }
+            try await client.sync()
+
+            let remote = try await server.pullAll(token: token)
+            #expect(remote["events/a"]?.op == .delete)
+            let local = try await store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM events") }
+            #expect(local.isEmpty, "the device holds \(local); the server holds none")
+            #expect(await client.status.pending == 0)
+        }
+    }
+
     @Test("a conflict with a newer local edit queued behind it: the policy sees the newest edit, and its decision replaces the queued ones")
     func conflictWithLaterEdit() async throws {
         for keeps in [false, true] {

@@ -172,8 +172,10 @@ struct Outbox: Sendable {
                     switch result.status {
                     case .applied, .merged, .duplicate:
                         if let canonical = result.entityID, !canonical.hasSameBytes(as: mutation.entityID) {
+                            let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
                             try rekey(entity: mutation.entity, from: mutation.entityID, to: canonical, after: mutation.id, later: later, db: db)
-                            rekeys.append((RecordRef(entity: mutation.entity, entityID: mutation.entityID), canonical))
+                            later.follow(own, to: RecordRef(entity: mutation.entity, entityID: canonical), after: mutation.id)
+                            rekeys.append((own, canonical))
                             outcome.rekeyed += 1
                         }
                         if let version = result.version {
@@ -440,6 +442,13 @@ struct LaterChanges {
     /// The id of the newest entry of `record` after `id`, if any.
     func newest(of record: RecordRef, after id: Int64) -> Int64? {
         ids[record]?.filter { $0 > id }.max()
+    }
+
+    /// `record`'s entries after `id` now change `canonical` (`rekeyQueuedEntries` moves them
+    /// at the end of the batch): a later merge into the same record in this batch sees them.
+    mutating func follow(_ record: RecordRef, to canonical: RecordRef, after id: Int64) {
+        let moved = take(of: record, after: id)
+        if !moved.isEmpty { ids[canonical, default: []] += moved }
     }
 
     /// The ids of `record`'s entries after `id`, which the caller removes from the outbox.
