@@ -330,6 +330,7 @@ struct Outbox: Sendable {
                 sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (?, ?, ?, ?, ?)",
                 arguments: [mutation.entity, mutation.entityID, data == nil ? "delete" : "upsert", text, mutation.naturalKey]
             )
+            later.add(db.lastInsertedRowID, of: record)  // a merge into this record later in the batch must see it
         }
     }
 
@@ -442,6 +443,11 @@ struct LaterChanges {
     /// The id of the newest entry of `record` after `id`, if any.
     func newest(of record: RecordRef, after id: Int64) -> Int64? {
         ids[record]?.filter { $0 > id }.max()
+    }
+
+    /// A change of `record` queued while the batch's answer is applied (a kept conflict's resend).
+    mutating func add(_ id: Int64, of record: RecordRef) {
+        ids[record, default: []].append(id)
     }
 
     /// `record`'s entries after `id` now change `canonical` (`rekeyQueuedEntries` moves them
