@@ -221,18 +221,27 @@ struct Outbox: Sendable {
         }
     }
 
-    /// Which of `records` have local changes waiting to be sent, found with one scan of the
-    /// outbox (it has no index by record, which would cost every captured write).
+    /// Which of `records` have local changes waiting to be sent.
     static func queuedRecords(among records: [RecordRef], db: Database) throws -> Set<RecordRef> {
+        Set(try queuedEntries(of: records, db: db).keys)
+    }
+
+    /// The ids of the entries of `records` waiting to be sent, found with one scan of the
+    /// outbox (it has no index by record, which would cost every captured write).
+    static func queuedEntries(of records: [RecordRef], db: Database) throws -> [RecordRef: [Int64]] {
         guard !records.isEmpty,
             try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition))") == true
-        else { return [] }
+        else { return [:] }
+        let wanted = Set(records)
         let rows = try Row.fetchCursor(
-            db.cachedStatement(sql: "SELECT entity, entity_id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (SELECT value FROM json_each(?))"),
+            db.cachedStatement(sql: "SELECT entity, entity_id, id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (SELECT value FROM json_each(?))"),
             arguments: [String(decoding: try JSONEncoder().encode(records.map(\.entityID)), as: UTF8.self)]
         )
-        var queued = Set<RecordRef>()
-        while let row = try rows.next() { queued.insert(RecordRef(entity: row[0], entityID: row[1])) }
+        var queued: [RecordRef: [Int64]] = [:]
+        while let row = try rows.next() {
+            let record = RecordRef(entity: row[0], entityID: row[1])
+            if wanted.contains(record) { queued[record, default: []].append(row[2]) }
+        }
         return queued
     }
 
@@ -309,8 +318,8 @@ struct Outbox: Sendable {
         if let newest = later.newest(of: record, after: mutation.id),
             let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT op, data FROM ferry_outbox WHERE id = ?"), arguments: [newest])
         {
-            local = (row[0] as String) == MutationOp.delete.rawValue
-                ? nil : try JSONDecoder().decode(JSONObject.self, from: Data(((row[1] as String?) ?? "{}").utf8))
+            let op = MutationOp(rawValue: row[0]) ?? .upsert
+            local = try OutgoingMutation(id: newest, entity: mutation.entity, entityID: mutation.entityID, op: op, dataText: row[1]).data()
             let ids = later.take(of: record, after: mutation.id)
             try Self.remove(where: "state = \(OutboxState.pending.rawValue) AND \(Self.idIn)", arguments: [Self.idList(ids)], db: db)
         }
@@ -414,8 +423,8 @@ struct BatchOutcome: Sendable, Equatable {
 }
 
 /// The queued entry ids of the records a batch's answer re-keys or reports in conflict, read
-/// with one scan of the outbox per batch (it has no index by record, which would cost every
-/// captured write), so each result can ask what this store changed after its mutation.
+/// with one scan of the outbox per batch (`Outbox.queuedEntries`), so each result can ask what
+/// this store changed after its mutation.
 struct LaterChanges {
     private var ids: [RecordRef: [Int64]] = [:]
 
@@ -428,16 +437,7 @@ struct LaterChanges {
                 records += [own, RecordRef(entity: mutation.entity, entityID: canonical)]
             }
         }
-        guard !records.isEmpty else { return }
-        let wanted = Set(records)
-        let rows = try Row.fetchCursor(
-            db.cachedStatement(sql: "SELECT entity, entity_id, id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (SELECT value FROM json_each(?))"),
-            arguments: [String(decoding: try JSONEncoder().encode(records.map(\.entityID)), as: UTF8.self)]
-        )
-        while let row = try rows.next() {
-            let record = RecordRef(entity: row[0], entityID: row[1])
-            if wanted.contains(record) { ids[record, default: []].append(row[2]) }
-        }
+        ids = try Outbox.queuedEntries(of: records, db: db)
     }
 
     /// The id of the newest entry of `record` after `id`, if any.

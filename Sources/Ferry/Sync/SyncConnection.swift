@@ -19,14 +19,14 @@ actor SyncConnection {
     private let logger = Logger(label: "ferry.connection")
     private var random: JitterGenerator
     /// Sent as `Ferry-Client-ID` with every request, for the server's access log.
-    private let clientID: String?
+    private let clientID: String
     /// Requests answered 429 so far, for reports.
     private(set) var rateLimitedCount = 0
     private(set) var requestCount = 0
 
     init(
         transport: any SyncTransport, token: @escaping TokenProvider, clock: any Clock<Duration>, retry: RetryPolicy,
-        journal: Journal, status: StatusCenter, random: JitterGenerator = JitterGenerator(), clientID: String? = nil
+        journal: Journal, status: StatusCenter, random: JitterGenerator = JitterGenerator(), clientID: String
     ) {
         self.clientID = clientID
         self.transport = transport
@@ -47,7 +47,7 @@ actor SyncConnection {
             attempt += 1
             var request = request
             request.headers["Authorization"] = "Bearer \(try await token())"
-            if let clientID { request.headers["Ferry-Client-ID"] = clientID }
+            request.headers["Ferry-Client-ID"] = clientID
             if request.body != nil { request.headers["Content-Type"] = "application/json" }
             let started = ContinuousClock.now
             let response: TransportResponse
