@@ -9,10 +9,6 @@ import Testing
 /// stays up, and its memory stays bounded (read from /proc, so this runs on Linux).
 @Suite("ferry serve under attack", .timeLimit(.minutes(3)))
 struct ServeUnderAttackTests {
-    static var binary: URL {
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("ferry")
-    }
-
     /// Resident memory of a process, in MiB.
     static func residentMiB(of pid: Int32) throws -> Int {
         let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
@@ -34,32 +30,18 @@ struct ServeUnderAttackTests {
 
     @Test("2,000 forged tokens, 40 streamed bodies over 4 MiB, 200 bodies nested 100,000 deep: every answer a 4xx, the server up, memory bounded")
     func floods() async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")
+        try #require(FileManager.default.isExecutableFile(atPath: FerryProcess.binary.path), "build the ferry executable first (swift build)")
         let directory = TestDirectory.make("attack")
-        let output = directory.appendingPathComponent("serve.log")
-        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-        let process = Process()
-        process.executableURL = Self.binary
-        process.arguments = ["serve", "--database", "sqlite:\(directory.appendingPathComponent("server.sqlite").path)", "--port", "0", "--jwt-secret", TestServer.secret]
-        process.standardOutput = try FileHandle(forWritingTo: output)
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        defer { process.terminate() }
-        var listening = ""
-        while listening.isEmpty {
-            let text = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
-            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Ferry server listening on ") }) {
-                listening = String(line.split(separator: " ")[4])
-            } else {
-                try #require(process.isRunning, "ferry serve ended: \(text)")
-                try await Task.sleep(for: .milliseconds(20))
-            }
-        }
-        let base = listening
+        let server = try FerryProcess(
+            ["serve", "--database", "sqlite:\(directory.appendingPathComponent("server.sqlite").path)", "--port", "0", "--jwt-secret", TestServer.secret],
+            in: directory
+        )
+        defer { server.process.terminate() }
+        let base = "http://127.0.0.1:\(try await server.listeningPort())"
         let token = try await TestServer.token(for: "alice")
         let authorized = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]
         for _ in 0..<20 { _ = await Self.send(base + "/v1/pull", headers: authorized) }
-        let before = try Self.residentMiB(of: process.processIdentifier)
+        let before = try Self.residentMiB(of: server.process.processIdentifier)
 
         let forged = try await TestServer.token(for: "alice", secret: String(repeating: "f", count: 40))
         var statuses: [Int?] = []
@@ -96,7 +78,7 @@ struct ServeUnderAttackTests {
         #expect(nested.allSatisfy { $0 == 400 }, "\(Set(nested.map { $0.map(String.init) ?? "no answer" }))")
 
         #expect(await Self.send(base + "/v1/pull", headers: authorized) == 200, "the server still serves")
-        let after = try Self.residentMiB(of: process.processIdentifier)
+        let after = try Self.residentMiB(of: server.process.processIdentifier)
         print("ferry serve resident memory: \(before) MiB before the attacks, \(after) MiB after")
         #expect(after - before < 96, "resident memory grew from \(before) MiB to \(after) MiB")
     }

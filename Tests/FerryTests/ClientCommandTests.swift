@@ -12,9 +12,7 @@ struct ClientCommandTests {
         var error: String
     }
 
-    static var binary: URL {
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("ferry")
-    }
+    static var binary: URL { FerryProcess.binary }
 
     /// Runs the binary to its end. The blocking reads and wait happen on a dispatch queue of
     /// their own: on a Swift concurrency thread they could starve the server in this process

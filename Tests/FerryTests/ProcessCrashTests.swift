@@ -12,49 +12,6 @@ import Testing
 struct ProcessCrashTests {
     static let records = 20_000
 
-    /// A `ferry` process whose output goes to a file.
-    final class FerryProcess {
-        let process = Process()
-        let output: URL
-
-        init(_ arguments: [String], in directory: URL) throws {
-            output = directory.appendingPathComponent("output-\(UUID().uuidString.prefix(8)).log")
-            _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-            process.executableURL = ClientCommandTests.binary
-            process.arguments = arguments
-            process.standardInput = FileHandle.nullDevice
-            process.standardOutput = try FileHandle(forWritingTo: output)
-            process.standardError = process.standardOutput
-            try process.run()
-        }
-
-        var text: String { (try? String(contentsOf: output, encoding: .utf8)) ?? "" }
-
-        /// Waits for a line of `ferry serve`'s output saying where it listens; its port.
-        func listeningPort() async throws -> Int {
-            while process.isRunning {
-                if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Ferry server listening on http://") }),
-                    let port = line.split(separator: " ")[4].split(separator: ":").last.flatMap({ Int($0) })
-                {
-                    return port
-                }
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            throw TestFailure("ferry serve ended: \(text)")
-        }
-
-        func killHard() async {
-            kill(process.processIdentifier, SIGKILL)
-            let ended = process
-            await withCheckedContinuation { continuation in
-                DispatchQueue.global().async {
-                    ended.waitUntilExit()
-                    continuation.resume()
-                }
-            }
-        }
-    }
-
     static func serve(_ database: String, port: Int, in directory: URL) throws -> FerryProcess {
         try FerryProcess(
             ["serve", "--database", "sqlite:\(database)", "--port", "\(port)", "--jwt-secret", TestServer.secret, "--rate-limit", "off"],
@@ -77,7 +34,7 @@ struct ProcessCrashTests {
 
     @Test("ferry serve killed with SIGKILL five times during a 20,000-record sync: every batch applied whole or not at all, the database intact, each record once")
     func serverKilledMidPush() async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: ClientCommandTests.binary.path), "build the ferry executable first (swift build)")
+        try #require(FileManager.default.isExecutableFile(atPath: FerryProcess.binary.path), "build the ferry executable first (swift build)")
         let directory = TestDirectory.make("server-crash")
         let database = directory.appendingPathComponent("server.sqlite").path
         var server = try Self.serve(database, port: 0, in: directory)
@@ -134,7 +91,7 @@ struct ProcessCrashTests {
 
     @Test("ferry client sync killed with SIGKILL at ten random moments, then one clean sync: each of 20,000 records on the server once, nothing left")
     func clientKilledMidSync() async throws {
-        try #require(FileManager.default.isExecutableFile(atPath: ClientCommandTests.binary.path), "build the ferry executable first (swift build)")
+        try #require(FileManager.default.isExecutableFile(atPath: FerryProcess.binary.path), "build the ferry executable first (swift build)")
         try await TestServer.run { server in
             let directory = TestDirectory.make("client-crash")
             let storeOptions = ["--store", directory.appendingPathComponent("store").path, "--user", "alice"]

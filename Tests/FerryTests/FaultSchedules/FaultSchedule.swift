@@ -284,13 +284,7 @@ final class FaultSchedule {
         var problems: [String] = []
         for (record, history) in history[user] ?? [:] where history.writers.count == 1 && !history.naturalKey {
             guard let path = history.writers.first, !(bigRecords[path] ?? []).contains(record) else { continue }
-            let remote = server[record].flatMap { change -> String? in
-                guard change.op == .upsert else { return nil }
-                let data = change.data ?? [:]
-                return change.entity == "events"
-                    ? Self.describe(kind: Self.text(data["kind"]), value: Self.text(data["value"]), naturalKey: change.naturalKey)
-                    : Self.describe(body: Self.text(data["body"]))
-            }
+            let remote = server[record].flatMap(Self.describe)
             if remote != history.state {
                 problems.append("\(record), written by one store only, was last written as \(history.state ?? "deleted"), but the server holds \(remote ?? "nothing")")
             }
@@ -338,10 +332,7 @@ final class FaultSchedule {
         }
         var remote: [String: String] = [:]
         for (key, change) in server where change.op == .upsert {
-            let data = change.data ?? [:]
-            remote[key] = change.entity == "events"
-                ? Self.describe(kind: Self.text(data["kind"]), value: Self.text(data["value"]), naturalKey: change.naturalKey)
-                : Self.describe(body: Self.text(data["body"]))
+            remote[key] = Self.describe(change)
             if localVersions[key] != change.version {
                 problems.append("\(key): the store knows version \(localVersions[key].map(String.init) ?? "none"), the server holds \(change.version)")
             }
@@ -354,6 +345,15 @@ final class FaultSchedule {
             )
         }
         return problems
+    }
+
+    /// A live server record as `describe` writes a store's row; `nil` for a tombstone.
+    private static func describe(_ change: Change) -> String? {
+        guard change.op == .upsert else { return nil }
+        let data = change.data ?? [:]
+        return change.entity == "events"
+            ? describe(kind: text(data["kind"]), value: text(data["value"]), naturalKey: change.naturalKey)
+            : describe(body: text(data["body"]))
     }
 
     private static func describe(kind: String?, value: String?, naturalKey: String?) -> String {
