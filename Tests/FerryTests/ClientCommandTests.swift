@@ -137,4 +137,20 @@ struct ClientCommandTests {
             #expect(remote.values.allSatisfy { $0.version == 1 }, "a change was applied twice")
         }
     }
+
+    @Test("ferry serve refuses an idle timeout or port out of range with a message, before it creates a database")
+    func serveFlags() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")
+        let database = TestDirectory.make("serve-flags").appendingPathComponent("server.sqlite").path
+        for (flag, value, message) in [
+            ("--idle-timeout", "0", "--idle-timeout must be from 1 to 3600 seconds, got 0"),
+            ("--idle-timeout", "3601", "--idle-timeout must be from 1 to 3600 seconds, got 3601"),
+            ("--port", "70000", "--port must be from 0 to 65535, got 70000"),
+        ] {
+            let run = try await Self.ferry(["serve", "--database", "sqlite:\(database)", "--jwt-secret", TestServer.secret, flag, value])
+            #expect(run.status != 0, "\(flag) \(value)")
+            #expect(run.error.contains(message), "\(flag) \(value): \(run.error)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: database), "nothing was created")
+    }
 }
