@@ -9,9 +9,9 @@ struct ConcurrencyTests {
     /// Several clients push overlapping records while another pulls incrementally the
     /// whole time. Once the pushers stop and the puller catches up, the puller must hold
     /// every record at its final version: no change skipped, however commits interleaved.
-    @Test("concurrent pushers and a concurrent puller: the puller ends with every record at its final version")
-    func pushersAndPuller() async throws {
-        try await TestServer.run { server in
+    @Test("concurrent pushers and a concurrent puller: the puller ends with every record at its final version", arguments: StorageBackend.allCases)
+    func pushersAndPuller(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let pushers = 4
             let batches = 15

@@ -7,9 +7,9 @@ import Testing
 /// PROTOCOL.md `GET /v1/pull`: compacted state, tombstones, pages, cursors, isolation.
 @Suite("Pull", .timeLimit(.minutes(1)))
 struct PullTests {
-    @Test("pages are compacted: a record changed five times appears once, at its latest version")
-    func compaction() async throws {
-        try await TestServer.run { server in
+    @Test("pages are compacted: a record changed five times appears once, at its latest version", arguments: StorageBackend.allCases)
+    func compaction(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: (1...5).map {
                 .upsert(id: Int64($0), entity: "events", entityID: "e-1", data: .value(Int64($0)))
@@ -23,9 +23,9 @@ struct PullTests {
         }
     }
 
-    @Test("strings that need escaping come back exactly as sent: quotes, backslashes, control characters, non-ASCII")
-    func escaping() async throws {
-        try await TestServer.run { server in
+    @Test("strings that need escaping come back exactly as sent: quotes, backslashes, control characters, non-ASCII", arguments: StorageBackend.allCases)
+    func escaping(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let entityID = #"quote" back\slash /é🙂"#
             let naturalKey = "line\nbreak\ttab\u{01}\u{1F}\"q\"\\"
@@ -38,9 +38,9 @@ struct PullTests {
         }
     }
 
-    @Test("pages of `limit` changes, hasMore until the last, then an incremental pull returns exactly what changed")
-    func pagesAndIncrements() async throws {
-        try await TestServer.run { server in
+    @Test("pages of `limit` changes, hasMore until the last, then an incremental pull returns exactly what changed", arguments: StorageBackend.allCases)
+    func pagesAndIncrements(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: (1...25).map {
                 .upsert(id: Int64($0), entity: "items", entityID: "i-\($0)", data: .value(Int64($0)))
@@ -75,9 +75,9 @@ struct PullTests {
         }
     }
 
-    @Test("users never see each other's data, and a cursor issued to one user is refused for another")
-    func isolation() async throws {
-        try await TestServer.run { server in
+    @Test("users never see each other's data, and a cursor issued to one user is refused for another", arguments: StorageBackend.allCases)
+    func isolation(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let alice = try await TestServer.token(for: "alice")
             let bob = try await TestServer.token(for: "bob")
             _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "notes", entityID: "shared-id", data: .value(1))]), token: alice)
@@ -94,9 +94,9 @@ struct PullTests {
         }
     }
 
-    @Test("cursors the server did not issue are refused with invalid_cursor; bad limits with bad_request")
-    func badParameters() async throws {
-        try await TestServer.run { server in
+    @Test("cursors the server did not issue are refused with invalid_cursor; bad limits with bad_request", arguments: StorageBackend.allCases)
+    func badParameters(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             for cursor in ["abc", "c1.AAAAAAAAAAE2WpMBArq8iw2HEG_lihRN", "", "c1.%20"] {
                 let reply = try await server.pull(token: token, cursor: cursor)
@@ -112,15 +112,15 @@ struct PullTests {
         }
     }
 
-    @Test("cursors survive a server restart on the same database")
-    func cursorsSurviveRestart() async throws {
-        let path = TestServer.temporaryDatabasePath()
+    @Test("cursors survive a server restart on the same database", arguments: StorageBackend.allCases)
+    func cursorsSurviveRestart(backend: StorageBackend) async throws {
+        let database = try await TestDatabase.make(backend)
         let token = try await TestServer.token(for: "alice")
-        let cursor = try await TestServer.run(databasePath: path) { server in
+        let cursor = try await TestServer.run(database: database) { server in
             _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "n", entityID: "1", data: .value(1))]), token: token)
             return try await server.pullOK(token: token).cursor
         }
-        try await TestServer.run(databasePath: path) { server in
+        try await TestServer.run(database: database) { server in
             _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 2, entity: "n", entityID: "2", data: .value(2))]), token: token)
             let page = try await server.pullOK(token: token, cursor: cursor)
             #expect(page.changes.map(\.entityID) == ["2"])

@@ -7,9 +7,9 @@ import Testing
 /// PROTOCOL.md `POST /v1/push`, rule by rule, against a live server and a SQLite file.
 @Suite("Push", .timeLimit(.minutes(1)))
 struct PushTests {
-    @Test("applied upserts start at version 1 and grow by exactly 1; results come in request order")
-    func versions() async throws {
-        try await TestServer.run { server in
+    @Test("applied upserts start at version 1 and grow by exactly 1; results come in request order", arguments: StorageBackend.allCases)
+    func versions(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let first = try await server.pushOK(
                 PushRequest(clientID: "c1", mutations: [
@@ -27,9 +27,9 @@ struct PushTests {
         }
     }
 
-    @Test("resending a whole batch, then a partly overlapping one, answers each resent mutation with its first result and applies nothing twice")
-    func replay() async throws {
-        try await TestServer.run { server in
+    @Test("resending a whole batch, then a partly overlapping one, answers each resent mutation with its first result and applies nothing twice", arguments: StorageBackend.allCases)
+    func replay(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let batch = PushRequest(clientID: "c1", mutations: [
                 .upsert(id: 10, entity: "events", entityID: "e-1", data: .value(1)),
@@ -58,9 +58,9 @@ struct PushTests {
         }
     }
 
-    @Test("ids are tracked per (user, clientID): another client's ids are independent")
-    func perClient() async throws {
-        try await TestServer.run { server in
+    @Test("ids are tracked per (user, clientID): another client's ids are independent", arguments: StorageBackend.allCases)
+    func perClient(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             _ = try await server.pushOK(PushRequest(clientID: "a", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(1))]), token: token)
             let other = try await server.pushOK(PushRequest(clientID: "b", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(2))]), token: token)
@@ -73,9 +73,9 @@ struct PushTests {
         }
     }
 
-    @Test("ids that are not strictly increasing are refused with 400 and change nothing")
-    func nonIncreasingIDs() async throws {
-        try await TestServer.run { server in
+    @Test("ids that are not strictly increasing are refused with 400 and change nothing", arguments: StorageBackend.allCases)
+    func nonIncreasingIDs(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             for ids: [Int64] in [[3, 2], [4, 4], [0, 1], [ProtocolLimits.maxMutationID + 1]] {
                 let reply = try await server.push(
@@ -93,9 +93,9 @@ struct PushTests {
         }
     }
 
-    @Test("a batch over 1000 mutations or over 4 MiB answers 413 naming both limits, and changes nothing")
-    func overLimits() async throws {
-        try await TestServer.run { server in
+    @Test("a batch over 1000 mutations or over 4 MiB answers 413 naming both limits, and changes nothing", arguments: StorageBackend.allCases)
+    func overLimits(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let tooMany = PushRequest(clientID: "c1", mutations: (1...1001).map {
                 .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: .value(1))
@@ -118,9 +118,9 @@ struct PushTests {
         }
     }
 
-    @Test("a natural-key merge, then the same mutation resent, reports the merge both times")
-    func naturalKeyMerge() async throws {
-        try await TestServer.run { server in
+    @Test("a natural-key merge, then the same mutation resent, reports the merge both times", arguments: StorageBackend.allCases)
+    func naturalKeyMerge(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             _ = try await server.pushOK(PushRequest(clientID: "phone", mutations: [
                 .upsert(id: 1, entity: "events", entityID: "e-0017", data: .value(1), naturalKey: "hk:9F2A"),
@@ -143,9 +143,9 @@ struct PushTests {
         }
     }
 
-    @Test("a natural key released and taken in one batch is unique among live records afterwards")
-    func naturalKeyHandOver() async throws {
-        try await TestServer.run { server in
+    @Test("a natural key released and taken in one batch is unique among live records afterwards", arguments: StorageBackend.allCases)
+    func naturalKeyHandOver(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [
                 .upsert(id: 1, entity: "s", entityID: "a", data: .value(1), naturalKey: "k1"),
@@ -165,9 +165,9 @@ struct PushTests {
         }
     }
 
-    @Test("a rejected mutation in the middle does not stop the ones after it and advances lastMutationID")
-    func rejectedInTheMiddle() async throws {
-        try await TestServer.run { server in
+    @Test("a rejected mutation in the middle does not stop the ones after it and advances lastMutationID", arguments: StorageBackend.allCases)
+    func rejectedInTheMiddle(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let huge = String(repeating: "y", count: ProtocolLimits.maxDataBytes)
             let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
@@ -198,9 +198,9 @@ struct PushTests {
         }
     }
 
-    @Test("baseVersion: a mismatch is a conflict carrying the current record, and nothing is applied")
-    func conflicts() async throws {
-        try await TestServer.run { server in
+    @Test("baseVersion: a mismatch is a conflict carrying the current record, and nothing is applied", arguments: StorageBackend.allCases)
+    func conflicts(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
                 .upsert(id: 1, entity: "notes", entityID: "n", data: .value(1), baseVersion: 0),
@@ -223,9 +223,9 @@ struct PushTests {
         }
     }
 
-    @Test("deletes leave tombstones with a new version; deleting the unknown gives version null; an upsert revives")
-    func tombstones() async throws {
-        try await TestServer.run { server in
+    @Test("deletes leave tombstones with a new version; deleting the unknown gives version null; an upsert revives", arguments: StorageBackend.allCases)
+    func tombstones(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
                 .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
@@ -248,9 +248,9 @@ struct PushTests {
         }
     }
 
-    @Test("a resent mutation whose result is no longer kept is a duplicate: no version claimed, the record as it is now")
-    func duplicateBeyondRecentResults() async throws {
-        try await TestServer.run { server in
+    @Test("a resent mutation whose result is no longer kept is a duplicate: no version claimed, the record as it is now", arguments: StorageBackend.allCases)
+    func duplicateBeyondRecentResults(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let upsert = PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))])
             _ = try await server.pushOK(upsert, token: token)
@@ -274,9 +274,9 @@ struct PushTests {
         }
     }
 
-    @Test("answers lost three times while new changes join each resend: the first mutation still learns its own result")
-    func resendsWithNewChanges() async throws {
-        try await TestServer.run { server in
+    @Test("answers lost three times while new changes join each resend: the first mutation still learns its own result", arguments: StorageBackend.allCases)
+    func resendsWithNewChanges(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             var mutations: [Mutation] = []
             var first: PushResult?
@@ -290,9 +290,9 @@ struct PushTests {
         }
     }
 
-    @Test("a mutation id reused for another change (a copied store) is rejected, never answered with the other change's result")
-    func reusedMutationID() async throws {
-        try await TestServer.run { server in
+    @Test("a mutation id reused for another change (a copied store) is rejected, never answered with the other change's result", arguments: StorageBackend.allCases)
+    func reusedMutationID(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "A", data: .value(1))]), token: token)
             let reused = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "B", data: .value(2))]), token: token)
@@ -305,9 +305,9 @@ struct PushTests {
         }
     }
 
-    @Test("a resent duplicate reports the record as it is now every time; a reused id with other data is rejected, and the first change's own resend still learns its result")
-    func keptResultsAreTheFirstChangesOwn() async throws {
-        try await TestServer.run { server in
+    @Test("a resent duplicate reports the record as it is now every time; a reused id with other data is rejected, and the first change's own resend still learns its result", arguments: StorageBackend.allCases)
+    func keptResultsAreTheFirstChangesOwn(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 5, entity: "events", entityID: "r1", data: .value(1))]), token: token)
             let withOld = PushRequest(clientID: "c1", mutations: [
@@ -332,9 +332,9 @@ struct PushTests {
         }
     }
 
-    @Test("ids and natural keys that differ only in Unicode normalization are different records, as SQLite keeps them")
-    func normalizationIsNotIdentity() async throws {
-        try await TestServer.run { server in
+    @Test("ids and natural keys that differ only in Unicode normalization are different records, as SQLite keeps them", arguments: StorageBackend.allCases)
+    func normalizationIsNotIdentity(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let composed = "caf\u{E9}"
             let decomposed = "cafe\u{301}"
@@ -352,9 +352,9 @@ struct PushTests {
         }
     }
 
-    @Test("an empty batch is valid and reports the client's lastMutationID")
-    func emptyBatch() async throws {
-        try await TestServer.run { server in
+    @Test("an empty batch is valid and reports the client's lastMutationID", arguments: StorageBackend.allCases)
+    func emptyBatch(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             #expect(try await server.pushOK(PushRequest(clientID: "c1", mutations: []), token: token).lastMutationID == 0)
             _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.delete(id: 9, entity: "e", entityID: "x")]), token: token)

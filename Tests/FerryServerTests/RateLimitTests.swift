@@ -7,11 +7,10 @@ import Testing
 
 @Suite("Rate limiting", .timeLimit(.minutes(1)))
 struct RateLimitTests {
-    @Test("every authenticated response carries RateLimit-*; over the quota the server answers 429 with Retry-After and changes nothing")
-    func headersAnd429() async throws {
+    @Test("every authenticated response carries RateLimit-*; over the quota the server answers 429 with Retry-After and changes nothing", arguments: StorageBackend.allCases)
+    func headersAnd429(backend: StorageBackend) async throws {
         let clock = TestClock()
-        let limiter = TokenBucketRateLimiter(policy: RateLimitPolicy(requests: 3, window: .seconds(60)), clock: clock)
-        try await TestServer.run(rateLimiter: limiter) { server in
+        try await TestServer.run(backend: backend, rateLimit: RateLimitPolicy(requests: 3, window: .seconds(60)), rateLimitClock: clock) { server in
             let token = try await TestServer.token(for: "alice")
             var remaining: [String] = []
             for id in 1...3 {
@@ -47,27 +46,29 @@ struct RateLimitTests {
         }
     }
 
-    @Test("the bucket allows the whole quota as a burst and refills continuously (test clock)")
-    func refill() async throws {
+    @Test("the bucket allows the whole quota as a burst and refills continuously (test clock)", arguments: StorageBackend.allCases)
+    func refill(backend: StorageBackend) async throws {
         let clock = TestClock()
-        let limiter = TokenBucketRateLimiter(policy: RateLimitPolicy(requests: 300, window: .seconds(60)), clock: clock)
+        let storage = try await TestDatabase.make(backend).open()
+        let limiter = try #require(TestServer.limiter(RateLimitPolicy(requests: 300, window: .seconds(60)), storage: storage, clock: clock))
         for expected in stride(from: 299, through: 0, by: -1) {
-            let decision = await limiter.acquire(for: "u")
+            let decision = try await limiter.acquire(for: "u")
             #expect(decision.allowed)
             #expect(decision.remaining == expected)
         }
-        let refused = await limiter.acquire(for: "u")
+        let refused = try await limiter.acquire(for: "u")
         #expect(!refused.allowed)
         #expect(refused.retryAfterSeconds == 1)  // 5 requests per second refill
         #expect(refused.resetSeconds == 60)
         await clock.advance(by: .milliseconds(200))
-        #expect(await limiter.acquire(for: "u").allowed)
-        #expect(await !limiter.acquire(for: "u").allowed)
+        #expect(try await limiter.acquire(for: "u").allowed)
+        #expect(try await !limiter.acquire(for: "u").allowed)
         await clock.advance(by: .seconds(60))
-        let refilled = await limiter.acquire(for: "u")
+        let refilled = try await limiter.acquire(for: "u")
         #expect(refilled.remaining == 299)
         #expect(refilled.resetSeconds == 1)
-        #expect(await limiter.acquire(for: "other").remaining == 299)
+        #expect(try await limiter.acquire(for: "other").remaining == 299)
+        try await storage.close()
     }
 
     @Test("--rate-limit values: N/SECONDS, off, and clear refusals")

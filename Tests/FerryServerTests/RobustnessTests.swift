@@ -130,9 +130,9 @@ struct RobustnessTests {
         }
     }
 
-    @Test("when the database is gone, health and push answer 503 with Retry-After")
-    func databaseUnavailable() async throws {
-        try await TestServer.run { server in
+    @Test("when the database is gone, health and push answer 503 with Retry-After", arguments: StorageBackend.allCases)
+    func databaseUnavailable(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             try await server.storage.close()
             let health = try await server.send(.GET, "/v1/health")

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Clocks
 import Crypto
 import FerryProtocol
 import FerryServer
@@ -8,26 +9,34 @@ import NIOCore
 import NIOHTTP1
 import ServiceLifecycle
 
-/// A real Ferry server on a loopback port with a real SQLite file, and an HTTP client for it.
+/// A real Ferry server on a loopback port with a real database (a SQLite file, or a database
+/// of its own in the test PostgreSQL cluster), and an HTTP client for it.
 public struct TestServer: Sendable {
     public static let secret = "test-secret-for-ferry-0123456789abcdef"
 
     public let baseURL: String
-    public let databasePath: String
-    public let storage: SQLiteSyncStorage
+    public let database: TestDatabase
+    public let storage: any SyncStorage
 
-    /// Runs `body` against a fresh server. Pass `databasePath` to reopen an existing database.
+    /// Runs `body` against a fresh server on a fresh database of `backend`. Pass `database` to
+    /// reopen an existing one.
+    ///
+    /// With `rateLimit`, the server limits as `ferry serve` would on that database: in process
+    /// for SQLite, in the database for PostgreSQL; `rateLimitClock` replaces real time.
     public static func run<T: Sendable>(
+        backend: StorageBackend = .sqlite,
+        database: TestDatabase? = nil,
         rateLimit: RateLimitPolicy? = nil,
+        rateLimitClock: TestClock<Duration>? = nil,
         rateLimiter: (any RateLimiter)? = nil,
-        databasePath: String? = nil,
         metrics: ServerMetrics = ServerMetrics(),
         logger: Logger? = nil,
         idleTimeout: Duration = .seconds(30),
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
-        let path = databasePath ?? Self.temporaryDatabasePath()
-        let storage = try SQLiteSyncStorage(path: path)
+        let database = if let database { database } else { try await TestDatabase.make(backend) }
+        let storage = try await database.open()
+        let rateLimiter = rateLimiter ?? rateLimit.flatMap { Self.limiter($0, storage: storage, clock: rateLimitClock) }
         let logger = logger ?? {
             var logger = Logger(label: "ferry.test")
             logger.logLevel = .error
@@ -44,7 +53,7 @@ public struct TestServer: Sendable {
             tasks.addTask { try await group.run() }
             var iterator = ports.makeAsyncIterator()
             guard let port = await iterator.next() else { throw TestFailure("server did not start") }
-            let server = TestServer(baseURL: "http://127.0.0.1:\(port)", databasePath: path, storage: storage)
+            let server = TestServer(baseURL: "http://127.0.0.1:\(port)", database: database, storage: storage)
             do {
                 let result = try await body(server)
                 await group.triggerGracefulShutdown()
@@ -56,6 +65,22 @@ public struct TestServer: Sendable {
                 throw error
             }
         }
+    }
+
+    /// The limiter `ferry serve` would use on `storage`, on `clock` when one is given; `nil`
+    /// lets the application make its own (in process, real time).
+    public static func limiter(_ policy: RateLimitPolicy, storage: any SyncStorage, clock: TestClock<Duration>?) -> (any RateLimiter)? {
+        if let postgres = storage as? PostgresSyncStorage {
+            let limiter = postgres.rateLimiter(policy: policy)
+            guard let clock else { return limiter }
+            let start = clock.now
+            // Seconds since 1970 as the database counts them, moved on only by the test clock.
+            return limiter.withClock {
+                let elapsed = start.duration(to: clock.now).components
+                return 1_800_000_000 + Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
+            }
+        }
+        return clock.map { TokenBucketRateLimiter(policy: policy, clock: $0) }
     }
 
     public static func temporaryDatabasePath() -> String {

@@ -10,8 +10,14 @@ struct ServeCommand: AsyncParsableCommand {
         abstract: "Run the reference sync server (PROTOCOL.md) until SIGINT or SIGTERM."
     )
 
-    @Option(help: "Where records live: sqlite:PATH or sqlite::memory:.")
+    @Option(help: """
+        Where records live: sqlite:PATH, sqlite::memory:, or postgres://USER:PASSWORD@HOST:PORT/DATABASE \
+        (password also from PGPASSWORD; add ?sslmode=require or ?sslmode=verify-full for TLS).
+        """)
     var database = "sqlite:ferry-server.sqlite"
+
+    @Option(help: "Most connections this process opens to PostgreSQL (1 to 1000); several processes share the server's max_connections.")
+    var poolSize: Int?
 
     @Option(help: "Address to listen on.")
     var host = "127.0.0.1"
@@ -46,12 +52,36 @@ struct ServeCommand: AsyncParsableCommand {
         } catch {
             throw CommandFailure("--rate-limit: \(error)")
         }
-        let location = try DatabaseLocation(parsing: database)
-        let storage: SQLiteSyncStorage
+        let location: DatabaseURL
         do {
-            storage = try SQLiteSyncStorage(path: location.path)
+            location = try DatabaseURL(parsing: database)
         } catch {
-            throw CommandFailure("--database \(database): \(error)")
+            throw CommandFailure("--database \(error)")
+        }
+        let storage: any SyncStorage
+        var rateLimiter: (any RateLimiter)?
+        switch location {
+        case .sqlite(let path):
+            guard poolSize == nil else {
+                throw CommandFailure("--pool-size applies to a postgres:// database; SQLite has one writer and needs no pool")
+            }
+            do {
+                storage = try SQLiteSyncStorage(path: path)
+            } catch {
+                throw CommandFailure("--database \(location): \(error)")
+            }
+        case .postgres(let postgres):
+            let poolSize = self.poolSize ?? 10
+            guard (1...1000).contains(poolSize) else { throw CommandFailure("--pool-size must be from 1 to 1000, got \(poolSize)") }
+            let postgresStorage: PostgresSyncStorage
+            do {
+                postgresStorage = try await PostgresSyncStorage.connect(to: postgres, poolSize: poolSize, logger: Logger(label: "ferry.postgres"))
+            } catch {
+                throw CommandFailure("--database \(location): \(error)")
+            }
+            storage = postgresStorage
+            // Quotas in the database: every process behind the load balancer draws on the same one.
+            rateLimiter = policy.map { postgresStorage.rateLimiter(policy: $0) }
         }
 
         let (secret, demoToken) = try await resolveSecret()
@@ -59,11 +89,10 @@ struct ServeCommand: AsyncParsableCommand {
             host: host, port: port, jwtSecret: secret, rateLimit: policy, idleTimeout: .seconds(idleTimeout)
         )
         let host = self.host
-        let database = self.database
         let app = try await FerryServerApplication.make(
-            configuration: configuration, storage: storage,
+            configuration: configuration, storage: storage, rateLimiter: rateLimiter,
             onServerRunning: { port in
-                printNow("Ferry server listening on http://\(host):\(port) (database \(database), rate limit \(policy?.description ?? "off"))")
+                printNow("Ferry server listening on http://\(host):\(port) (database \(location), rate limit \(policy?.description ?? "off"))")
                 if let demoToken {
                     printNow("No --jwt-secret or FERRY_JWT_SECRET: generated a secret for this run.")
                     printNow("Token for user 'demo' (valid 24 h):\n\(demoToken)")
@@ -91,23 +120,5 @@ extension ServeCommand {
         }
         let generated = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         return (generated, try await TokenAuthority(secret: generated).issue(userID: "demo", ttl: .seconds(86_400)))
-    }
-}
-
-/// A `--database` URL.
-struct DatabaseLocation {
-    /// SQLite file path; `nil` for an in-memory database.
-    var path: String?
-
-    init(parsing url: String) throws {
-        if url == "sqlite::memory:" {
-            path = nil
-        } else if url.hasPrefix("sqlite:"), url.count > "sqlite:".count {
-            path = String(url.dropFirst("sqlite:".count))
-        } else {
-            throw CommandFailure(
-                "--database '\(url)' is not supported; use sqlite:PATH (for example sqlite:ferry-server.sqlite) or sqlite::memory:"
-            )
-        }
     }
 }

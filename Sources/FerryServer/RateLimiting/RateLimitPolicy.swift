@@ -21,6 +21,9 @@ public struct RateLimitPolicy: Sendable, Equatable, CustomStringConvertible {
         return RateLimitPolicy(requests: requests, window: .seconds(seconds))
     }
 
+    /// Tokens a bucket regains per second: the quota spread over the window.
+    var refillPerSecond: Double { Double(requests) / window.seconds }
+
     public var description: String { "\(requests)/\(window.components.seconds)" }
 }
 

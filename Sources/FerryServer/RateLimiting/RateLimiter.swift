@@ -20,6 +20,27 @@ public struct RateLimitDecision: Sendable, Equatable {
     /// Whole seconds until the next request is allowed; 0 when allowed.
     public var retryAfterSeconds: Int
 
+    public init(allowed: Bool, limit: Int, remaining: Int, resetSeconds: Int, retryAfterSeconds: Int) {
+        self.allowed = allowed
+        self.limit = limit
+        self.remaining = remaining
+        self.resetSeconds = resetSeconds
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+
+    /// The decision of a token bucket for `policy` that holds `tokens` after this request.
+    init(allowed: Bool, tokens: Double, policy: RateLimitPolicy) {
+        let capacity = Double(policy.requests)
+        let refillPerSecond = policy.refillPerSecond
+        self.init(
+            allowed: allowed,
+            limit: policy.requests,
+            remaining: Int(tokens.rounded(.down)),
+            resetSeconds: Int(((capacity - tokens) / refillPerSecond).rounded(.up)),
+            retryAfterSeconds: allowed ? 0 : max(1, Int(((1 - tokens) / refillPerSecond).rounded(.up)))
+        )
+    }
+
     public var headers: HTTPFields {
         var fields = HTTPFields()
         fields[HTTPField.Name(ProtocolHeaders.rateLimitLimit)!] = "\(limit)"

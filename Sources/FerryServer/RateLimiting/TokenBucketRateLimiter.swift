@@ -14,7 +14,7 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
     public init(policy: RateLimitPolicy, clock: C) {
         self.policy = policy
         self.clock = clock
-        self.refillPerSecond = Double(policy.requests) / policy.window.seconds
+        self.refillPerSecond = policy.refillPerSecond
     }
 
     public func acquire(for userID: String) -> RateLimitDecision {
@@ -27,13 +27,7 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
         if allowed { bucket.tokens -= 1 }
         buckets[userID] = bucket
         if buckets.count > 10_000 { forgetFullBuckets(at: now) }
-        return RateLimitDecision(
-            allowed: allowed,
-            limit: policy.requests,
-            remaining: Int(bucket.tokens.rounded(.down)),
-            resetSeconds: Int(((capacity - bucket.tokens) / refillPerSecond).rounded(.up)),
-            retryAfterSeconds: allowed ? 0 : max(1, Int(((1 - bucket.tokens) / refillPerSecond).rounded(.up)))
-        )
+        return RateLimitDecision(allowed: allowed, tokens: bucket.tokens, policy: policy)
     }
 
     /// A bucket that has refilled completely is the same as no bucket: drop it to bound memory.

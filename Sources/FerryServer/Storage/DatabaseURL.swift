@@ -1,0 +1,119 @@
+import Foundation
+
+/// Where a server keeps its data, as `ferry serve --database` names it:
+/// `sqlite:PATH`, `sqlite::memory:`, or `postgres://USER:PASS@HOST:PORT/DB?sslmode=MODE`.
+public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
+    /// A SQLite file; `nil` for an in-memory database.
+    case sqlite(path: String?)
+    case postgres(PostgresLocation)
+
+    /// Parses a `--database` value. A PostgreSQL password missing from the URL is taken
+    /// from `PGPASSWORD` in `environment`, as libpq does.
+    public init(parsing text: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws(DatabaseURLError) {
+        if text == "sqlite::memory:" {
+            self = .sqlite(path: nil)
+        } else if text.hasPrefix("sqlite:"), text.count > "sqlite:".count {
+            self = .sqlite(path: String(text.dropFirst("sqlite:".count)))
+        } else if text.hasPrefix("postgres://") || text.hasPrefix("postgresql://") {
+            self = .postgres(try PostgresLocation(parsing: text, environment: environment))
+        } else {
+            throw DatabaseURLError(
+                text: text,
+                problem: "is not a database URL Ferry knows; use sqlite:PATH (for example sqlite:ferry-server.sqlite), "
+                    + "sqlite::memory:, or postgres://USER:PASSWORD@HOST:PORT/DATABASE"
+            )
+        }
+    }
+
+    /// The URL with any password left out, for logs and messages.
+    public var description: String {
+        switch self {
+        case .sqlite(let path?): "sqlite:\(path)"
+        case .sqlite(nil): "sqlite::memory:"
+        case .postgres(let location): location.description
+        }
+    }
+}
+
+/// A PostgreSQL server and database, from a `postgres://` URL.
+public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
+    /// How the connection is encrypted: the `sslmode` query parameter, with libpq's meanings.
+    public enum TLSMode: String, Sendable, CaseIterable {
+        /// Plain TCP: the default, meant for loopback and private networks.
+        case disable
+        /// Encrypted, without checking the server's certificate (libpq's `require`).
+        case require
+        /// Encrypted, the certificate checked against the system's roots and the host name.
+        case verifyFull = "verify-full"
+    }
+
+    public var host: String
+    public var port: Int
+    public var username: String
+    public var password: String?
+    public var database: String
+    public var tls: TLSMode
+
+    public init(host: String, port: Int = 5432, username: String, password: String? = nil, database: String, tls: TLSMode = .disable) {
+        self.host = host
+        self.port = port
+        self.username = username
+        self.password = password
+        self.database = database
+        self.tls = tls
+    }
+
+    init(parsing text: String, environment: [String: String]) throws(DatabaseURLError) {
+        func failure(_ problem: String) -> DatabaseURLError { DatabaseURLError(text: text, problem: problem) }
+        guard let components = URLComponents(string: text) else {
+            throw failure("is not a valid URL; use postgres://USER:PASSWORD@HOST:PORT/DATABASE (percent-encode special characters)")
+        }
+        guard let host = components.host, !host.isEmpty else { throw failure("names no host; use postgres://USER@HOST:PORT/DATABASE") }
+        guard let username = components.user, !username.isEmpty else {
+            throw failure("names no user; use postgres://USER@HOST:PORT/DATABASE")
+        }
+        let database = String(components.path.drop(while: { $0 == "/" }))
+        guard !database.isEmpty, !database.contains("/") else {
+            throw failure("names no database; end it with /DATABASE, for example postgres://ferry@127.0.0.1:5432/ferry")
+        }
+        let port = components.port ?? 5432
+        guard (1...65_535).contains(port) else { throw failure("has port \(port); use 1 to 65535") }
+        var tls = TLSMode.disable
+        for item in components.queryItems ?? [] {
+            switch item.name {
+            case "sslmode":
+                guard let mode = item.value.flatMap(TLSMode.init(rawValue:)) else {
+                    throw failure("has sslmode=\(item.value ?? ""); use \(TLSMode.allCases.map(\.rawValue).joined(separator: ", "))")
+                }
+                tls = mode
+            default:
+                throw failure("has the parameter '\(item.name)', which Ferry does not know; the one it knows is sslmode")
+            }
+        }
+        self.init(
+            host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: port, username: username,
+            password: components.password ?? environment["PGPASSWORD"], database: database, tls: tls
+        )
+    }
+
+    /// `postgres://USER@HOST:PORT/DATABASE`, never with the password.
+    public var description: String {
+        let host = self.host.contains(":") ? "[\(self.host)]" : self.host
+        return "postgres://\(username)@\(host):\(port)/\(database)" + (tls == .disable ? "" : "?sslmode=\(tls.rawValue)")
+    }
+}
+
+public struct DatabaseURLError: Error, Sendable, CustomStringConvertible {
+    public var text: String
+    public var problem: String
+
+    public var description: String {
+        // A password may sit in the URL: show it starred.
+        var shown = text
+        if var components = URLComponents(string: text), components.password != nil {
+            components.password = "***"
+            shown = components.string ?? "the URL"
+        }
+        return "'\(shown)' \(problem)"
+    }
+}

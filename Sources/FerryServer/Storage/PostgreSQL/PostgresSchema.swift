@@ -1,0 +1,142 @@
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+
+/// The PostgreSQL schema, as versioned migrations applied at start-up.
+///
+/// Every process starting against the database runs `migrate`: the migrations run in
+/// one transaction that first takes an advisory lock, so when several processes start
+/// at once one applies what is missing and the others wait, then find nothing to do.
+/// DDL is transactional in PostgreSQL, so a migration that fails leaves nothing behind.
+enum PostgresSchema {
+    struct Migration: Sendable {
+        var version: Int
+        var name: String
+        var statements: @Sendable () -> [PostgresQuery]
+    }
+
+    /// Names the advisory lock every Ferry process takes to migrate (the bytes of "ferrymig").
+    static let migrationLock: Int64 = 0x6665_7272_796d_6967
+
+    static let migrations: [Migration] = [
+        Migration(version: 1, name: "records, clients, per-user change positions, rate limits") {
+            [
+                "CREATE TABLE server_meta (key text COLLATE \"C\" PRIMARY KEY, value bytea NOT NULL)",
+                // One row per user: the last change position handed out. A push holds its user's
+                // row lock until it commits, which orders the user's pushes (see PostgresSyncStorage).
+                """
+                CREATE TABLE user_changes (
+                    user_id text COLLATE "C" PRIMARY KEY,
+                    position bigint NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE clients (
+                    user_id text COLLATE "C" NOT NULL,
+                    client_id text COLLATE "C" NOT NULL,
+                    last_mutation_id bigint NOT NULL,
+                    pushes bigint NOT NULL,
+                    PRIMARY KEY (user_id, client_id)
+                )
+                """,
+                """
+                CREATE TABLE client_results (
+                    user_id text COLLATE "C" NOT NULL,
+                    client_id text COLLATE "C" NOT NULL,
+                    slot integer NOT NULL,
+                    results bytea NOT NULL,
+                    PRIMARY KEY (user_id, client_id, slot)
+                )
+                """,
+                // Text in the "C" collation compares bytes, as SQLite does: ids that differ only in
+                // Unicode normalization are different records on both engines.
+                """
+                CREATE TABLE records (
+                    user_id text COLLATE "C" NOT NULL,
+                    entity text COLLATE "C" NOT NULL,
+                    entity_id text COLLATE "C" NOT NULL,
+                    version bigint NOT NULL,
+                    deleted boolean NOT NULL,
+                    natural_key text COLLATE "C",
+                    data bytea,
+                    seq bigint NOT NULL,
+                    PRIMARY KEY (user_id, entity, entity_id)
+                )
+                """,
+                """
+                CREATE UNIQUE INDEX records_live_natural_key ON records (user_id, entity, natural_key)
+                    WHERE natural_key IS NOT NULL AND NOT deleted
+                """,
+                "CREATE UNIQUE INDEX records_pull ON records (user_id, seq)",
+                """
+                CREATE TABLE rate_buckets (
+                    user_id text COLLATE "C" PRIMARY KEY,
+                    tokens double precision NOT NULL,
+                    updated_at double precision NOT NULL
+                )
+                """,
+                // One token from a user's bucket, decided under the bucket's row lock so that every
+                // server process draws from the same quota. `p_now` is seconds since 1970; NULL
+                // takes the database's clock, which all processes share.
+                """
+                CREATE FUNCTION ferry_take_token(
+                    p_user text, p_capacity double precision, p_per_second double precision, p_now double precision,
+                    OUT allowed boolean, OUT remaining double precision
+                ) LANGUAGE plpgsql AS $$
+                DECLARE
+                    now_s double precision := coalesce(p_now, extract(epoch FROM clock_timestamp()));
+                    last_s double precision;
+                BEGIN
+                    INSERT INTO rate_buckets (user_id, tokens, updated_at) VALUES (p_user, p_capacity, now_s)
+                        ON CONFLICT (user_id) DO NOTHING;
+                    SELECT b.tokens, b.updated_at INTO remaining, last_s FROM rate_buckets b WHERE b.user_id = p_user FOR UPDATE;
+                    remaining := least(p_capacity, remaining + greatest(0, now_s - last_s) * p_per_second);
+                    allowed := remaining >= 1;
+                    IF allowed THEN remaining := remaining - 1; END IF;
+                    UPDATE rate_buckets SET tokens = remaining, updated_at = greatest(last_s, now_s)
+                        WHERE user_id = p_user;
+                END
+                $$
+                """,
+                "INSERT INTO server_meta (key, value) VALUES ('cursor_secret', \(randomSecret()))",
+            ]
+        }
+    ]
+
+    /// Applies the migrations this database lacks; refuses a database a newer Ferry migrated.
+    static func migrate(_ client: PostgresClient, logger: Logger) async throws {
+        try await PostgresSyncStorage.transaction(client, logger: logger) { db in
+            try await db.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+            try await db.query(
+                """
+                CREATE TABLE IF NOT EXISTS ferry_migrations (
+                    version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now()
+                )
+                """, logger: logger)
+            var applied = 0
+            for try await version in try await db.query("SELECT coalesce(max(version), 0) FROM ferry_migrations", logger: logger)
+                .decode(Int.self)
+            {
+                applied = version
+            }
+            let latest = migrations.last?.version ?? 0
+            guard applied <= latest else {
+                throw StorageError.corrupt(
+                    "the database is at schema version \(applied), made by a newer Ferry; this server knows versions up to \(latest)"
+                )
+            }
+            for migration in migrations where migration.version > applied {
+                for statement in migration.statements() { try await db.query(statement, logger: logger) }
+                try await db.query(
+                    "INSERT INTO ferry_migrations (version, name) VALUES (\(migration.version), \(migration.name))", logger: logger)
+                logger.info("applied database migration", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
+            }
+        }
+    }
+
+    private static func randomSecret() -> ByteBuffer {
+        var generator = SystemRandomNumberGenerator()
+        return ByteBuffer(bytes: (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) })
+    }
+}

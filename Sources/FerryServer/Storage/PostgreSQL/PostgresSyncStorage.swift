@@ -1,0 +1,393 @@
+import FerryProtocol
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOSSL
+import PostgresNIO
+
+/// The production storage engine: PostgreSQL through PostgresNIO's connection pool, shared
+/// by any number of server processes.
+///
+/// **Change order.** Each user has a row in `user_changes` holding the last change position
+/// handed out. A push locks that row first (`SELECT … FOR UPDATE`) and keeps the lock until
+/// it commits, so one user's pushes run one at a time, whichever process serves them, and a
+/// push takes its positions only after every push that took smaller ones has committed.
+/// A pull reads one snapshot: if it sees a change at position N, it sees every change of
+/// that user below N, so a cursor never passes a change that commits later. (A shared
+/// sequence would not do: `nextval` hands out numbers in start order, not commit order.)
+///
+/// The same lock makes a push's reads and writes one step: a client's retried batch that
+/// reaches two processes at once is applied by the first and answered from its kept
+/// results by the second, and natural keys are decided on data no other push is changing.
+/// The unique indexes stay the last word: a write that breaks one is `rejected`.
+public final class PostgresSyncStorage: SyncStorage {
+    let client: PostgresClient
+    private let running: Task<Void, Never>
+    private let cursors: CursorCodec
+    private let logger: Logger
+    public let location: PostgresLocation
+    /// Set by `close()`: the pool then fails every request with an error of its own module.
+    private let closed = NIOLockedValueBox(false)
+
+    /// Connects, applies missing migrations, and keeps at most `poolSize` connections open.
+    public static func connect(to location: PostgresLocation, poolSize: Int = 10, logger: Logger = Logger(label: "ferry.postgres"))
+        async throws -> PostgresSyncStorage
+    {
+        var configuration = PostgresClient.Configuration(
+            host: location.host, port: location.port, username: location.username, password: location.password,
+            database: location.database, tls: try tls(location.tls)
+        )
+        configuration.options.maximumConnections = poolSize
+        configuration.options.connectTimeout = .seconds(5)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        // Leasing before `run()` has begun logs a warning: wait until its task is under way.
+        let (started, signal) = AsyncStream.makeStream(of: Never.self)
+        let running = Task {
+            signal.finish()
+            await client.run()
+        }
+        for await _ in started {}
+        do {
+            try await PostgresSchema.migrate(client, logger: logger)
+            let secret = try await PostgresSyncStorage.transaction(client, logger: logger) { db in
+                var secret: ByteBuffer?
+                for try await value in try await db.query("SELECT value FROM server_meta WHERE key = 'cursor_secret'", logger: logger)
+                    .decode(ByteBuffer.self)
+                {
+                    secret = value
+                }
+                return secret
+            }
+            guard let secret else { throw StorageError.corrupt("server_meta has no cursor_secret") }
+            return PostgresSyncStorage(
+                client: client, running: running, cursors: CursorCodec(secret: Data(secret.readableBytesView)), logger: logger,
+                location: location)
+        } catch {
+            running.cancel()
+            await running.value
+            if let error = error as? StorageError { throw error }
+            throw StorageError.unavailable("cannot use PostgreSQL at \(location): \(Self.explain(error))")
+        }
+    }
+
+    private init(client: PostgresClient, running: Task<Void, Never>, cursors: CursorCodec, logger: Logger, location: PostgresLocation) {
+        self.client = client
+        self.running = running
+        self.cursors = cursors
+        self.logger = logger
+        self.location = location
+    }
+
+    private static func tls(_ mode: PostgresLocation.TLSMode) throws -> PostgresClient.Configuration.TLS {
+        switch mode {
+        case .disable:
+            return .disable
+        case .require:
+            var configuration = TLSConfiguration.makeClientConfiguration()
+            configuration.certificateVerification = .none
+            return .require(configuration)
+        case .verifyFull:
+            return .require(.makeClientConfiguration())
+        }
+    }
+
+    /// A limiter drawing on quotas kept in this database, shared by every process using it.
+    public func rateLimiter(policy: RateLimitPolicy) -> PostgresRateLimiter {
+        PostgresRateLimiter(client: client, policy: policy, logger: logger)
+    }
+
+    // MARK: - Push
+
+    public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
+        try await mapErrors {
+            do {
+                return try await Self.transaction(client, logger: logger) { [logger] db in
+                    try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: false, db: db, logger: logger)
+                }
+            } catch let error as PSQLError where error.isConstraintViolation {
+                // The planner should make this impossible; if a rule was missed, the batch
+                // (rolled back whole) still gets one result per mutation instead of a 500.
+                return try await Self.transaction(client, logger: logger) { [logger] db in
+                    try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: true, db: db, logger: logger)
+                }
+            }
+        }
+    }
+
+    /// One push's transaction: takes the user's lock, reads the client's position (and, for
+    /// a resend, its recent results), applies the batch, then, if it processed new mutations,
+    /// stores the client's new position and all its results.
+    private static func push(
+        _ mutations: [IncomingMutation], userID: String, clientID: String, oneByOne: Bool, db: PostgresConnection, logger: Logger
+    ) async throws -> PushResponse {
+        var position = try await lockChanges(of: userID, db: db, logger: logger)
+        var lastMutationID: Int64 = 0
+        var pushes: Int64 = 0
+        for try await (last, count) in try await db.query(
+            "SELECT last_mutation_id, pushes FROM clients WHERE user_id = \(userID) AND client_id = \(clientID)", logger: logger
+        ).decode((Int64, Int64).self) {
+            (lastMutationID, pushes) = (last, count)
+        }
+        // Most pushes carry new ids only: the kept results are read for a resend alone, the
+        // older of the two slots first.
+        var replays: [Int64: RecentResults.Kept] = [:]
+        if mutations.contains(where: { $0.mutation.id <= lastMutationID }) {
+            var kept: [Data] = []
+            for try await results in try await db.query(
+                """
+                SELECT results FROM client_results WHERE user_id = \(userID) AND client_id = \(clientID)
+                ORDER BY slot = \(Int((pushes - 1) % 2))
+                """, logger: logger
+            ).decode(ByteBuffer.self) {
+                kept.append(Data(results.readableBytesView))
+            }
+            replays = try RecentResults.decode(kept)
+        }
+
+        let response: PushResponse
+        if oneByOne {
+            // One mutation per savepoint: one whose write breaks a constraint is `rejected`
+            // with the database's reason, and the others are applied as usual.
+            var last = lastMutationID
+            var results: [PushResult] = []
+            for incoming in mutations {
+                try await db.query("SAVEPOINT mutation", logger: logger)
+                do {
+                    let plan = try await apply(
+                        [incoming], lastMutationID: last, replays: replays, position: position, userID: userID, db: db, logger: logger)
+                    try await db.query("RELEASE SAVEPOINT mutation", logger: logger)
+                    position += Int64(plan.writes.count)
+                    results.append(plan.response.results[0])
+                } catch let error as PSQLError where error.isConstraintViolation {
+                    try await db.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
+                    results.append(PushResult(
+                        id: incoming.mutation.id, status: .rejected, entityID: nil, version: nil,
+                        error: "the server cannot store this mutation: \(error.serverInfo?[.message] ?? "a constraint failed")"
+                    ))
+                }
+                last = max(last, incoming.mutation.id)
+            }
+            response = PushResponse(lastMutationID: last, results: results)
+        } else {
+            response = try await apply(
+                mutations, lastMutationID: lastMutationID, replays: replays, position: position, userID: userID, db: db, logger: logger
+            ).response
+        }
+
+        if response.lastMutationID > lastMutationID {
+            let results = RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays)
+            try await db.query(
+                """
+                INSERT INTO clients (user_id, client_id, last_mutation_id, pushes) VALUES (\(userID), \(clientID), \(response.lastMutationID), 1)
+                ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1
+                """, logger: logger)
+            try await db.query(
+                """
+                INSERT INTO client_results (user_id, client_id, slot, results) VALUES (\(userID), \(clientID), \(Int(pushes % 2)), \(results))
+                ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
+                """, logger: logger)
+        }
+        return response
+    }
+
+    /// Locks the user's change position until the transaction ends and returns it.
+    private static func lockChanges(of userID: String, db: PostgresConnection, logger: Logger) async throws -> Int64 {
+        for attempt in 0..<2 {
+            for try await position in try await db.query(
+                "SELECT position FROM user_changes WHERE user_id = \(userID) FOR UPDATE", logger: logger
+            ).decode(Int64.self) {
+                return position
+            }
+            // A user's first push: create the row. If another process creates it first, this
+            // insert waits for that transaction and does nothing; the lock is then taken above.
+            if attempt == 0 {
+                try await db.query(
+                    "INSERT INTO user_changes (user_id, position) VALUES (\(userID), 0) ON CONFLICT (user_id) DO NOTHING", logger: logger)
+            }
+        }
+        throw StorageError.corrupt("user_changes has no row for a user just inserted")
+    }
+
+    /// Loads what a batch touches, decides every result and writes the records at positions
+    /// after `position`.
+    private static func apply(
+        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: RecentResults.Kept], position: Int64, userID: String,
+        db: PostgresConnection, logger: Logger
+    ) async throws -> BatchPlanner.BatchPlan {
+        let loaded = try await load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db, logger: logger)
+        var planner = BatchPlanner(lastMutationID: lastMutationID, replays: replays, loaded: loaded)
+        let plan = planner.plan(mutations)
+        try await write(plan, after: position, userID: userID, db: db, logger: logger)
+        return plan
+    }
+
+    private static let recordColumns = "r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data"
+
+    /// Every record a batch names by identity and every live holder of its natural keys, in two queries.
+    private static func load(_ lookups: BatchPlanner.Lookups, userID: String, db: PostgresConnection, logger: Logger) async throws
+        -> [StoredRecord]
+    {
+        var found: [RecordKey: StoredRecord] = [:]
+        if !lookups.keys.isEmpty {
+            let keys = Array(lookups.keys)
+            let query: PostgresQuery = """
+                SELECT \(unescaped: recordColumns) FROM records r
+                JOIN unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
+                    ON r.entity = w.entity AND r.entity_id = w.entity_id
+                WHERE r.user_id = \(userID)
+                """
+            for record in try await records(query, db: db, logger: logger) { found[record.key] = record }
+        }
+        if !lookups.naturalKeys.isEmpty {
+            let keys = Array(lookups.naturalKeys)
+            let query: PostgresQuery = """
+                SELECT \(unescaped: recordColumns) FROM records r
+                JOIN unnest(\(keys.map(\.entity))::text[], \(keys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
+                    ON r.entity = w.entity AND r.natural_key = w.natural_key
+                WHERE r.user_id = \(userID) AND NOT r.deleted
+                """
+            for record in try await records(query, db: db, logger: logger) { found[record.key] = record }
+        }
+        return Array(found.values)
+    }
+
+    private static func records(_ query: PostgresQuery, db: PostgresConnection, logger: Logger) async throws -> [StoredRecord] {
+        var records: [StoredRecord] = []
+        for try await (entity, entityID, version, deleted, naturalKey, data) in try await db.query(query, logger: logger)
+            .decode((String, String, Int64, Bool, String?, ByteBuffer?).self)
+        {
+            records.append(StoredRecord(
+                entity: entity, entityID: entityID, version: version, deleted: deleted, naturalKey: naturalKey,
+                data: data.map { Data($0.readableBytesView) }))
+        }
+        return records
+    }
+
+    /// Writes a batch's final record states at the positions after `position`, in order of last change.
+    private static func write(_ plan: BatchPlanner.BatchPlan, after position: Int64, userID: String, db: PostgresConnection, logger: Logger)
+        async throws
+    {
+        guard !plan.writes.isEmpty else { return }
+        if !plan.releasedNaturalKeys.isEmpty {
+            let keys = plan.releasedNaturalKeys
+            try await db.query(
+                """
+                UPDATE records SET natural_key = NULL
+                FROM unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
+                WHERE records.user_id = \(userID) AND records.entity = w.entity AND records.entity_id = w.entity_id
+                """, logger: logger)
+        }
+        let writes = plan.writes
+        try await db.query(
+            "UPDATE user_changes SET position = \(position + Int64(writes.count)) WHERE user_id = \(userID)", logger: logger)
+        // Arrays cannot hold NULLs through PostgresNIO's encoders: a flag beside each nullable column.
+        let seqs = (1...Int64(writes.count)).map { position + $0 }
+        try await db.query(
+            """
+            INSERT INTO records (user_id, entity, entity_id, version, deleted, natural_key, data, seq)
+            SELECT \(userID), w.entity, w.entity_id, w.version, w.deleted,
+                CASE WHEN w.has_key THEN w.natural_key END, CASE WHEN w.has_data THEN w.data END, w.seq
+            FROM unnest(
+                \(writes.map(\.entity))::text[], \(writes.map(\.entityID))::text[], \(writes.map(\.version))::int8[],
+                \(writes.map(\.deleted))::bool[], \(writes.map { $0.naturalKey != nil })::bool[], \(writes.map { $0.naturalKey ?? "" })::text[],
+                \(writes.map { $0.data != nil })::bool[], \(writes.map { ByteBuffer(bytes: $0.data ?? Data()) })::bytea[], \(seqs)::int8[]
+            ) AS w (entity, entity_id, version, deleted, has_key, natural_key, has_data, data, seq)
+            ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
+                version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
+                data = excluded.data, seq = excluded.seq
+            """, logger: logger)
+    }
+
+    // MARK: - Pull
+
+    public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {
+        let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
+        let rows = try await mapErrors {
+            var rows: [(StoredRecord, Int64)] = []
+            rows.reserveCapacity(limit + 1)
+            for try await (entity, entityID, version, deleted, naturalKey, data, seq) in try await client.query(
+                """
+                SELECT entity, entity_id, version, deleted, natural_key, data, seq FROM records
+                WHERE user_id = \(userID) AND seq > \(after) ORDER BY seq LIMIT \(limit + 1)
+                """, logger: logger
+            ).decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64).self) {
+                rows.append((
+                    StoredRecord(
+                        entity: entity, entityID: entityID, version: version, deleted: deleted, naturalKey: naturalKey,
+                        data: data.map { Data($0.readableBytesView) }),
+                    seq
+                ))
+            }
+            return rows
+        }
+        let page = rows.prefix(limit)
+        return PullPage(
+            records: page.map(\.0), cursor: cursors.encode(position: page.last?.1 ?? after, userID: userID), hasMore: rows.count > limit)
+    }
+
+    public func checkHealth() async throws {
+        try await mapErrors { _ = try await client.query("SELECT 1", logger: logger).collect() }
+    }
+
+    /// Stops the pool: its connections close once the requests using them are done.
+    public func close() async throws {
+        closed.withLockedValue { $0 = true }
+        running.cancel()
+        await running.value
+    }
+
+    // MARK: - Errors
+
+    /// `body` in a transaction, with the error it threw (not PostgresNIO's wrapper around it).
+    static func transaction<T: Sendable>(
+        _ client: PostgresClient, logger: Logger, _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        do {
+            return try await client.withTransaction(logger: logger) { db in try await body(db) }
+        } catch let error as PostgresTransactionError {
+            throw error.closureError ?? error.commitError ?? error.beginError ?? error
+        }
+    }
+
+    /// Turns failures a client should retry (no connection, a server shutting down or out of
+    /// resources, a closed pool) into `StorageError.unavailable`.
+    private func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as PSQLError where error.isTransient {
+            throw StorageError.unavailable("PostgreSQL at \(location): \(Self.explain(error))")
+        } catch where closed.withLockedValue({ $0 }) {
+            throw StorageError.unavailable("the server is shutting down")
+        }
+    }
+
+    /// What went wrong, in the server's words when it sent any.
+    static func explain(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return "\(error)" }
+        if let message = error.serverInfo?[.message] {
+            return message + (error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? "")
+        }
+        if let underlying = error.underlying { return "\(error.code): \(underlying)" }
+        return "\(error.code)"
+    }
+}
+
+extension PSQLError {
+    /// SQLSTATE class 23: a unique index, a check or a foreign key refused a write.
+    var isConstraintViolation: Bool { serverInfo?[.sqlState]?.hasPrefix("23") == true }
+
+    /// A failure that says nothing about the request: retrying later may succeed.
+    var isTransient: Bool {
+        switch code {
+        case .connectionError, .serverClosedConnection, .clientClosedConnection, .poolClosed, .uncleanShutdown, .queryCancelled:
+            return true
+        case .server:
+            // 08: connection, 40: serialization and deadlock, 53: resources, 57: shutdown and cancel.
+            let state = serverInfo?[.sqlState] ?? ""
+            return ["08", "40", "53", "57"].contains(where: state.hasPrefix)
+        default:
+            return false
+        }
+    }
+}
