@@ -11,7 +11,7 @@ import ServiceLifecycle
 
 /// A real Ferry server on a loopback port with a real database (a SQLite file, or a database
 /// of its own in the test PostgreSQL cluster), and an HTTP client for it.
-public struct TestServer: Sendable {
+public struct TestServer: ServerEndpoint {
     public static let secret = "test-secret-for-ferry-0123456789abcdef"
 
     public let baseURL: String
@@ -105,22 +105,34 @@ public struct TestServer: Sendable {
         let mac = HMAC<SHA256>.authenticationCode(for: Data(input.utf8), using: SymmetricKey(data: Data(secret.utf8)))
         return input + "." + Data(mac).base64URL
     }
+}
 
-    // MARK: - Requests
+/// A Ferry server reachable over HTTP, in this process or another, and the requests tests make to it.
+public protocol ServerEndpoint: Sendable {
+    var baseURL: String { get }
+}
 
-    public struct Reply: Sendable {
-        public var status: Int
-        public var headers: HTTPHeaders
-        public var body: Data
+/// A server answering at a URL, such as a `ferry serve` process.
+public struct RemoteServer: ServerEndpoint {
+    public let baseURL: String
+    public init(baseURL: String) { self.baseURL = baseURL }
+}
 
-        public func decode<T: Decodable>(_ type: T.Type) throws -> T {
-            try JSONDecoder().decode(type, from: body)
-        }
+/// A server's answer to one request.
+public struct Reply: Sendable {
+    public var status: Int
+    public var headers: HTTPHeaders
+    public var body: Data
 
-        public var errorCode: String? { try? decode(ErrorEnvelope.self).error.code }
-        public var errorMessage: String? { try? decode(ErrorEnvelope.self).error.message }
+    public func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try JSONDecoder().decode(type, from: body)
     }
 
+    public var errorCode: String? { try? decode(ErrorEnvelope.self).error.code }
+    public var errorMessage: String? { try? decode(ErrorEnvelope.self).error.message }
+}
+
+extension ServerEndpoint {
     public func send(
         _ method: HTTPMethod, _ path: String, token: String? = nil, headers: [(String, String)] = [], body: Data? = nil
     ) async throws -> Reply {
