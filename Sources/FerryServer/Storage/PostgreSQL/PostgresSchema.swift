@@ -104,9 +104,10 @@ enum PostgresSchema {
         }
     ]
 
-    /// Applies the migrations this database lacks; refuses a database a newer Ferry migrated.
-    static func migrate(_ client: PostgresClient, logger: Logger) async throws {
-        try await PostgresSyncStorage.transaction(client, logger: logger) { db in
+    /// Applies the migrations this database lacks, and returns the secret that signs cursors;
+    /// refuses a database a newer Ferry migrated.
+    static func migrate(_ connection: PostgresConnection, logger: Logger) async throws -> ByteBuffer {
+        try await PostgresSyncStorage.transaction(connection, logger: logger) { db in
             try await db.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
             try await db.query(
                 """
@@ -132,6 +133,12 @@ enum PostgresSchema {
                     "INSERT INTO ferry_migrations (version, name) VALUES (\(migration.version), \(migration.name))", logger: logger)
                 logger.info("applied database migration", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
             }
+            for try await secret in try await db.query("SELECT value FROM server_meta WHERE key = 'cursor_secret'", logger: logger)
+                .decode(ByteBuffer.self)
+            {
+                return secret
+            }
+            throw StorageError.corrupt("server_meta has no cursor_secret")
         }
     }
 

@@ -34,41 +34,38 @@ public final class PostgresSyncStorage: SyncStorage {
     public static func connect(to location: PostgresLocation, poolSize: Int = 10, logger: Logger = Logger(label: "ferry.postgres"))
         async throws -> PostgresSyncStorage
     {
-        var configuration = PostgresClient.Configuration(
-            host: location.host, port: location.port, username: location.username, password: location.password,
-            database: location.database, tls: try tls(location.tls)
-        )
-        configuration.options.maximumConnections = poolSize
-        configuration.options.connectTimeout = .seconds(5)
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        // Leasing before `run()` has begun logs a warning: wait until its task is under way.
-        let (started, signal) = AsyncStream.makeStream(of: Never.self)
-        let running = Task {
-            signal.finish()
-            await client.run()
-        }
-        for await _ in started {}
+        // One connection of its own first: a server that cannot be reached, a wrong password or
+        // a missing database fail here with the reason (a pool would keep retrying), and the
+        // schema is migrated on it.
+        let secret: ByteBuffer
         do {
-            try await PostgresSchema.migrate(client, logger: logger)
-            let secret = try await PostgresSyncStorage.transaction(client, logger: logger) { db in
-                var secret: ByteBuffer?
-                for try await value in try await db.query("SELECT value FROM server_meta WHERE key = 'cursor_secret'", logger: logger)
-                    .decode(ByteBuffer.self)
-                {
-                    secret = value
-                }
-                return secret
+            var configuration = PostgresConnection.Configuration(
+                host: location.host, port: location.port, username: location.username, password: location.password,
+                database: location.database, tls: try connectionTLS(location.tls))
+            configuration.options.connectTimeout = .seconds(10)
+            let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
+            do {
+                secret = try await PostgresSchema.migrate(connection, logger: logger)
+                try await connection.close()
+            } catch {
+                try? await connection.close()
+                throw error
             }
-            guard let secret else { throw StorageError.corrupt("server_meta has no cursor_secret") }
-            return PostgresSyncStorage(
-                client: client, running: running, cursors: CursorCodec(secret: Data(secret.readableBytesView)), logger: logger,
-                location: location)
+        } catch let error as StorageError {
+            throw error
         } catch {
-            running.cancel()
-            await running.value
-            if let error = error as? StorageError { throw error }
             throw StorageError.unavailable("cannot use PostgreSQL at \(location): \(Self.explain(error))")
         }
+        var configuration = PostgresClient.Configuration(
+            host: location.host, port: location.port, username: location.username, password: location.password,
+            database: location.database, tls: poolTLS(location.tls)
+        )
+        configuration.options.maximumConnections = poolSize
+        configuration.options.connectTimeout = .seconds(10)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        return PostgresSyncStorage(
+            client: client, running: Task { await client.run() }, cursors: CursorCodec(secret: Data(secret.readableBytesView)),
+            logger: logger, location: location)
     }
 
     private init(client: PostgresClient, running: Task<Void, Never>, cursors: CursorCodec, logger: Logger, location: PostgresLocation) {
@@ -79,17 +76,26 @@ public final class PostgresSyncStorage: SyncStorage {
         self.location = location
     }
 
-    private static func tls(_ mode: PostgresLocation.TLSMode) throws -> PostgresClient.Configuration.TLS {
+    /// TLS settings for `sslmode`: `require` encrypts without checking the certificate, as libpq's does.
+    private static func tlsConfiguration(_ mode: PostgresLocation.TLSMode) -> TLSConfiguration? {
         switch mode {
         case .disable:
-            return .disable
+            return nil
         case .require:
             var configuration = TLSConfiguration.makeClientConfiguration()
             configuration.certificateVerification = .none
-            return .require(configuration)
+            return configuration
         case .verifyFull:
-            return .require(.makeClientConfiguration())
+            return .makeClientConfiguration()
         }
+    }
+
+    private static func connectionTLS(_ mode: PostgresLocation.TLSMode) throws -> PostgresConnection.Configuration.TLS {
+        try tlsConfiguration(mode).map { try .require(.init(configuration: $0)) } ?? .disable
+    }
+
+    private static func poolTLS(_ mode: PostgresLocation.TLSMode) -> PostgresClient.Configuration.TLS {
+        tlsConfiguration(mode).map { .require($0) } ?? .disable
     }
 
     /// A limiter drawing on quotas kept in this database, shared by every process using it.
@@ -339,12 +345,24 @@ public final class PostgresSyncStorage: SyncStorage {
 
     // MARK: - Errors
 
-    /// `body` in a transaction, with the error it threw (not PostgresNIO's wrapper around it).
+    /// `body` in a transaction on a pooled connection.
     static func transaction<T: Sendable>(
         _ client: PostgresClient, logger: Logger, _ body: (PostgresConnection) async throws -> T
     ) async throws -> T {
+        try await unwrapped { try await client.withTransaction(logger: logger) { db in try await body(db) } }
+    }
+
+    /// `body` in a transaction on `connection`.
+    static func transaction<T: Sendable>(
+        _ connection: PostgresConnection, logger: Logger, _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        try await unwrapped { try await connection.withTransaction(logger: logger) { db in try await body(db) } }
+    }
+
+    /// Throws the error a transaction's body threw, not PostgresNIO's wrapper around it.
+    private static func unwrapped<T>(_ transaction: () async throws -> T) async throws -> T {
         do {
-            return try await client.withTransaction(logger: logger) { db in try await body(db) }
+            return try await transaction()
         } catch let error as PostgresTransactionError {
             throw error.closureError ?? error.commitError ?? error.beginError ?? error
         }
