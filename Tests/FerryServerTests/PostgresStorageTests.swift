@@ -99,6 +99,23 @@ struct PostgresStorageTests {
         #expect("\(refused.map { "\($0)" } ?? "")".contains("127.0.0.1:1/ferry"), "\(String(describing: refused))")
     }
 
+    @Test("when PostgreSQL goes away under a running server, requests fail as unavailable (503) within the deadline instead of waiting on the pool")
+    func databaseGoneWhileRunning() async throws {
+        let location = try await TestPostgres.createDatabase()
+        let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 2, deadline: .seconds(2))
+        try await storage.checkHealth()
+        // Dropping the database ends the pool's connections, and every new one is refused.
+        try await TestPostgres.withConnection(to: try TestPostgres.clusterLocation()) { admin in
+            _ = try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(location.database) WITH (FORCE)"), logger: .init(label: "test"))
+        }
+        await #expect(throws: StorageError.self) { try await storage.checkHealth() }
+        await #expect(throws: StorageError.self) {
+            try await storage.push(userID: "u", clientID: "c", mutations: [IncomingMutation(.delete(id: 1, entity: "e", entityID: "x"))])
+        }
+        await #expect(throws: StorageError.self) { try await storage.pull(userID: "u", cursor: nil, limit: 10) }
+        try await storage.close()
+    }
+
     @Test("--database URLs: sqlite and postgres forms, sslmode, PGPASSWORD, and clear refusals that never print the password")
     func urls() throws {
         #expect(try DatabaseURL(parsing: "sqlite:a.sqlite") == .sqlite(path: "a.sqlite"))

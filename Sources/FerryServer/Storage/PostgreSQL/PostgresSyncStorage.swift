@@ -25,15 +25,19 @@ public final class PostgresSyncStorage: SyncStorage {
     let client: PostgresClient
     private let running: Task<Void, Never>
     private let cursors: CursorCodec
-    private let logger: Logger
+    let logger: Logger
     public let location: PostgresLocation
+    /// How long a request may wait for the database, a connection from the pool included,
+    /// before it is answered 503: while PostgreSQL is down the pool keeps retrying to connect
+    /// and would hold requests for a minute.
+    private let deadline: Duration
     /// Set by `close()`: the pool then fails every request with an error of its own module.
     private let closed = NIOLockedValueBox(false)
 
     /// Connects, applies missing migrations, and keeps at most `poolSize` connections open.
-    public static func connect(to location: PostgresLocation, poolSize: Int = 10, logger: Logger = Logger(label: "ferry.postgres"))
-        async throws -> PostgresSyncStorage
-    {
+    public static func connect(
+        to location: PostgresLocation, poolSize: Int = 10, deadline: Duration = .seconds(10), logger: Logger = Logger(label: "ferry.postgres")
+    ) async throws -> PostgresSyncStorage {
         // One connection of its own first: a server that cannot be reached, a wrong password or
         // a missing database fail here with the reason (a pool would keep retrying), and the
         // schema is migrated on it.
@@ -65,10 +69,13 @@ public final class PostgresSyncStorage: SyncStorage {
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         return PostgresSyncStorage(
             client: client, running: Task { await client.run() }, cursors: CursorCodec(secret: Data(secret.readableBytesView)),
-            logger: logger, location: location)
+            logger: logger, location: location, deadline: deadline)
     }
 
-    private init(client: PostgresClient, running: Task<Void, Never>, cursors: CursorCodec, logger: Logger, location: PostgresLocation) {
+    private init(
+        client: PostgresClient, running: Task<Void, Never>, cursors: CursorCodec, logger: Logger, location: PostgresLocation, deadline: Duration
+    ) {
+        self.deadline = deadline
         self.client = client
         self.running = running
         self.cursors = cursors
@@ -100,13 +107,13 @@ public final class PostgresSyncStorage: SyncStorage {
 
     /// A limiter drawing on quotas kept in this database, shared by every process using it.
     public func rateLimiter(policy: RateLimitPolicy) -> PostgresRateLimiter {
-        PostgresRateLimiter(client: client, policy: policy, logger: logger)
+        PostgresRateLimiter(storage: self, policy: policy)
     }
 
     // MARK: - Push
 
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        try await mapErrors {
+        try await withDatabase { [self] in
             do {
                 return try await Self.transaction(client, logger: logger) { [logger] db in
                     try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: false, db: db, logger: logger)
@@ -309,7 +316,7 @@ public final class PostgresSyncStorage: SyncStorage {
 
     public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
-        let rows = try await mapErrors {
+        let rows = try await withDatabase { [self] in
             var rows: [(StoredRecord, Int64)] = []
             rows.reserveCapacity(limit + 1)
             for try await (entity, entityID, version, deleted, naturalKey, data, seq) in try await client.query(
@@ -333,7 +340,7 @@ public final class PostgresSyncStorage: SyncStorage {
     }
 
     public func checkHealth() async throws {
-        try await mapErrors { _ = try await client.query("SELECT 1", logger: logger).collect() }
+        try await withDatabase { [self] in _ = try await client.query("SELECT 1", logger: logger).collect() }
     }
 
     /// Stops the pool: its connections close once the requests using them are done.
@@ -368,15 +375,34 @@ public final class PostgresSyncStorage: SyncStorage {
         }
     }
 
-    /// Turns failures a client should retry (no connection, a server shutting down or out of
-    /// resources, a closed pool) into `StorageError.unavailable`.
-    private func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
+    /// Runs `body` against the database within the deadline. Failures a client should retry
+    /// (no connection, a server shutting down or out of resources, a closed pool, the deadline)
+    /// become `StorageError.unavailable`; an error PostgreSQL reports about a statement is a
+    /// bug of this server and stays as it is (a 500).
+    func withDatabase<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
         do {
-            return try await body()
-        } catch let error as PSQLError where error.isTransient {
-            throw StorageError.unavailable("PostgreSQL at \(location): \(Self.explain(error))")
-        } catch where closed.withLockedValue({ $0 }) {
-            throw StorageError.unavailable("the server is shutting down")
+            return try await withThrowingTaskGroup(of: T?.self) { group in
+                group.addTask { try await body() }
+                group.addTask { [deadline] in
+                    try await Task.sleep(for: deadline)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                guard let value = try await group.next()! else {
+                    throw StorageError.unavailable("PostgreSQL at \(location) did not answer within \(deadline)")
+                }
+                return value
+            }
+        } catch let error as StorageError {
+            throw error
+        } catch let error as ProtocolViolation {
+            throw error
+        } catch let error as PSQLError where error.code == .server && !error.isTransient {
+            throw error
+        } catch {
+            // The pool's own errors (closed, or its circuit breaker tripped while PostgreSQL is
+            // down) come from a module of its own; any error but a statement's means "not now".
+            throw StorageError.unavailable("PostgreSQL at \(location): \(closed.withLockedValue { $0 } ? "the server is shutting down" : Self.explain(error))")
         }
     }
 
