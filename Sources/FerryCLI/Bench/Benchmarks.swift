@@ -19,6 +19,8 @@ struct BenchResult: Sendable {
 struct Benchmarks {
     let root: URL
     let records: Int
+    /// Where drain and sync keep the server's records: PostgreSQL, or SQLite files under `root` when `nil`.
+    var postgres: PostgresLocation?
 
     static let table = SyncedTable(table: "events", naturalKey: "sample_id")
 
@@ -91,11 +93,28 @@ struct Benchmarks {
 
     func drainAndSync() async throws -> [BenchResult] {
         let folder = try folder("drain")
-        return try await DemoServer.with(in: folder, rateLimit: nil) { server in try await drainAndSync(server: server, folder: folder) }
+        // The server and the floor each on storage of their own: two SQLite files, or two
+        // pools on one PostgreSQL database (users of their own, so earlier runs do not count).
+        func storage(_ name: String) async throws -> any SyncStorage {
+            if let postgres { return try await PostgresSyncStorage.connect(to: postgres) }
+            return try SQLiteSyncStorage(path: folder.appendingPathComponent("\(name).sqlite").path)
+        }
+        let floor = try await storage("floor")
+        do {
+            let results = try await DemoServer.with(in: folder, rateLimit: nil, storage: try await storage("server")) { server in
+                try await drainAndSync(server: server, floor: floor, folder: folder)
+            }
+            try await floor.close()
+            return results
+        } catch {
+            try? await floor.close()
+            throw error
+        }
     }
 
-    private func drainAndSync(server: DemoServer, folder: URL) async throws -> [BenchResult] {
-        let token = try await server.token(for: "bench")
+    private func drainAndSync(server: DemoServer, floor: any SyncStorage, folder: URL) async throws -> [BenchResult] {
+        let user = "bench-\(UUID().uuidString.prefix(8))"
+        let token = try await server.token(for: user)
         let store = try FerryStore(path: folder.appendingPathComponent("device-1.sqlite").path, schema: Self.schema(), tables: [Self.table])
         try await Self.writeEvents(records, into: store.database)
         let client = FerryClient(store: store, transport: URLSessionTransport(baseURL: server.baseURL), token: { token })
@@ -105,12 +124,11 @@ struct Benchmarks {
             return (summary.requests, nil)
         }
 
-        let floor = try SQLiteSyncStorage(path: folder.appendingPathComponent("floor.sqlite").path)
         // Validated and encoded before the clock starts: the floor is storage alone.
         let mutations = (0..<records).map { IncomingMutation(Self.mutation($0)) }
         let storageWrite = try await BenchMeasurement.measure(items: records) {
             for start in stride(from: 0, to: records, by: 500) {
-                _ = try await floor.push(userID: "bench", clientID: "floor", mutations: Array(mutations[start..<min(start + 500, records)]))
+                _ = try await floor.push(userID: user, clientID: "floor", mutations: Array(mutations[start..<min(start + 500, records)]))
             }
             return (records / 500, nil)
         }
@@ -127,7 +145,7 @@ struct Benchmarks {
             var pages = 0
             var read = 0
             repeat {
-                let page = try await floor.pull(userID: "bench", cursor: cursor, limit: 500)
+                let page = try await floor.pull(userID: user, cursor: cursor, limit: 500)
                 read += page.count
                 pages += 1
                 cursor = page.cursor
@@ -136,16 +154,16 @@ struct Benchmarks {
             guard read == records else { throw CommandFailure("the storage floor read \(read) of \(records)") }
             return (pages, nil)
         }
-        try await floor.close()
+        let engine = postgres == nil ? "SQLiteSyncStorage" : "PostgresSyncStorage"
         return [
             BenchResult(
-                name: "drain", what: "\(records.formatted()) pending mutations pushed to a local server, no rate limit", ferry: drain,
-                baselineName: "storage floor: SQLiteSyncStorage.push, 500 a batch", baseline: storageWrite,
+                name: "drain", what: "\(records.formatted()) pending mutations pushed to a local server on \(postgres?.description ?? "SQLite"), no rate limit",
+                ferry: drain, baselineName: "storage floor: \(engine).push, 500 a batch", baseline: storageWrite,
                 comparison: String(format: "%.2fx the storage floor's time", drain.seconds / storageWrite.seconds)
             ),
             BenchResult(
                 name: "sync", what: "a fresh client pulling \(records.formatted()) records", ferry: sync,
-                baselineName: "storage floor: SQLiteSyncStorage.pull, 500 a page", baseline: storageRead,
+                baselineName: "storage floor: \(engine).pull, 500 a page", baseline: storageRead,
                 comparison: String(format: "%.2fx the storage floor's time", sync.seconds / storageRead.seconds)
             ),
         ]

@@ -1,19 +1,25 @@
 import ArgumentParser
 import Ferry
 import FerryProtocol
+import FerryServer
 import Foundation
 import Logging
 
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Measure Ferry against its baselines in one process run: capture, drain, sync, naive, launch.",
+        abstract: "Measure Ferry against its baselines in one process run: capture, drain, sync, naive, launch, load.",
         discussion: "Build with -c release for figures worth recording; BENCHMARKS.md says how they were taken."
     )
 
-    static let names = ["capture", "drain", "sync", "naive", "launch"]
+    static let names = ["capture", "drain", "sync", "naive", "launch", "load"]
 
     @Option(help: "Records for capture, drain and sync.") var records = 100_000
+    @Option(help: "Keep the server's records for drain, sync and load in this PostgreSQL database (postgres://…) instead of SQLite files in a temporary folder.")
+    var database: String?
+    @Option(help: "load: ferry serve processes sharing the database, requests sent to each in turn.") var servers = 1
+    @Option(help: "load: concurrent clients, five devices to a user, each pushing a batch of 50 then pulling.") var clients = 50
+    @Option(help: "load: requests in all.") var requests = 20_000
     @Option(help: "Run only these benchmarks, comma-separated: \(Self.names.joined(separator: ", ")).") var only: String?
     @Flag(help: "Print one JSON object instead of the table.") var json = false
 
@@ -22,6 +28,19 @@ struct BenchCommand: AsyncParsableCommand {
         for name in selected where !Self.names.contains(name) {
             throw ValidationError("unknown benchmark '\(name)'; choose from \(Self.names.joined(separator: ", "))")
         }
+        guard (1...16).contains(servers) else { throw ValidationError("--servers must be from 1 to 16, got \(servers)") }
+        guard (1...1000).contains(clients) else { throw ValidationError("--clients must be from 1 to 1000, got \(clients)") }
+        guard (1...10_000_000).contains(requests) else { throw ValidationError("--requests must be from 1 to 10000000, got \(requests)") }
+        _ = try postgres()
+    }
+
+    /// The `--database` PostgreSQL location, if one is given.
+    private func postgres() throws -> PostgresLocation? {
+        guard let database else { return nil }
+        guard case .postgres(let location) = try? DatabaseURL(parsing: database) else {
+            throw ValidationError("--database takes a postgres://USER:PASSWORD@HOST:PORT/DATABASE URL (without it, SQLite files are used), got '\(database)'")
+        }
+        return location
     }
 
     private var selected: [String] {
@@ -36,7 +55,8 @@ struct BenchCommand: AsyncParsableCommand {
         }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-bench-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: root) }
-        let benchmarks = Benchmarks(root: root, records: records)
+        let postgres = try postgres()
+        let benchmarks = Benchmarks(root: root, records: records, postgres: postgres)
         var results: [BenchResult] = []
         let wanted = Set(selected)
         if wanted.contains("capture") { results.append(try await report(benchmarks.capture())) }
@@ -45,7 +65,16 @@ struct BenchCommand: AsyncParsableCommand {
         }
         if wanted.contains("naive") { results.append(report(try await benchmarks.naive())) }
         if wanted.contains("launch") { results.append(report(try await benchmarks.launch())) }
-        if json { printNow(String(decoding: try ProtocolValidation.encode(document(results)), as: UTF8.self)) }
+        var load: LoadTest.Report?
+        if wanted.contains("load") {
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            let target = postgres.map(DatabaseURL.postgres) ?? .sqlite(path: root.appendingPathComponent("load.sqlite").path)
+            let test = LoadTest(database: target, servers: servers, clients: clients, requests: requests)
+            let result = try await test.run(in: root)
+            if !json { report(result, of: test) }
+            load = result
+        }
+        if json { printNow(String(decoding: try ProtocolValidation.encode(document(results, load: load)), as: UTF8.self)) }
     }
 
     /// Prints a result as it arrives (a long run shows progress), unless `--json`.
@@ -58,6 +87,18 @@ struct BenchCommand: AsyncParsableCommand {
         return result
     }
 
+    private func report(_ load: LoadTest.Report, of test: LoadTest) {
+        printNow("load: \(test.servers) ferry serve process\(test.servers == 1 ? "" : "es") on \(test.database), \(test.clients) clients, \(load.requests.formatted()) requests (push \(test.batchSize) mutations, then pull)")
+        printNow(String(
+            format: "  %.0f requests/s, %.0f mutations/s, p50 %.1f ms, p99 %.1f ms, %d errors in %.1f s",
+            Double(load.requests) / load.seconds, Double(load.mutations) / load.seconds, load.percentile(0.5), load.percentile(0.99),
+            load.errors, load.seconds))
+        for (index, memory) in load.memory.enumerated() {
+            printNow(String(format: "  server %d resident memory: %.0f MiB at start, %.0f halfway, %.0f at the end", index + 1, memory.start, memory.halfway, memory.end))
+        }
+        if let error = load.firstError { printNow("  first error: \(error)") }
+    }
+
     private func line(_ m: BenchMeasurement) -> String {
         var parts = [String(format: "%.2f s", m.seconds), String(format: "%.0f /s", m.throughput)]
         if let requests = m.requests { parts.append("\(requests) requests") }
@@ -67,7 +108,7 @@ struct BenchCommand: AsyncParsableCommand {
         return parts.joined(separator: ", ")
     }
 
-    private func document(_ results: [BenchResult]) -> JSONObject {
+    private func document(_ results: [BenchResult], load: LoadTest.Report?) -> JSONObject {
         func object(_ m: BenchMeasurement) -> JSONValue {
             var fields: JSONObject = ["seconds": .number(m.seconds), "items": .integer(Int64(m.items)), "perSecond": .number(m.throughput)]
             if let requests = m.requests { fields["requests"] = .integer(Int64(requests)) }
@@ -76,7 +117,7 @@ struct BenchCommand: AsyncParsableCommand {
             for (key, value) in m.extra { fields[key] = .integer(Int64(value)) }
             return .object(fields)
         }
-        return [
+        var document: JSONObject = [
             "machine": .object(["cores": .integer(Int64(ProcessInfo.processInfo.activeProcessorCount)),
                                 "memoryGB": .number(Double(ProcessInfo.processInfo.physicalMemory) / 1_073_741_824)]),
             "benchmarks": .array(results.map {
@@ -84,5 +125,13 @@ struct BenchCommand: AsyncParsableCommand {
                          "baseline": object($0.baseline), "comparison": .string($0.comparison)])
             }),
         ]
+        if let load {
+            document["load"] = .object([
+                "seconds": .number(load.seconds), "requests": .integer(Int64(load.requests)), "mutations": .integer(Int64(load.mutations)),
+                "errors": .integer(Int64(load.errors)), "p50ms": .number(load.percentile(0.5)), "p99ms": .number(load.percentile(0.99)),
+                "serverMemoryMB": .array(load.memory.map { .array([.number($0.start), .number($0.halfway), .number($0.end)]) }),
+            ])
+        }
+        return document
     }
 }

@@ -13,9 +13,12 @@ struct DemoServer: Sendable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    static func start(in directory: URL, rateLimit: RateLimitPolicy?, rateLimiter: (any RateLimiter)? = nil) async throws -> DemoServer {
+    /// Starts a server on `storage`, or on a new SQLite file in `directory` without one.
+    static func start(
+        in directory: URL, rateLimit: RateLimitPolicy?, rateLimiter: (any RateLimiter)? = nil, storage: (any SyncStorage)? = nil
+    ) async throws -> DemoServer {
         let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
-        let storage = try SQLiteSyncStorage(path: directory.appendingPathComponent("server.sqlite").path)
+        let storage = try storage ?? SQLiteSyncStorage(path: directory.appendingPathComponent("server.sqlite").path)
         var logger = Logger(label: "ferry.demo.server")
         logger.logLevel = .error
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
@@ -38,9 +41,10 @@ struct DemoServer: Sendable {
 
     /// Runs `body` against a server started for it, and stops the server however `body` ends.
     static func with<T: Sendable>(
-        in directory: URL, rateLimit: RateLimitPolicy?, rateLimiter: (any RateLimiter)? = nil, _ body: (DemoServer) async throws -> T
+        in directory: URL, rateLimit: RateLimitPolicy?, rateLimiter: (any RateLimiter)? = nil, storage: (any SyncStorage)? = nil,
+        _ body: (DemoServer) async throws -> T
     ) async throws -> T {
-        let server = try await start(in: directory, rateLimit: rateLimit, rateLimiter: rateLimiter)
+        let server = try await start(in: directory, rateLimit: rateLimit, rateLimiter: rateLimiter, storage: storage)
         do {
             let result = try await body(server)
             await server.stop()

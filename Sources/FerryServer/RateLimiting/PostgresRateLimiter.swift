@@ -28,9 +28,9 @@ public struct PostgresRateLimiter: RateLimiter {
         let query: PostgresQuery = """
             SELECT allowed, remaining FROM ferry_take_token(\(userID), \(Double(policy.requests)), \(policy.refillPerSecond), \(now?()))
             """
-        let decision = try await storage.withDatabase { [storage] in
+        let decision = try await storage.withDatabase { [logger = storage.logger] db in
             var decision: (allowed: Bool, tokens: Double)?
-            for try await row in try await storage.client.query(query, logger: storage.logger).decode((Bool, Double).self) { decision = row }
+            for try await row in try await db.query(query, logger: logger).decode((Bool, Double).self) { decision = row }
             return decision
         }
         guard let (allowed, tokens) = decision else { throw StorageError.corrupt("ferry_take_token returned no row") }

@@ -27,9 +27,7 @@ public final class PostgresSyncStorage: SyncStorage {
     private let cursors: CursorCodec
     let logger: Logger
     public let location: PostgresLocation
-    /// How long a request may wait for the database, a connection from the pool included,
-    /// before it is answered 503: while PostgreSQL is down the pool keeps retrying to connect
-    /// and would hold requests for a minute.
+    /// How long a request may wait for a connection from the pool before it is answered 503.
     private let deadline: Duration
     /// Set by `close()`: the pool then fails every request with an error of its own module.
     private let closed = NIOLockedValueBox(false)
@@ -66,6 +64,12 @@ public final class PostgresSyncStorage: SyncStorage {
         )
         configuration.options.maximumConnections = poolSize
         configuration.options.connectTimeout = .seconds(10)
+        // Safety nets on the server side: no statement runs (or waits for a user's lock) for
+        // more than 30 s, and a transaction left open by a frozen process is ended after 60 s,
+        // releasing its user's lock.
+        configuration.options.additionalStartupParameters = [
+            ("statement_timeout", "30s"), ("idle_in_transaction_session_timeout", "60s"),
+        ]
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         return PostgresSyncStorage(
             client: client, running: Task { await client.run() }, cursors: CursorCodec(secret: Data(secret.readableBytesView)),
@@ -113,15 +117,15 @@ public final class PostgresSyncStorage: SyncStorage {
     // MARK: - Push
 
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        try await withDatabase { [self] in
+        try await withDatabase { [logger] db in
             do {
-                return try await Self.transaction(client, logger: logger) { [logger] db in
+                return try await Self.transaction(db, logger: logger) { db in
                     try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: false, db: db, logger: logger)
                 }
             } catch let error as PSQLError where error.isConstraintViolation {
                 // The planner should make this impossible; if a rule was missed, the batch
                 // (rolled back whole) still gets one result per mutation instead of a 500.
-                return try await Self.transaction(client, logger: logger) { [logger] db in
+                return try await Self.transaction(db, logger: logger) { db in
                     try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: true, db: db, logger: logger)
                 }
             }
@@ -316,10 +320,10 @@ public final class PostgresSyncStorage: SyncStorage {
 
     public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
-        let rows = try await withDatabase { [self] in
+        let rows = try await withDatabase { [logger] db in
             var rows: [(StoredRecord, Int64)] = []
             rows.reserveCapacity(limit + 1)
-            for try await (entity, entityID, version, deleted, naturalKey, data, seq) in try await client.query(
+            for try await (entity, entityID, version, deleted, naturalKey, data, seq) in try await db.query(
                 """
                 SELECT entity, entity_id, version, deleted, natural_key, data, seq FROM records
                 WHERE user_id = \(userID) AND seq > \(after) ORDER BY seq LIMIT \(limit + 1)
@@ -340,7 +344,7 @@ public final class PostgresSyncStorage: SyncStorage {
     }
 
     public func checkHealth() async throws {
-        try await withDatabase { [self] in _ = try await client.query("SELECT 1", logger: logger).collect() }
+        try await withDatabase { [logger] db in _ = try await db.query("SELECT 1", logger: logger).collect() }
     }
 
     /// Stops the pool: its connections close once the requests using them are done.
@@ -352,46 +356,54 @@ public final class PostgresSyncStorage: SyncStorage {
 
     // MARK: - Errors
 
-    /// `body` in a transaction on a pooled connection.
-    static func transaction<T: Sendable>(
-        _ client: PostgresClient, logger: Logger, _ body: (PostgresConnection) async throws -> T
-    ) async throws -> T {
-        try await unwrapped { try await client.withTransaction(logger: logger) { db in try await body(db) } }
-    }
-
-    /// `body` in a transaction on `connection`.
+    /// `body` in a transaction on `connection`; throws the error `body` threw, not PostgresNIO's
+    /// wrapper around it.
     static func transaction<T: Sendable>(
         _ connection: PostgresConnection, logger: Logger, _ body: (PostgresConnection) async throws -> T
     ) async throws -> T {
-        try await unwrapped { try await connection.withTransaction(logger: logger) { db in try await body(db) } }
-    }
-
-    /// Throws the error a transaction's body threw, not PostgresNIO's wrapper around it.
-    private static func unwrapped<T>(_ transaction: () async throws -> T) async throws -> T {
         do {
-            return try await transaction()
+            return try await connection.withTransaction(logger: logger) { db in try await body(db) }
         } catch let error as PostgresTransactionError {
             throw error.closureError ?? error.commitError ?? error.beginError ?? error
         }
     }
 
-    /// Runs `body` against the database within the deadline. Failures a client should retry
-    /// (no connection, a server shutting down or out of resources, a closed pool, the deadline)
-    /// become `StorageError.unavailable`; an error PostgreSQL reports about a statement is a
-    /// bug of this server and stays as it is (a 500).
-    func withDatabase<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    /// Runs `body` on a connection from the pool. Waiting for one takes at most the deadline:
+    /// while PostgreSQL is down the pool keeps trying to connect and would hold the request for
+    /// a minute. Once leased, `body` runs to its end (PostgreSQL's `statement_timeout` bounds it).
+    ///
+    /// Failures a client should retry (no connection, a server shutting down or out of
+    /// resources, a closed pool) become `StorageError.unavailable`; an error PostgreSQL reports
+    /// about a statement is a bug of this server and stays as it is (a 500).
+    func withDatabase<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        let (leased, signal) = AsyncStream.makeStream(of: Never.self)
         do {
-            return try await withThrowingTaskGroup(of: T?.self) { group in
-                group.addTask { try await body() }
-                group.addTask { [deadline] in
-                    try await Task.sleep(for: deadline)
+            return try await withThrowingTaskGroup(of: T?.self) { [client, deadline, location] group in
+                group.addTask {
+                    try await client.withConnection { connection in
+                        signal.finish()
+                        return try await body(connection)
+                    }
+                }
+                group.addTask {
+                    let isLeased = try await withThrowingTaskGroup(of: Bool.self) { race in
+                        race.addTask {
+                            for await _ in leased {}
+                            return !Task.isCancelled
+                        }
+                        race.addTask {
+                            try await Task.sleep(for: deadline)
+                            return false
+                        }
+                        defer { race.cancelAll() }
+                        return try await race.next()!
+                    }
+                    guard isLeased else { throw StorageError.unavailable("no connection to PostgreSQL at \(location) within \(deadline)") }
                     return nil
                 }
-                defer { group.cancelAll() }
-                guard let value = try await group.next()! else {
-                    throw StorageError.unavailable("PostgreSQL at \(location) did not answer within \(deadline)")
-                }
-                return value
+                var value: T?
+                for try await result in group where result != nil { value = result }
+                return value!  // the first task returned or the group threw
             }
         } catch let error as StorageError {
             throw error

@@ -1,0 +1,215 @@
+import AsyncHTTPClient
+import FerryProtocol
+import FerryServer
+import Foundation
+import NIOCore
+
+/// `ferry bench --only load`: several `ferry serve` processes on one database, as behind a
+/// load balancer, and concurrent clients each alternating a push of a batch and a pull,
+/// sent round-robin across the processes, for a fixed count of requests.
+struct LoadTest {
+    var database: DatabaseURL
+    var servers: Int
+    var clients: Int
+    var requests: Int
+    var batchSize = 50
+    /// Clients of one user: the devices of a user share their records and their lock.
+    var devicesPerUser = 5
+
+    struct Report: Sendable {
+        var seconds: Double
+        var requests: Int
+        var mutations: Int
+        var errors: Int
+        var firstError: String?
+        /// Milliseconds per request, sorted.
+        var latencies: [Double]
+        /// Resident memory of each server process, in MiB: started, halfway, at the end.
+        var memory: [(start: Double, halfway: Double, end: Double)]
+
+        func percentile(_ p: Double) -> Double {
+            latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]
+        }
+    }
+
+    func run(in folder: URL) async throws -> Report {
+        let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        // A quota no client reaches: the limiter (shared in the database on PostgreSQL) runs on every request.
+        let processes = try (0..<servers).map { index in
+            try ServerProcess(
+                arguments: ["serve", "--database", database.description, "--port", "0", "--jwt-secret", secret, "--rate-limit", "1000000/60"],
+                log: folder.appendingPathComponent("serve-\(index).log"))
+        }
+        defer { processes.forEach { $0.stop() } }
+        var ports: [Int] = []
+        for process in processes { ports.append(try await process.port()) }
+        let endpoints = ports.map { "http://127.0.0.1:\($0)" }
+        let start = processes.map(\.residentMB)
+
+        let authority = try await TokenAuthority(secret: secret)
+        let run = "\(UUID().uuidString.prefix(8))"
+        var tokens: [String] = []
+        for user in 0..<max(1, clients / devicesPerUser) { tokens.append(try await authority.issue(userID: "load-\(run)-\(user)", ttl: .seconds(3600))) }
+
+        let http = HTTPClient(
+            eventLoopGroup: HTTPClient.defaultEventLoopGroup,
+            configuration: .init(connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: clients)))
+        let tickets = Tickets(total: requests, halfway: { processes.map(\.residentMB) })
+        let began = ContinuousClock.now
+        let outcomes = await withTaskGroup(of: ClientOutcome.self) { group in
+            for client in 0..<clients {
+                let device = Device(
+                    clientID: "load-\(run)-\(client)", token: tokens[client / devicesPerUser % tokens.count], batchSize: batchSize, http: http)
+                group.addTask { await device.run(tickets: tickets, endpoints: endpoints) }
+            }
+            return await group.reduce(into: [ClientOutcome]()) { $0.append($1) }
+        }
+        let elapsed = began.duration(to: .now)
+        try await http.shutdown()
+        let halfway = await tickets.halfwayMemory ?? start
+        let end = processes.map(\.residentMB)
+        return Report(
+            seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+            requests: outcomes.reduce(0) { $0 + $1.latencies.count },
+            mutations: outcomes.reduce(0) { $0 + $1.mutations },
+            errors: outcomes.reduce(0) { $0 + $1.errors },
+            firstError: outcomes.lazy.compactMap(\.firstError).first,
+            latencies: outcomes.flatMap(\.latencies).sorted(),
+            memory: (0..<servers).map { (start[$0], halfway[$0], end[$0]) }
+        )
+    }
+
+    struct ClientOutcome: Sendable {
+        var latencies: [Double] = []
+        var mutations = 0
+        var errors = 0
+        var firstError: String?
+    }
+
+    /// Hands out the fixed count of requests, and samples the servers' memory halfway.
+    actor Tickets {
+        private var issued = 0
+        let total: Int
+        private let halfway: @Sendable () -> [Double]
+        private(set) var halfwayMemory: [Double]?
+
+        init(total: Int, halfway: @escaping @Sendable () -> [Double]) {
+            self.total = total
+            self.halfway = halfway
+        }
+
+        /// The next request's number, or `nil` once all are handed out.
+        func next() -> Int? {
+            guard issued < total else { return nil }
+            issued += 1
+            if issued == total / 2 { halfwayMemory = halfway() }
+            return issued
+        }
+    }
+
+    /// One client: pushes a batch of new and changed records, then pulls what changed, again
+    /// and again, each request to the next process in turn.
+    struct Device: Sendable {
+        let clientID: String
+        let token: String
+        let batchSize: Int
+        let http: HTTPClient
+
+        func run(tickets: Tickets, endpoints: [String]) async -> ClientOutcome {
+            var outcome = ClientOutcome()
+            var nextID: Int64 = 1
+            var cursor: String?
+            var pushNext = true
+            while let ticket = await tickets.next() {
+                var request: HTTPClientRequest
+                let endpoint = endpoints[ticket % endpoints.count]
+                if pushNext {
+                    let mutations = (0..<batchSize).map { _ in
+                        defer { nextID += 1 }
+                        // A record is written four times on average: creates and updates.
+                        return Mutation.upsert(
+                            id: nextID, entity: "samples", entityID: "\(clientID)-\(nextID % Int64(batchSize * 4 + 1))",
+                            data: ["value": .integer(nextID), "kind": .string("steps")])
+                    }
+                    request = HTTPClientRequest(url: endpoint + "/v1/push")
+                    request.method = .POST
+                    request.headers.add(name: "Content-Type", value: "application/json")
+                    request.body = .bytes(ByteBuffer(bytes: (try? JSONEncoder().encode(PushRequest(clientID: clientID, mutations: mutations))) ?? Data()))
+                } else {
+                    let query = "limit=500" + (cursor.map { "&cursor=\($0)" } ?? "")
+                    request = HTTPClientRequest(url: endpoint + "/v1/pull?" + query)
+                }
+                request.headers.add(name: "Authorization", value: "Bearer \(token)")
+                let started = ContinuousClock.now
+                do {
+                    let response = try await http.execute(request, timeout: .seconds(60))
+                    let body = try await response.body.collect(upTo: 64 * 1024 * 1024)
+                    let elapsed = started.duration(to: .now)
+                    outcome.latencies.append(Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+                    guard response.status == .ok else {
+                        outcome.errors += 1
+                        outcome.firstError = outcome.firstError ?? "\(response.status.code): \(String(buffer: body))"
+                        continue
+                    }
+                    if pushNext {
+                        outcome.mutations += batchSize
+                    } else if let page = try? JSONDecoder().decode(PullResponse.self, from: Data(body.readableBytesView)) {
+                        cursor = page.cursor
+                    }
+                } catch {
+                    outcome.errors += 1
+                    outcome.firstError = outcome.firstError ?? "\(error)"
+                }
+                pushNext.toggle()
+            }
+            return outcome
+        }
+    }
+}
+
+/// A `ferry serve` child process of this same executable, its output in a log file.
+final class ServerProcess: Sendable {
+    private let process: Process
+    private let log: URL
+
+    init(arguments: [String], log: URL) throws {
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
+        let process = Process()
+        process.executableURL = Bundle.main.executableURL
+        process.arguments = arguments
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = try FileHandle(forWritingTo: log)
+        process.standardError = process.standardOutput
+        try process.run()
+        self.process = process
+        self.log = log
+    }
+
+    /// Waits for the line saying where it listens.
+    func port() async throws -> Int {
+        while process.isRunning {
+            let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Ferry server listening on http://") }),
+                let port = line.split(separator: " ")[4].split(separator: ":").last.flatMap({ Int($0) })
+            {
+                return port
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw CommandFailure("ferry serve ended before listening: \((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
+    }
+
+    /// Resident memory in MiB (Linux's VmRSS; 0 where /proc is missing).
+    var residentMB: Double {
+        guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
+        else { return 0 }
+        return kilobytes / 1024
+    }
+
+    func stop() {
+        process.terminate()
+        process.waitUntilExit()
+    }
+}
