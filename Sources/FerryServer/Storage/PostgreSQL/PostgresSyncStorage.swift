@@ -132,20 +132,14 @@ public final class PostgresSyncStorage: SyncStorage {
         }
     }
 
-    /// One push's transaction: takes the user's lock, reads the client's position (and, for
+    /// One push's transaction: takes the user's lock and reads the client's position (and, for
     /// a resend, its recent results), applies the batch, then, if it processed new mutations,
-    /// stores the client's new position and all its results.
+    /// stores the client's new position and all its results. Seven round trips, whatever the
+    /// batch's size: a round trip is most of a push's cost.
     private static func push(
         _ mutations: [IncomingMutation], userID: String, clientID: String, oneByOne: Bool, db: PostgresConnection, logger: Logger
     ) async throws -> PushResponse {
-        var position = try await lockChanges(of: userID, db: db, logger: logger)
-        var lastMutationID: Int64 = 0
-        var pushes: Int64 = 0
-        for try await (last, count) in try await db.query(
-            "SELECT last_mutation_id, pushes FROM clients WHERE user_id = \(userID) AND client_id = \(clientID)", logger: logger
-        ).decode((Int64, Int64).self) {
-            (lastMutationID, pushes) = (last, count)
-        }
+        let (position, lastMutationID, pushes) = try await lock(userID, clientID: clientID, db: db, logger: logger)
         // Most pushes carry new ids only: the kept results are read for a resend alone, the
         // older of the two slots first.
         var replays: [Int64: RecentResults.Kept] = [:]
@@ -168,11 +162,13 @@ public final class PostgresSyncStorage: SyncStorage {
             // with the database's reason, and the others are applied as usual.
             var last = lastMutationID
             var results: [PushResult] = []
+            var position = position
             for incoming in mutations {
                 try await db.query("SAVEPOINT mutation", logger: logger)
                 do {
-                    let plan = try await apply(
-                        [incoming], lastMutationID: last, replays: replays, position: position, userID: userID, db: db, logger: logger)
+                    let plan = try await plan([incoming], lastMutationID: last, replays: replays, userID: userID, db: db, logger: logger)
+                    try await release(plan, userID: userID, db: db, logger: logger)
+                    if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID), logger: logger) }
                     try await db.query("RELEASE SAVEPOINT mutation", logger: logger)
                     position += Int64(plan.writes.count)
                     results.append(plan.response.results[0])
@@ -187,28 +183,45 @@ public final class PostgresSyncStorage: SyncStorage {
             }
             response = PushResponse(lastMutationID: last, results: results)
         } else {
-            response = try await apply(
-                mutations, lastMutationID: lastMutationID, replays: replays, position: position, userID: userID, db: db, logger: logger
-            ).response
+            let plan = try await plan(mutations, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db, logger: logger)
+            try await release(plan, userID: userID, db: db, logger: logger)
+            if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID), logger: logger) }
+            response = plan.response
         }
-
-        if response.lastMutationID > lastMutationID {
-            let results = RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays)
-            try await db.query(
-                """
+        // A push of resent mutations only changes nothing.
+        guard response.lastMutationID > lastMutationID else { return response }
+        let results = ByteBuffer(data: RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays))
+        try await db.query(
+            """
+            WITH client AS (
                 INSERT INTO clients (user_id, client_id, last_mutation_id, pushes) VALUES (\(userID), \(clientID), \(response.lastMutationID), 1)
                 ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1
-                """, logger: logger)
-            try await db.query(
-                """
-                INSERT INTO client_results (user_id, client_id, slot, results) VALUES (\(userID), \(clientID), \(Int(pushes % 2)), \(results))
-                ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
-                """, logger: logger)
-        }
+            )
+            INSERT INTO client_results (user_id, client_id, slot, results) VALUES (\(userID), \(clientID), \(Int(pushes % 2)), \(results))
+            ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
+            """, logger: logger)
         return response
     }
 
-    /// Locks the user's change position until the transaction ends and returns it.
+    /// Locks the user's change position until the transaction ends; returns it with the
+    /// client's `lastMutationID` and count of pushes (0 for a new client).
+    ///
+    /// The client is read by a statement of its own, after the lock: under READ COMMITTED a
+    /// statement that waited for a row lock re-reads that row but not the rows it joined, so a
+    /// join would read the client as it was before the push that held the lock, and apply a
+    /// resent batch twice.
+    private static func lock(_ userID: String, clientID: String, db: PostgresConnection, logger: Logger) async throws
+        -> (position: Int64, lastMutationID: Int64, pushes: Int64)
+    {
+        let position = try await lockChanges(of: userID, db: db, logger: logger)
+        for try await (last, pushes) in try await db.query(
+            "SELECT last_mutation_id, pushes FROM clients WHERE user_id = \(userID) AND client_id = \(clientID)", logger: logger
+        ).decode((Int64, Int64).self) {
+            return (position, last, pushes)
+        }
+        return (position, 0, 0)
+    }
+
     private static func lockChanges(of userID: String, db: PostgresConnection, logger: Logger) async throws -> Int64 {
         for attempt in 0..<2 {
             for try await position in try await db.query(
@@ -226,82 +239,64 @@ public final class PostgresSyncStorage: SyncStorage {
         throw StorageError.corrupt("user_changes has no row for a user just inserted")
     }
 
-    /// Loads what a batch touches, decides every result and writes the records at positions
-    /// after `position`.
-    private static func apply(
-        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: RecentResults.Kept], position: Int64, userID: String,
+    /// Loads what a batch touches and decides every result.
+    private static func plan(
+        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: RecentResults.Kept], userID: String,
         db: PostgresConnection, logger: Logger
     ) async throws -> BatchPlanner.BatchPlan {
         let loaded = try await load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db, logger: logger)
         var planner = BatchPlanner(lastMutationID: lastMutationID, replays: replays, loaded: loaded)
-        let plan = planner.plan(mutations)
-        try await write(plan, after: position, userID: userID, db: db, logger: logger)
-        return plan
+        return planner.plan(mutations)
     }
 
-    private static let recordColumns = "r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data"
-
-    /// Every record a batch names by identity and every live holder of its natural keys, in two queries.
+    /// Every record a batch names by identity and every live holder of its natural keys, in one query.
     private static func load(_ lookups: BatchPlanner.Lookups, userID: String, db: PostgresConnection, logger: Logger) async throws
         -> [StoredRecord]
     {
+        let keys = Array(lookups.keys)
+        let naturalKeys = Array(lookups.naturalKeys)
         var found: [RecordKey: StoredRecord] = [:]
-        if !lookups.keys.isEmpty {
-            let keys = Array(lookups.keys)
-            let query: PostgresQuery = """
-                SELECT \(unescaped: recordColumns) FROM records r
-                JOIN unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
-                    ON r.entity = w.entity AND r.entity_id = w.entity_id
-                WHERE r.user_id = \(userID)
-                """
-            for record in try await records(query, db: db, logger: logger) { found[record.key] = record }
-        }
-        if !lookups.naturalKeys.isEmpty {
-            let keys = Array(lookups.naturalKeys)
-            let query: PostgresQuery = """
-                SELECT \(unescaped: recordColumns) FROM records r
-                JOIN unnest(\(keys.map(\.entity))::text[], \(keys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
-                    ON r.entity = w.entity AND r.natural_key = w.natural_key
-                WHERE r.user_id = \(userID) AND NOT r.deleted
-                """
-            for record in try await records(query, db: db, logger: logger) { found[record.key] = record }
+        for try await (entity, entityID, version, deleted, naturalKey, data) in try await db.query(
+            """
+            SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data FROM records r
+            JOIN unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
+                ON r.entity = w.entity AND r.entity_id = w.entity_id
+            WHERE r.user_id = \(userID)
+            UNION ALL
+            SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data FROM records r
+            JOIN unnest(\(naturalKeys.map(\.entity))::text[], \(naturalKeys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
+                ON r.entity = w.entity AND r.natural_key = w.natural_key
+            WHERE r.user_id = \(userID) AND NOT r.deleted
+            """, logger: logger
+        ).decode((String, String, Int64, Bool, String?, ByteBuffer?).self) {
+            let record = StoredRecord(
+                entity: entity, entityID: entityID, version: version, deleted: deleted, naturalKey: naturalKey,
+                data: data.map { Data($0.readableBytesView) })
+            found[record.key] = record
         }
         return Array(found.values)
     }
 
-    private static func records(_ query: PostgresQuery, db: PostgresConnection, logger: Logger) async throws -> [StoredRecord] {
-        var records: [StoredRecord] = []
-        for try await (entity, entityID, version, deleted, naturalKey, data) in try await db.query(query, logger: logger)
-            .decode((String, String, Int64, Bool, String?, ByteBuffer?).self)
-        {
-            records.append(StoredRecord(
-                entity: entity, entityID: entityID, version: version, deleted: deleted, naturalKey: naturalKey,
-                data: data.map { Data($0.readableBytesView) }))
-        }
-        return records
-    }
-
-    /// Writes a batch's final record states at the positions after `position`, in order of last change.
-    private static func write(_ plan: BatchPlanner.BatchPlan, after position: Int64, userID: String, db: PostgresConnection, logger: Logger)
-        async throws
-    {
-        guard !plan.writes.isEmpty else { return }
-        if !plan.releasedNaturalKeys.isEmpty {
-            let keys = plan.releasedNaturalKeys
-            try await db.query(
-                """
-                UPDATE records SET natural_key = NULL
-                FROM unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
-                WHERE records.user_id = \(userID) AND records.entity = w.entity AND records.entity_id = w.entity_id
-                """, logger: logger)
-        }
-        let writes = plan.writes
-        try await db.query(
-            "UPDATE user_changes SET position = \(position + Int64(writes.count)) WHERE user_id = \(userID)", logger: logger)
-        // Arrays cannot hold NULLs through PostgresNIO's encoders: a flag beside each nullable column.
-        let seqs = (1...Int64(writes.count)).map { position + $0 }
+    /// Releases the natural keys of records that held one before the batch and no longer do,
+    /// so the uniqueness index never sees two holders while the batch is written.
+    private static func release(_ plan: BatchPlanner.BatchPlan, userID: String, db: PostgresConnection, logger: Logger) async throws {
+        let keys = plan.releasedNaturalKeys
+        guard !keys.isEmpty else { return }
         try await db.query(
             """
+            UPDATE records SET natural_key = NULL
+            FROM unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
+            WHERE records.user_id = \(userID) AND records.entity = w.entity AND records.entity_id = w.entity_id
+            """, logger: logger)
+    }
+
+    /// The statement writing a batch's final record states at the positions after `position`,
+    /// in order of last change, and moving the user's position past them.
+    private static func write(_ writes: [StoredRecord], after position: Int64, userID: String) -> PostgresQuery {
+        // Arrays cannot hold NULLs through PostgresNIO's encoders: a flag beside each nullable column.
+        let seqs = (0..<Int64(writes.count)).map { position + 1 + $0 }
+        return """
+            WITH moved AS (UPDATE user_changes SET position = \(position + Int64(writes.count)) WHERE user_id = \(userID))
             INSERT INTO records (user_id, entity, entity_id, version, deleted, natural_key, data, seq)
             SELECT \(userID), w.entity, w.entity_id, w.version, w.deleted,
                 CASE WHEN w.has_key THEN w.natural_key END, CASE WHEN w.has_data THEN w.data END, w.seq
@@ -313,7 +308,7 @@ public final class PostgresSyncStorage: SyncStorage {
             ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
                 version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
                 data = excluded.data, seq = excluded.seq
-            """, logger: logger)
+            """
     }
 
     // MARK: - Pull
