@@ -36,10 +36,14 @@ trap stop EXIT
 
 "${as_owner[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --no-sync -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; fail "initdb failed (log above)"; }
-# Loopback only, sockets in the cluster's own folder. fsync stays on: the tests check
-# durability the way production runs it; the cluster is small enough that it costs little.
+# Loopback only, sockets in the cluster's own folder. The suite creates a database per test
+# (each one a copy of template0 written to the WAL): for a cluster thrown away at the end,
+# syncing that to disk only slows the machine down, so fsync is off unless
+# FERRY_POSTGRES_SETTINGS says otherwise (benchmarks pass "-c fsync=on ..." for figures
+# with production's durability).
+settings="${FERRY_POSTGRES_SETTINGS:--c fsync=off -c synchronous_commit=off -c full_page_writes=off}"
 "${as_owner[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300" start >/dev/null \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=500 $settings" start >/dev/null \
     || { cat "$dir/server.log" >&2; fail "the PostgreSQL server did not start (log above)"; }
 
 export FERRY_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"

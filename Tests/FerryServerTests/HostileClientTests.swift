@@ -15,7 +15,7 @@ import Darwin
 @Suite("Hostile clients", .timeLimit(.minutes(1)))
 struct HostileClientTests {
     /// A raw TCP connection to the test server, to misbehave below HTTP.
-    final class RawConnection {
+    final class RawConnection: Sendable {
         let socket: Int32
 
         init(port: Int) throws {
@@ -35,6 +35,14 @@ struct HostileClientTests {
         deinit { close(socket) }
 
         func send(_ text: String) { _ = text.withCString { Glibc.send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) } }
+
+        /// `readUntilClosed()` on a dispatch queue: a blocked Swift concurrency thread could be
+        /// one the server in this process needs to answer.
+        func closed() async -> String? {
+            await withCheckedContinuation { continuation in
+                DispatchQueue.global().async { continuation.resume(returning: self.readUntilClosed()) }
+            }
+        }
 
         /// Reads until the server closes the connection; what it said, or nil if it never closed.
         func readUntilClosed() -> String? {
@@ -60,16 +68,16 @@ struct HostileClientTests {
             trickling.send("GET /v1/hea")
             // Others are answered meanwhile: each sends its whole request the moment it connects
             // (a pooled HTTP client may take longer than the timeout to send on a busy machine).
-            func healthy() throws -> Bool {
+            func healthy() async throws -> Bool {
                 let other = try RawConnection(port: port)
                 other.send("GET /v1/health HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
-                return other.readUntilClosed()?.hasPrefix("HTTP/1.1 200") == true
+                return await other.closed()?.hasPrefix("HTTP/1.1 200") == true
             }
-            #expect(try healthy(), "the server answers others meanwhile")
+            #expect(try await healthy(), "the server answers others meanwhile")
             for connection in silent + [trickling] {
-                #expect(connection.readUntilClosed() == "", "closed without an answer")
+                #expect(await connection.closed() == "", "closed without an answer")
             }
-            #expect(try healthy())
+            #expect(try await healthy())
         }
     }
 

@@ -7,7 +7,7 @@ import Testing
 
 /// Natural keys belong to live records only, and no sequence of valid mutations makes the
 /// server fail: every mutation gets a result.
-@Suite("Natural keys", .timeLimit(.minutes(1)))
+@Suite("Natural keys", .timeLimit(.minutes(3)))
 struct NaturalKeyTests {
     @Test("upsert Y with key k, delete Y, upsert X with k, upsert Y without a key: every push applied, X keeps k, Y lives without it", arguments: StorageBackend.allCases)
     func keyLeftOnTombstone(backend: StorageBackend) async throws {
