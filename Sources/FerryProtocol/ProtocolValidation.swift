@@ -26,9 +26,10 @@ public enum ProtocolValidation {
         return nil
     }
 
-    /// `nil` when `entityID` is 1 to 128 printable characters, else why not.
+    /// `nil` when `entityID` is 1 to 128 printable characters, else why not. Characters are
+    /// Unicode code points, as JSON Schema counts them (a grapheme may hold hundreds).
     public static func entityIDProblem(_ entityID: String) -> String? {
-        let count = entityID.count
+        let count = entityID.unicodeScalars.count
         guard (1...ProtocolLimits.maxEntityIDLength).contains(count) else {
             return "entityID must be 1 to \(ProtocolLimits.maxEntityIDLength) characters, got \(count)"
         }
@@ -38,11 +39,23 @@ public enum ProtocolValidation {
         return nil
     }
 
-    /// `nil` when `naturalKey` is 1 to 256 characters, else why not.
+    /// `nil` when `naturalKey` is 1 to 256 characters (code points) other than U+0000, else why not.
     public static func naturalKeyProblem(_ naturalKey: String) -> String? {
-        let count = naturalKey.count
+        let count = naturalKey.unicodeScalars.count
         guard (1...ProtocolLimits.maxNaturalKeyLength).contains(count) else {
             return "naturalKey must be 1 to \(ProtocolLimits.maxNaturalKeyLength) characters, got \(count)"
+        }
+        guard !naturalKey.unicodeScalars.contains("\u{0}") else {
+            return "naturalKey must not contain U+0000 (NUL)"
+        }
+        return nil
+    }
+
+    /// `nil` when a token's `sub` can name a user: 1 to 256 characters (code points) other than U+0000.
+    public static func userIDProblem(_ userID: String) -> String? {
+        let count = userID.unicodeScalars.count
+        guard (1...256).contains(count), !userID.unicodeScalars.contains("\u{0}") else {
+            return "sub must be 1 to 256 characters, none of them U+0000 (NUL), got \(count)"
         }
         return nil
     }

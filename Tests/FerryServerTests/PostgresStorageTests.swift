@@ -2,6 +2,7 @@ import FerryProtocol
 import FerryServer
 import FerryTestSupport
 import Foundation
+import Logging
 import PostgresNIO
 import Testing
 
@@ -36,10 +37,13 @@ struct PostgresStorageTests {
                 try await storage.push(userID: "alice", clientID: "phone", mutations: [IncomingMutation(.upsert(id: 2, entity: "slow", entityID: "a", data: .value(1)))])
             }
             try await Self.waitForWaiters(1, on: gate)
+            // The other push comes from a second process (a storage of its own): within one
+            // process, a user's pushes already wait for each other before the database.
+            let otherProcess = try await database.open()
             let fastDone = Flag()
             let fast = Task {
                 defer { Task { await fastDone.set() } }
-                return try await storage.push(userID: "alice", clientID: "laptop", mutations: [IncomingMutation(.upsert(id: 1, entity: "fast", entityID: "b", data: .value(1)))])
+                return try await otherProcess.push(userID: "alice", clientID: "laptop", mutations: [IncomingMutation(.upsert(id: 1, entity: "fast", entityID: "b", data: .value(1)))])
             }
             // The second push either waits for the first (one more lock waiter) or has committed.
             try await Self.waitForWaiters(2, on: gate, orUntil: { await fastDone.isSet })
@@ -50,6 +54,7 @@ struct PostgresStorageTests {
             let after = try await storage.pull(userID: "alice", cursor: during.cursor, limit: 10)
             let (first, then) = (try Self.entities(during), try Self.entities(after))
             #expect((first + then).sorted() == ["early", "fast", "slow"], "pulled while the first push was in flight: \(first); after: \(then)")
+            try await otherProcess.close()
         }
         try await storage.close()
     }
@@ -116,6 +121,54 @@ struct PostgresStorageTests {
         try await storage.close()
     }
 
+    @Test("one user's burst of pushes waits in memory, not on pooled connections: other users and the health check are served while the user's lock is held")
+    func burstDoesNotTakeThePool() async throws {
+        let database = try await TestDatabase.make(.postgres)
+        guard case .postgres(let location) = database.url else { return }
+        let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 2, deadline: .seconds(5))
+        func push(_ user: String, client: String, id: Int64) async throws -> PushResponse {
+            try await storage.push(userID: user, clientID: client, mutations: [IncomingMutation(.upsert(id: id, entity: "e", entityID: "\(client)-\(id)", data: .value(id)))])
+        }
+        _ = try await push("alice", client: "first", id: 1)
+        try await TestPostgres.withConnection(to: location) { holder in
+            let test = Logger(label: "test")
+            _ = try await holder.query("BEGIN", logger: test)
+            _ = try await holder.query("SELECT position FROM user_changes WHERE user_id = 'alice' FOR UPDATE", logger: test).collect()
+            let burst = Task {
+                try await withThrowingTaskGroup(of: PushResponse.self) { group in
+                    for device in 0..<8 { group.addTask { try await push("alice", client: "device-\(device)", id: 1) } }
+                    return try await group.reduce(into: [PushResponse]()) { $0.append($1) }
+                }
+            }
+            try await Self.waitForWaiters(1, on: holder)
+            // Alice's pushes hold at most one of the two connections: Bob and health get the other.
+            #expect(try await push("bob", client: "phone", id: 1).results.first?.status == .applied)
+            try await storage.checkHealth()
+            _ = try await holder.query("COMMIT", logger: test)
+            #expect(try await burst.value.allSatisfy { $0.results.first?.status == .applied })
+        }
+        try await storage.close()
+    }
+
+    @Test("values PostgreSQL cannot hold are refused by the protocol's rules on both engines, never a 500: NUL in a natural key, a grapheme of 1,500 code points, a token's sub with NUL", arguments: StorageBackend.allCases)
+    func valuesBeyondTheDatabase(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            let longest = String(repeating: "😀", count: 128)  // 128 code points, 512 bytes: fits
+            let answer = try await server.pushOK(PushRequest(clientID: "c", mutations: [
+                .upsert(id: 1, entity: "e", entityID: "nul", data: .value(1), naturalKey: "a\u{0}b"),
+                .upsert(id: 2, entity: "e", entityID: "a" + String(repeating: "\u{301}", count: 1500), data: .value(1)),
+                .upsert(id: 3, entity: "e", entityID: longest, data: .value(1), naturalKey: String(repeating: "😀", count: 256)),
+            ]), token: token)
+            #expect(answer.results.map(\.status) == [.rejected, .rejected, .applied], "\(answer.results)")
+            #expect(answer.results[0].error?.contains("U+0000") == true)
+            #expect(answer.results[1].error?.contains("128") == true)
+            #expect(try await server.pullAll(token: token)["e/\(longest)"]?.version == 1)
+            let reply = try await server.pull(token: try await TestServer.token(for: "bad\u{0}user"))
+            #expect(reply.status == 401)
+        }
+    }
+
     @Test("--database URLs: sqlite and postgres forms, sslmode, PGPASSWORD, and clear refusals that never print the password")
     func urls() throws {
         #expect(try DatabaseURL(parsing: "sqlite:a.sqlite") == .sqlite(path: "a.sqlite"))
@@ -133,6 +186,8 @@ struct PostgresStorageTests {
             ("postgres://ferry:hunter2@db.internal", "no database"),
             ("postgres://ferry:hunter2@db.internal/sync?sslmode=maybe", "sslmode=maybe"),
             ("postgres://ferry@db.internal/sync?timeout=3", "'timeout'"),
+            ("postgres://ferry:hun#ter2@db.internal/sync", "not a valid URL"),
+            ("postgres://ferry:hunter2/x@db.internal", "postgres://ferry:***@db.internal"),
         ] {
             #expect {
                 try DatabaseURL(parsing: bad, environment: [:])

@@ -57,6 +57,7 @@ public struct TokenAuthority: Sendable {
         guard let expiry = claims.exp else { throw .missingExpiry }
         guard expiry.value > now else { throw .expired }
         guard let subject = claims.sub?.value, !subject.isEmpty else { throw .missingSubject }
+        if let problem = ProtocolValidation.userIDProblem(subject) { throw .malformed(problem) }
         return subject
     }
 }

@@ -28,7 +28,9 @@ struct BatchPlanner {
     ///   its record as it is now, so that record is read too.
     static func lookups(for mutations: [IncomingMutation], replays: [Int64: RecentResults.Kept] = [:]) -> Lookups {
         var lookups = Lookups()
-        for incoming in mutations {
+        // A mutation that breaks the protocol's rules is rejected unread: its ids and key may be
+        // values a database cannot even compare (PostgreSQL refuses NUL in text).
+        for incoming in mutations where incoming.rejection == nil {
             if let replay = replays[incoming.mutation.id]?.result(for: incoming.mutation), replay.status == .conflict,
                 let entityID = replay.entityID
             {

@@ -108,12 +108,17 @@ public struct DatabaseURLError: Error, Sendable, CustomStringConvertible {
     public var problem: String
 
     public var description: String {
-        // A password may sit in the URL: show it starred.
-        var shown = text
-        if var components = URLComponents(string: text), components.password != nil {
-            components.password = "***"
-            shown = components.string ?? "the URL"
-        }
-        return "'\(shown)' \(problem)"
+        "'\(Self.masked(text))' \(problem)"
+    }
+
+    /// The URL with whatever sits between `://` and the last `@` shown as `USER:***`: a
+    /// password may be there, parsable or not.
+    static func masked(_ text: String) -> String {
+        guard let scheme = text.range(of: "://") else { return text }
+        let rest = text[scheme.upperBound...]
+        guard let at = rest.lastIndex(of: "@") else { return text }
+        let credentials = rest[..<at]
+        guard let colon = credentials.firstIndex(of: ":") else { return text }
+        return String(text[..<scheme.upperBound]) + credentials[..<colon] + ":***" + rest[at...]
     }
 }

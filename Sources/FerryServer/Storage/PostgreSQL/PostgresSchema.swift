@@ -108,7 +108,9 @@ enum PostgresSchema {
     /// refuses a database a newer Ferry migrated.
     static func migrate(_ connection: PostgresConnection, logger: Logger) async throws -> ByteBuffer {
         try await PostgresSyncStorage.transaction(connection, logger: logger) { db in
-            try await db.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger)
+            // A process migrating for over a minute is stuck: fail with the reason, not wait forever.
+            try await db.query("SET LOCAL lock_timeout = '60s'", logger: logger)
+            _ = try await db.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger).collect()
             try await db.query(
                 """
                 CREATE TABLE IF NOT EXISTS ferry_migrations (

@@ -31,6 +31,7 @@ public final class PostgresSyncStorage: SyncStorage {
     private let deadline: Duration
     /// Set by `close()`: the pool then fails every request with an error of its own module.
     private let closed = NIOLockedValueBox(false)
+    private let pushes = UserPushQueue()
 
     /// Connects, applies missing migrations, and keeps at most `poolSize` connections open.
     public static func connect(
@@ -64,11 +65,13 @@ public final class PostgresSyncStorage: SyncStorage {
         )
         configuration.options.maximumConnections = poolSize
         configuration.options.connectTimeout = .seconds(10)
-        // Safety nets on the server side: no statement runs (or waits for a user's lock) for
-        // more than 30 s, and a transaction left open by a frozen process is ended after 60 s,
-        // releasing its user's lock.
+        // Safety nets on the server side: no statement runs for more than 30 s or waits for a
+        // user's lock for more than 10 s (both answered 503), and a transaction left open by a
+        // frozen process is ended after 60 s, releasing its user's lock.
+        // A commit must be durable before a push is answered, whatever the role's default.
         configuration.options.additionalStartupParameters = [
-            ("statement_timeout", "30s"), ("idle_in_transaction_session_timeout", "60s"),
+            ("statement_timeout", "30s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "60s"),
+            ("synchronous_commit", "on"),
         ]
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         return PostgresSyncStorage(
@@ -117,19 +120,28 @@ public final class PostgresSyncStorage: SyncStorage {
     // MARK: - Push
 
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        try await withDatabase { [logger] db in
+        try await pushes.run(for: userID) {
+            try await withDatabase { [logger] db in
+                try await Self.push(mutations, userID: userID, clientID: clientID, db: db, logger: logger)
+            }
+        }
+    }
+
+    /// A push's transaction, and again one mutation at a time if the database refused a write.
+    private static func push(
+        _ mutations: [IncomingMutation], userID: String, clientID: String, db: PostgresConnection, logger: Logger
+    ) async throws -> PushResponse {
             do {
                 return try await Self.transaction(db, logger: logger) { db in
                     try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: false, db: db, logger: logger)
                 }
-            } catch let error as PSQLError where error.isConstraintViolation {
+            } catch let error as PSQLError where error.isRefusedWrite {
                 // The planner should make this impossible; if a rule was missed, the batch
                 // (rolled back whole) still gets one result per mutation instead of a 500.
                 return try await Self.transaction(db, logger: logger) { db in
                     try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: true, db: db, logger: logger)
                 }
             }
-        }
     }
 
     /// One push's transaction: takes the user's lock and reads the client's position (and, for
@@ -172,7 +184,7 @@ public final class PostgresSyncStorage: SyncStorage {
                     try await db.query("RELEASE SAVEPOINT mutation", logger: logger)
                     position += Int64(plan.writes.count)
                     results.append(plan.response.results[0])
-                } catch let error as PSQLError where error.isConstraintViolation {
+                } catch let error as PSQLError where error.isRefusedWrite {
                     try await db.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
                     results.append(PushResult(
                         id: incoming.mutation.id, status: .rejected, entityID: nil, version: nil,
@@ -404,11 +416,13 @@ public final class PostgresSyncStorage: SyncStorage {
             throw error
         } catch let error as ProtocolViolation {
             throw error
-        } catch let error as PSQLError where error.code == .server && !error.isTransient {
+        } catch let error as PSQLError where !error.isTransient {
+            throw error  // a statement this server got wrong: a 500 with a request id
+        } catch let error as PostgresDecodingError {
             throw error
         } catch {
             // The pool's own errors (closed, or its circuit breaker tripped while PostgreSQL is
-            // down) come from a module of its own; any error but a statement's means "not now".
+            // down) come from a module of its own, like the network's: "not now".
             throw StorageError.unavailable("PostgreSQL at \(location): \(closed.withLockedValue { $0 } ? "the server is shutting down" : Self.explain(error))")
         }
     }
@@ -425,8 +439,13 @@ public final class PostgresSyncStorage: SyncStorage {
 }
 
 extension PSQLError {
-    /// SQLSTATE class 23: a unique index, a check or a foreign key refused a write.
-    var isConstraintViolation: Bool { serverInfo?[.sqlState]?.hasPrefix("23") == true }
+    /// The database refused a value of a mutation: a constraint (class 23), a value it cannot
+    /// hold (class 22), or a limit such as an index row's size (class 54). The batch is then
+    /// applied one mutation at a time and the refused one is `rejected` with the reason.
+    var isRefusedWrite: Bool {
+        let state = serverInfo?[.sqlState] ?? ""
+        return ["22", "23", "54"].contains(where: state.hasPrefix)
+    }
 
     /// A failure that says nothing about the request: retrying later may succeed.
     var isTransient: Bool {
@@ -434,9 +453,10 @@ extension PSQLError {
         case .connectionError, .serverClosedConnection, .clientClosedConnection, .poolClosed, .uncleanShutdown, .queryCancelled:
             return true
         case .server:
-            // 08: connection, 40: serialization and deadlock, 53: resources, 57: shutdown and cancel.
+            // 08: connection, 40: serialization and deadlock, 53: resources, 57: shutdown and
+            // statement timeout, 55P03: lock timeout.
             let state = serverInfo?[.sqlState] ?? ""
-            return ["08", "40", "53", "57"].contains(where: state.hasPrefix)
+            return ["08", "40", "53", "57", "55P03"].contains(where: state.hasPrefix)
         default:
             return false
         }
