@@ -186,7 +186,8 @@ struct PostgresStorageTests {
             ("postgres://ferry:hunter2@db.internal", "no database"),
             ("postgres://ferry:hunter2@db.internal/sync?sslmode=maybe", "sslmode=maybe"),
             ("postgres://ferry@db.internal/sync?timeout=3", "'timeout'"),
-            ("postgres://ferry:hun#ter2@db.internal/sync", "not a valid URL"),
+            ("postgres://ferry:hun#ter2@db.internal/sync", "ferry:***@db.internal"),
+            ("postgres://ferry@db.internal/sync?sslmode=require&sslmode=disable", "'sslmode' twice"),
             ("postgres://ferry:hunter2/x@db.internal", "postgres://ferry:***@db.internal"),
         ] {
             #expect {

@@ -146,11 +146,21 @@ struct ClientCommandTests {
             ("--idle-timeout", "0", "--idle-timeout must be from 1 to 3600 seconds, got 0"),
             ("--idle-timeout", "3601", "--idle-timeout must be from 1 to 3600 seconds, got 3601"),
             ("--port", "70000", "--port must be from 0 to 65535, got 70000"),
+            ("--pool-size", "5", "--pool-size applies to a postgres:// database"),
         ] {
             let run = try await Self.ferry(["serve", "--database", "sqlite:\(database)", "--jwt-secret", TestServer.secret, flag, value])
             #expect(run.status != 0, "\(flag) \(value)")
             #expect(run.error.contains(message), "\(flag) \(value): \(run.error)")
         }
         #expect(!FileManager.default.fileExists(atPath: database), "nothing was created")
+        for (url, message) in [
+            ("mysql://x@y/z", "is not a database URL Ferry knows"),
+            ("postgres://ferry:hunter2@127.0.0.1:1/ferry?sslmode=maybe", "sslmode=maybe"),
+            ("postgres://ferry:hunter2@127.0.0.1:1/ferry", "cannot use PostgreSQL at postgres://ferry@127.0.0.1:1/ferry"),
+        ] {
+            let run = try await Self.ferry(["serve", "--database", url, "--jwt-secret", TestServer.secret, "--port", "0"])
+            #expect(run.status != 0, "\(url)")
+            #expect(run.error.contains(message) && !run.error.contains("hunter2"), "\(url): \(run.error)")
+        }
     }
 }

@@ -78,8 +78,11 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         }
         let port = components.port ?? 5432
         guard (1...65_535).contains(port) else { throw failure("has port \(port); use 1 to 65535") }
+        guard components.fragment == nil else { throw failure("has a #fragment; a database URL has none (percent-encode a # in the password as %23)") }
         var tls = TLSMode.disable
+        var seen: Set<String> = []
         for item in components.queryItems ?? [] {
+            guard seen.insert(item.name).inserted else { throw failure("gives '\(item.name)' twice") }
             switch item.name {
             case "sslmode":
                 guard let mode = item.value.flatMap(TLSMode.init(rawValue:)) else {
