@@ -125,7 +125,7 @@ struct PostgresStorageTests {
     func burstDoesNotTakeThePool() async throws {
         let database = try await TestDatabase.make(.postgres)
         guard case .postgres(let location) = database.url else { return }
-        let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 2, deadline: .seconds(5))
+        let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 2, deadline: .seconds(30))
         func push(_ user: String, client: String, id: Int64) async throws -> PushResponse {
             try await storage.push(userID: user, clientID: client, mutations: [IncomingMutation(.upsert(id: id, entity: "e", entityID: "\(client)-\(id)", data: .value(id)))])
         }
@@ -147,6 +147,30 @@ struct PostgresStorageTests {
             _ = try await holder.query("COMMIT", logger: test)
             #expect(try await burst.value.allSatisfy { $0.results.first?.status == .applied })
         }
+        try await storage.close()
+    }
+
+    @Test("a push queued behind its user's stuck push is answered unavailable at the deadline, and leaves the line: later pushes still run")
+    func queuedPushMeetsTheDeadline() async throws {
+        let database = try await TestDatabase.make(.postgres)
+        guard case .postgres(let location) = database.url else { return }
+        let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 4, deadline: .seconds(1))
+        func push(_ client: String) async throws -> PushResponse {
+            try await storage.push(userID: "alice", clientID: client, mutations: [IncomingMutation(.upsert(id: 1, entity: "e", entityID: client, data: .value(1)))])
+        }
+        _ = try await push("first")
+        try await TestPostgres.withConnection(to: location) { holder in
+            let test = Logger(label: "test")
+            _ = try await holder.query("BEGIN", logger: test)
+            _ = try await holder.query("SELECT position FROM user_changes WHERE user_id = 'alice' FOR UPDATE", logger: test).collect()
+            let stuck = Task { try await push("stuck") }  // leased, waiting for the lock
+            try await Self.waitForWaiters(1, on: holder)
+            await #expect(throws: StorageError.self) { try await push("queued") }
+            _ = try await holder.query("COMMIT", logger: test)
+            #expect(try await stuck.value.results.first?.status == .applied)
+        }
+        // The withdrawn push left no one waiting for a turn that never comes.
+        #expect(try await push("later").results.first?.status == .applied)
         try await storage.close()
     }
 
@@ -188,6 +212,8 @@ struct PostgresStorageTests {
             ("postgres://ferry@db.internal/sync?timeout=3", "'timeout'"),
             ("postgres://ferry:hun#ter2@db.internal/sync", "ferry:***@db.internal"),
             ("postgres://ferry@db.internal/sync?sslmode=require&sslmode=disable", "'sslmode' twice"),
+            ("postgres://ferry@db.internal/sync?password=hunter2", "password=***"),
+            ("host=db.internal password=hunter2", "password=***"),
             ("postgres://ferry:hunter2/x@db.internal", "postgres://ferry:***@db.internal"),
         ] {
             #expect {
@@ -208,11 +234,12 @@ struct PostgresStorageTests {
         try JSONDecoder().decode(PullResponse.self, from: Data(page.responseBody().readableBytesView)).changes.map(\.entity)
     }
 
-    /// Waits until `count` sessions wait for a lock (or `done` says there is nothing to wait for).
+    /// Waits until `count` sessions of this test's database wait for a lock (or `done` says
+    /// there is nothing to wait for).
     static func waitForWaiters(_ count: Int, on connection: PostgresConnection, orUntil done: () async -> Bool = { false }) async throws {
         while true {
             var waiting = 0
-            for try await n in try await connection.query("SELECT count(*)::int8 FROM pg_locks WHERE NOT granted", logger: .init(label: "test"))
+            for try await n in try await connection.query("SELECT count(*)::int8 FROM pg_locks WHERE NOT granted AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())", logger: .init(label: "test"))
                 .decode(Int64.self)
             {
                 waiting = Int(n)

@@ -38,7 +38,7 @@ struct BenchCommand: AsyncParsableCommand {
     private func postgres() throws -> PostgresLocation? {
         guard let database else { return nil }
         guard case .postgres(let location) = try? DatabaseURL(parsing: database) else {
-            throw ValidationError("--database takes a postgres://USER:PASSWORD@HOST:PORT/DATABASE URL (without it, SQLite files are used), got '\(database)'")
+            throw ValidationError("--database takes a postgres://USER:PASSWORD@HOST:PORT/DATABASE URL (without it, SQLite files are used), got '\(DatabaseURLError.masked(database))'")
         }
         return location
     }

@@ -28,9 +28,9 @@ struct BatchPlanner {
     ///   its record as it is now, so that record is read too.
     static func lookups(for mutations: [IncomingMutation], replays: [Int64: RecentResults.Kept] = [:]) -> Lookups {
         var lookups = Lookups()
-        // A mutation that breaks the protocol's rules is rejected unread: its ids and key may be
-        // values a database cannot even compare (PostgreSQL refuses NUL in text).
-        for incoming in mutations where incoming.rejection == nil {
+        // A mutation naming a value no database text can hold (NUL, refused by the protocol's
+        // rules) is rejected unread: PostgreSQL cannot even compare it.
+        for incoming in mutations where !incoming.mutation.namesNUL {
             if let replay = replays[incoming.mutation.id]?.result(for: incoming.mutation), replay.status == .conflict,
                 let entityID = replay.entityID
             {
@@ -200,5 +200,12 @@ struct BatchPlanner {
         if let held = record.liveNaturalKey { naturalKeyHolders[held] = record.key }
         records[record.key] = record
         lastTouch[record.key] = index
+    }
+}
+
+extension Mutation {
+    /// Whether its entity, id or natural key holds U+0000.
+    var namesNUL: Bool {
+        [entity, entityID, naturalKey ?? ""].contains { $0.unicodeScalars.contains("\u{0}") }
     }
 }

@@ -114,14 +114,22 @@ public struct DatabaseURLError: Error, Sendable, CustomStringConvertible {
         "'\(Self.masked(text))' \(problem)"
     }
 
-    /// The URL with whatever sits between `://` and the last `@` shown as `USER:***`: a
-    /// password may be there, parsable or not.
-    static func masked(_ text: String) -> String {
-        guard let scheme = text.range(of: "://") else { return text }
-        let rest = text[scheme.upperBound...]
-        guard let at = rest.lastIndex(of: "@") else { return text }
-        let credentials = rest[..<at]
-        guard let colon = credentials.firstIndex(of: ":") else { return text }
-        return String(text[..<scheme.upperBound]) + credentials[..<colon] + ":***" + rest[at...]
+    /// `text` with anything that may be a password starred: between `USER:` and the last `@`
+    /// after `://`, and the value of any `password=` (a query parameter, or a libpq DSN).
+    public static func masked(_ text: String) -> String {
+        var result = text
+        if let scheme = result.range(of: "://"), let at = result[scheme.upperBound...].lastIndex(of: "@"),
+            let colon = result[scheme.upperBound..<at].firstIndex(of: ":")
+        {
+            result.replaceSubrange(result.index(after: colon)..<at, with: "***")
+        }
+        var searchFrom = result.startIndex
+        while let key = result.range(of: "password=", options: .caseInsensitive, range: searchFrom..<result.endIndex) {
+            let end = result[key.upperBound...].firstIndex { $0 == "&" || $0 == " " } ?? result.endIndex
+            let offset = result.distance(from: result.startIndex, to: key.upperBound)
+            result.replaceSubrange(key.upperBound..<end, with: "***")
+            searchFrom = result.index(result.startIndex, offsetBy: offset + 3)
+        }
+        return result
     }
 }

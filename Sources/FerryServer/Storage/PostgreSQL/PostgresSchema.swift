@@ -110,6 +110,11 @@ enum PostgresSchema {
         try await PostgresSyncStorage.transaction(connection, logger: logger) { db in
             // A process migrating for over a minute is stuck: fail with the reason, not wait forever.
             try await db.query("SET LOCAL lock_timeout = '60s'", logger: logger)
+            // Ids and keys are any Unicode text: a database in another encoding would refuse some.
+            for try await encoding in try await db.query("SHOW server_encoding", logger: logger).decode(String.self)
+            where encoding != "UTF8" {
+                throw StorageError.corrupt("the database's encoding is \(encoding); Ferry needs UTF8 (CREATE DATABASE … ENCODING 'UTF8')")
+            }
             _ = try await db.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger).collect()
             try await db.query(
                 """

@@ -120,10 +120,8 @@ public final class PostgresSyncStorage: SyncStorage {
     // MARK: - Push
 
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        try await pushes.run(for: userID) {
-            try await withDatabase { [logger] db in
-                try await Self.push(mutations, userID: userID, clientID: clientID, db: db, logger: logger)
-            }
+        try await withDatabase(queueingFor: userID) { [logger] db in
+            try await Self.push(mutations, userID: userID, clientID: clientID, db: db, logger: logger)
         }
     }
 
@@ -382,15 +380,24 @@ public final class PostgresSyncStorage: SyncStorage {
     /// Failures a client should retry (no connection, a server shutting down or out of
     /// resources, a closed pool) become `StorageError.unavailable`; an error PostgreSQL reports
     /// about a statement is a bug of this server and stays as it is (a 500).
-    func withDatabase<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    ///
+    /// With `queueingFor`, the request first waits for that user's earlier pushes in this
+    /// process (`UserPushQueue`); the deadline covers that wait too.
+    func withDatabase<T: Sendable>(
+        queueingFor userID: String? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
         let (leased, signal) = AsyncStream.makeStream(of: Never.self)
         do {
-            return try await withThrowingTaskGroup(of: T?.self) { [client, deadline, location] group in
+            return try await withThrowingTaskGroup(of: T?.self) { [client, deadline, location, pushes] group in
                 group.addTask {
-                    try await client.withConnection { connection in
-                        signal.finish()
-                        return try await body(connection)
+                    let lease = {
+                        try await client.withConnection { connection in
+                            signal.finish()
+                            return try await body(connection)
+                        }
                     }
+                    guard let userID else { return try await lease() }
+                    return try await pushes.run(for: userID, lease)
                 }
                 group.addTask {
                     let isLeased = try await withThrowingTaskGroup(of: Bool.self) { race in
@@ -439,12 +446,13 @@ public final class PostgresSyncStorage: SyncStorage {
 }
 
 extension PSQLError {
-    /// The database refused a value of a mutation: a constraint (class 23), a value it cannot
-    /// hold (class 22), or a limit such as an index row's size (class 54). The batch is then
+    /// The database refused a value of a mutation: a constraint (class 23), a character it
+    /// cannot hold (22021), or a limit such as an index row's size (54000). Other errors of
+    /// those classes are this server's bugs and stay 500s, never a `rejected` that loses data. The batch is then
     /// applied one mutation at a time and the refused one is `rejected` with the reason.
     var isRefusedWrite: Bool {
         let state = serverInfo?[.sqlState] ?? ""
-        return ["22", "23", "54"].contains(where: state.hasPrefix)
+        return state.hasPrefix("23") || state == "22021" || state == "54000"
     }
 
     /// A failure that says nothing about the request: retrying later may succeed.
@@ -454,9 +462,9 @@ extension PSQLError {
             return true
         case .server:
             // 08: connection, 40: serialization and deadlock, 53: resources, 57: shutdown and
-            // statement timeout, 55P03: lock timeout.
+            // statement timeout, 55P03: lock timeout, 25006: a read-only standby after a failover.
             let state = serverInfo?[.sqlState] ?? ""
-            return ["08", "40", "53", "57", "55P03"].contains(where: state.hasPrefix)
+            return ["08", "40", "53", "57", "55P03", "25006"].contains(where: state.hasPrefix)
         default:
             return false
         }

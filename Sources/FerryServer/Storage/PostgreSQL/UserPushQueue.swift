@@ -3,13 +3,20 @@
 /// A user's pushes run one at a time anyway (they take the user's row lock). Waiting here,
 /// in memory, instead of at the lock keeps a user's burst from holding every pooled
 /// connection while it waits, which would leave other users and the health check none.
+/// A wait ends early when its task is cancelled (the storage's deadline cancels it).
 actor UserPushQueue {
+    private struct Waiter {
+        let id: UInt64
+        let continuation: CheckedContinuation<Void, any Error>
+    }
+
     /// Users with a push under way, and the pushes waiting behind it in arrival order.
-    private var waiting: [String: [CheckedContinuation<Void, Never>]] = [:]
+    private var waiting: [String: [Waiter]] = [:]
+    private var nextID: UInt64 = 0
 
     /// Runs `body` once every earlier push of `userID` in this process has finished.
     nonisolated func run<T: Sendable>(for userID: String, _ body: () async throws -> T) async throws -> T {
-        await enter(userID)
+        try await enter(userID)
         do {
             let value = try await body()
             await leave(userID)
@@ -20,12 +27,27 @@ actor UserPushQueue {
         }
     }
 
-    private func enter(_ userID: String) async {
+    private func enter(_ userID: String) async throws {
         guard waiting[userID] != nil else {
             waiting[userID] = []
             return
         }
-        await withCheckedContinuation { waiting[userID, default: []].append($0) }
+        nextID += 1
+        let id = nextID
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                if Task.isCancelled { return continuation.resume(throwing: CancellationError()) }
+                waiting[userID, default: []].append(Waiter(id: id, continuation: continuation))
+            }
+        } onCancel: {
+            Task { await self.withdraw(id, of: userID) }
+        }
+    }
+
+    /// A cancelled waiter leaves the line; one already given its turn is not found here.
+    private func withdraw(_ id: UInt64, of userID: String) {
+        guard let index = waiting[userID]?.firstIndex(where: { $0.id == id }) else { return }
+        waiting[userID]?.remove(at: index).continuation.resume(throwing: CancellationError())
     }
 
     private func leave(_ userID: String) {
@@ -35,6 +57,6 @@ actor UserPushQueue {
         }
         let next = queue.removeFirst()
         waiting[userID] = queue
-        next.resume()
+        next.continuation.resume()
     }
 }
