@@ -20,7 +20,7 @@ public struct RateLimitDecision: Sendable, Equatable {
     /// Whole seconds until the next request is allowed; 0 when allowed.
     public var retryAfterSeconds: Int
 
-    public init(allowed: Bool, limit: Int, remaining: Int, resetSeconds: Int, retryAfterSeconds: Int) {
+    init(allowed: Bool, limit: Int, remaining: Int, resetSeconds: Int, retryAfterSeconds: Int) {
         self.allowed = allowed
         self.limit = limit
         self.remaining = remaining
