@@ -107,7 +107,7 @@ struct PostgresStorageTests {
     @Test("when PostgreSQL goes away under a running server, requests fail as unavailable (503) within the deadline instead of waiting on the pool")
     func databaseGoneWhileRunning() async throws {
         let location = try await TestPostgres.createDatabase()
-        let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 2, deadline: .seconds(2))
+        let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 2, deadline: .seconds(5))
         try await storage.checkHealth()
         // Dropping the database ends the pool's connections, and every new one is refused.
         try await TestPostgres.withConnection(to: try TestPostgres.clusterLocation()) { admin in
@@ -154,7 +154,9 @@ struct PostgresStorageTests {
     func queuedPushMeetsTheDeadline() async throws {
         let database = try await TestDatabase.make(.postgres)
         guard case .postgres(let location) = database.url else { return }
-        let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 4, deadline: .seconds(1))
+        // Long enough for a loaded machine to open a connection; well under the 10 s lock_timeout
+        // that the stuck push waits on meanwhile.
+        let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 4, deadline: .seconds(4))
         func push(_ client: String) async throws -> PushResponse {
             try await storage.push(userID: "alice", clientID: client, mutations: [IncomingMutation(.upsert(id: 1, entity: "e", entityID: client, data: .value(1)))])
         }
