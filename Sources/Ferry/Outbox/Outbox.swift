@@ -251,11 +251,16 @@ struct Outbox: Sendable {
     /// id would hand that id, which the server has already seen, to the next change, and the
     /// server would answer it `duplicate` without applying it. The high-water mark row then
     /// takes that id.
+    ///
+    /// Finding that row scans the table (it has no index on `state`), so it is looked for only
+    /// when the highest id went: a drain acknowledges the oldest entries, and a scan per batch
+    /// made draining a million entries cost the square of their count.
     static func remove(where condition: String, arguments: StatementArguments = [], db: Database) throws {
-        let top = try Int64.fetchOne(db.cachedStatement(sql: "SELECT max(id) FROM ferry_outbox")) ?? 0
+        let highest = try db.cachedStatement(sql: "SELECT max(id) FROM ferry_outbox")
+        let top = try Int64.fetchOne(highest) ?? 0
         try db.cachedStatement(sql: "DELETE FROM ferry_outbox WHERE \(condition)").execute(arguments: arguments)
-        try db.cachedStatement(sql: "UPDATE ferry_outbox SET id = ? WHERE state = ? AND ? > (SELECT max(id) FROM ferry_outbox)")
-            .execute(arguments: [top, OutboxState.highWaterMark.rawValue, top])
+        guard try Int64.fetchOne(highest) ?? 0 < top else { return }
+        try db.cachedStatement(sql: "UPDATE ferry_outbox SET id = ? WHERE state = ?").execute(arguments: [top, OutboxState.highWaterMark.rawValue])
     }
 
     /// `id IN` the JSON array of `idList`, one argument: the statement is the same for every
