@@ -130,10 +130,7 @@ struct PostgresStorageTests {
             try await storage.push(userID: user, clientID: client, mutations: [IncomingMutation(.upsert(id: id, entity: "e", entityID: "\(client)-\(id)", data: .value(id)))])
         }
         _ = try await push("alice", client: "first", id: 1)
-        try await TestPostgres.withConnection(to: location) { holder in
-            let test = Logger(label: "test")
-            _ = try await holder.query("BEGIN", logger: test)
-            _ = try await holder.query("SELECT position FROM user_changes WHERE user_id = 'alice' FOR UPDATE", logger: test).collect()
+        let burst = try await Self.holdingAlicesLock(in: location) { holder in
             let burst = Task {
                 try await withThrowingTaskGroup(of: PushResponse.self) { group in
                     for device in 0..<8 { group.addTask { try await push("alice", client: "device-\(device)", id: 1) } }
@@ -144,9 +141,9 @@ struct PostgresStorageTests {
             // Alice's pushes hold at most one of the two connections: Bob and health get the other.
             #expect(try await push("bob", client: "phone", id: 1).results.first?.status == .applied)
             try await storage.checkHealth()
-            _ = try await holder.query("COMMIT", logger: test)
-            #expect(try await burst.value.allSatisfy { $0.results.first?.status == .applied })
+            return burst
         }
+        #expect(try await burst.value.allSatisfy { $0.results.first?.status == .applied })
         try await storage.close()
     }
 
@@ -161,16 +158,13 @@ struct PostgresStorageTests {
             try await storage.push(userID: "alice", clientID: client, mutations: [IncomingMutation(.upsert(id: 1, entity: "e", entityID: client, data: .value(1)))])
         }
         _ = try await push("first")
-        try await TestPostgres.withConnection(to: location) { holder in
-            let test = Logger(label: "test")
-            _ = try await holder.query("BEGIN", logger: test)
-            _ = try await holder.query("SELECT position FROM user_changes WHERE user_id = 'alice' FOR UPDATE", logger: test).collect()
+        let stuck = try await Self.holdingAlicesLock(in: location) { holder in
             let stuck = Task { try await push("stuck") }  // leased, waiting for the lock
             try await Self.waitForWaiters(1, on: holder)
             await #expect(throws: StorageError.self) { try await push("queued") }
-            _ = try await holder.query("COMMIT", logger: test)
-            #expect(try await stuck.value.results.first?.status == .applied)
+            return stuck
         }
+        #expect(try await stuck.value.results.first?.status == .applied)
         // The withdrawn push left no one waiting for a turn that never comes.
         #expect(try await push("later").results.first?.status == .applied)
         try await storage.close()
@@ -224,6 +218,19 @@ struct PostgresStorageTests {
                 let text = "\(error)"
                 return text.contains(says) && !text.contains("hunter2")
             }
+        }
+    }
+
+    /// Runs `body` while another session holds alice's row of `user_changes`, as a push of
+    /// another process would, and commits that session once `body` returns.
+    static func holdingAlicesLock<T: Sendable>(in location: PostgresLocation, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await TestPostgres.withConnection(to: location) { holder in
+            let test = Logger(label: "test")
+            _ = try await holder.query("BEGIN", logger: test)
+            _ = try await holder.query("SELECT position FROM user_changes WHERE user_id = 'alice' FOR UPDATE", logger: test).collect()
+            let value = try await body(holder)
+            _ = try await holder.query("COMMIT", logger: test)
+            return value
         }
     }
 
