@@ -1,6 +1,6 @@
 import Foundation
 
-/// One side of a benchmark: what it did, how long it took, and the process's peak memory meanwhile.
+/// One side of a benchmark: what it did, how long it took, and peak memory meanwhile.
 struct BenchMeasurement: Sendable {
     var seconds: Double
     /// Records, mutations or writes handled.
@@ -8,7 +8,10 @@ struct BenchMeasurement: Sendable {
     var requests: Int?
     /// Simulated time (a virtual clock), where the benchmark waits on rate limits.
     var simulatedSeconds: Double?
+    /// This process's peak resident memory.
     var peakMemoryMB: Double?
+    /// The `ferry serve` process's peak resident memory, where a server process took part.
+    var serverPeakMemoryMB: Double?
     /// Anything else worth a number: runs, records processed.
     var extra: KeyValuePairs<String, Int> = [:]
 
@@ -24,24 +27,26 @@ struct BenchMeasurement: Sendable {
         PeakMemory.reset()
         let start = ContinuousClock.now
         let (requests, simulated) = try await body()
-        let elapsed = ContinuousClock.now - start
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        return BenchMeasurement(seconds: seconds, items: items, requests: requests, simulatedSeconds: simulated, peakMemoryMB: PeakMemory.megabytes())
+        return BenchMeasurement(
+            seconds: (ContinuousClock.now - start).seconds, items: items, requests: requests, simulatedSeconds: simulated,
+            peakMemoryMB: PeakMemory.megabytes()
+        )
     }
 }
 
-/// The process's peak resident set size (Linux: VmHWM, resettable through /proc/self/clear_refs).
+/// Peak resident set size (Linux: VmHWM, resettable through /proc/PID/clear_refs), of this
+/// process or of a child.
 enum PeakMemory {
-    static func reset() {
-        guard let file = FileHandle(forWritingAtPath: "/proc/self/clear_refs") else { return }
+    static func reset(of process: String = "self") {
+        guard let file = FileHandle(forWritingAtPath: "/proc/\(process)/clear_refs") else { return }
         try? file.write(contentsOf: Data("5".utf8))
         try? file.close()
     }
 
-    static func megabytes() -> Double? {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-              let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
+    static func megabytes(field: String = "VmHWM", of process: String = "self") -> Double? {
+        guard let status = try? String(contentsOfFile: "/proc/\(process)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }),
+            let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
         else { return nil }
         return kilobytes / 1024
     }

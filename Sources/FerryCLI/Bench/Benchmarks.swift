@@ -19,8 +19,14 @@ struct BenchResult: Sendable {
 struct Benchmarks {
     let root: URL
     let records: Int
-    /// Where drain and sync keep the server's records: PostgreSQL, or SQLite files under `root` when `nil`.
+    /// Where drain, sync and pull keep the server's records: PostgreSQL, or SQLite files under `root` when `nil`.
     var postgres: PostgresLocation?
+    /// `postgres` as given on the command line, for the `ferry serve` child process.
+    var postgresURL: String?
+    /// Records of other users in the server's storage before drain, sync and pull.
+    var otherRecords = 0
+    /// How the clients reach the server.
+    var transport: @Sendable (URL) -> any SyncTransport = { HTTPClientTransport(baseURL: $0) }
 
     static let table = SyncedTable(table: "events", naturalKey: "sample_id")
 
@@ -55,14 +61,14 @@ struct Benchmarks {
     // MARK: - capture
 
     /// Rounds of `capture`, each side on fresh files; the median of each side is reported.
-    /// One round of either side takes well under a second, short enough for the machine's
-    /// noise to swing a single ratio by 30%.
-    static let captureRounds = 5
+    /// At 100,000 writes one round of either side takes well under a second, short enough for
+    /// the machine's noise to swing a single ratio by 30%; at a million one round is enough.
+    var captureRounds: Int { max(1, min(5, 500_000 / records)) }
 
     func capture() async throws -> BenchResult {
         var captured: [BenchMeasurement] = []
         var plain: [BenchMeasurement] = []
-        for round in 1...Self.captureRounds {
+        for round in 1...captureRounds {
             let folder = try folder("capture-\(round)")
             let store = try FerryStore(path: folder.appendingPathComponent("captured.sqlite").path, schema: Self.schema(), tables: [Self.table])
             captured.append(try await BenchMeasurement.measure(items: records) {
@@ -83,64 +89,127 @@ struct Benchmarks {
         let ferry = BenchMeasurement.median(captured)
         let baseline = BenchMeasurement.median(plain)
         return BenchResult(
-            name: "capture", what: "\(records.formatted()) writes to a synced table, captured into the outbox (median of \(Self.captureRounds))",
+            name: "capture", what: "\(records.formatted()) writes to a synced table, captured into the outbox (median of \(captureRounds))",
             ferry: ferry, baselineName: "the same writes, no capture", baseline: baseline,
             comparison: String(format: "%.2fx the time of uncaptured writes", ferry.seconds / baseline.seconds)
         )
     }
 
-    // MARK: - drain and sync
+    // MARK: - drain, sync and pull
 
-    func drainAndSync() async throws -> [BenchResult] {
-        let folder = try folder("drain")
-        // The server and the floor each on storage of their own: two SQLite files, or two
-        // pools on one PostgreSQL database (users of their own, so earlier runs do not count).
-        func storage(_ name: String) async throws -> any SyncStorage {
-            if let postgres { return try await PostgresSyncStorage.connect(to: postgres) }
-            return try SQLiteSyncStorage(path: folder.appendingPathComponent("\(name).sqlite").path)
+    /// Drain, sync and a fresh device's pull against a `ferry serve` child process over
+    /// loopback, as an app meets its server. Each floor calls the same storage engine
+    /// directly, in this process, on storage of its own. The drain always runs: the pull
+    /// reads what it pushed, and the sync's floor is the drain's plus the pull's.
+    func serverSide(wanted: Set<String>) async throws -> [BenchResult] {
+        let folder = try folder("server")
+        let run = UUID().uuidString.prefix(8)
+        // Users of their own on every run, so a PostgreSQL database reused across runs counts nothing twice.
+        let (drainUser, syncUser, floorUser) = ("drain-\(run)", "sync-\(run)", "floor-\(run)")
+        let serverPath = folder.appendingPathComponent("server.sqlite").path
+        if otherRecords > 0 { try await seedOtherUsers(of: run, into: try await storage(sqlitePath: serverPath)) }
+        let floor = try await storage(sqlitePath: folder.appendingPathComponent("floor.sqlite").path)
+        defer { Task { try? await floor.close() } }
+
+        let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let server = try ServerProcess(
+            arguments: ["serve", "--database", postgresURL ?? "sqlite:\(serverPath)", "--port", "0", "--jwt-secret", secret, "--rate-limit", "off"],
+            log: folder.appendingPathComponent("serve.log")
+        )
+        defer { server.stop() }
+        let baseURL = URL(string: "http://127.0.0.1:\(try await server.port())")!
+        let authority = try await TokenAuthority(secret: secret)
+        func device(_ name: String, of user: String) async throws -> FerryClient {
+            let store = try FerryStore(path: folder.appendingPathComponent("\(name).sqlite").path, schema: Self.schema(), tables: [Self.table])
+            let token = try await authority.issue(userID: user, ttl: .seconds(24 * 3600))
+            return FerryClient(store: store, transport: transport(baseURL), token: { token })
         }
-        let floor = try await storage("floor")
-        do {
-            let results = try await DemoServer.with(in: folder, rateLimit: nil, storage: try await storage("server")) { server in
-                try await drainAndSync(server: server, floor: floor, folder: folder)
+        /// `body` measured, with the server's peak memory over the same span.
+        func measure(_ body: () async throws -> Int) async throws -> BenchMeasurement {
+            server.resetPeakMemory()
+            var measurement = try await BenchMeasurement.measure(items: records) { (try await body(), nil) }
+            measurement.serverPeakMemoryMB = server.peakMemoryMB
+            return measurement
+        }
+
+        let pusher = try await device("drain-1", of: drainUser)
+        try await Self.writeEvents(records, into: pusher.store.database)
+        let drain = try await measure {
+            let summary = try await pusher.push()
+            guard summary.acknowledged == records else { throw CommandFailure("drain acknowledged \(summary.acknowledged) of \(records)") }
+            return summary.requests
+        }
+        let pushFloor = try await floorPush(records, user: floorUser, into: floor)
+        let pullFloor = try await floorPull(user: floorUser, from: floor)
+        let engine = postgres == nil ? "SQLiteSyncStorage" : "PostgresSyncStorage"
+        var results = [
+            BenchResult(
+                name: "drain", what: "\(records.formatted()) pending mutations pushed to a ferry serve process on \(postgres?.description ?? "SQLite"), no rate limit",
+                ferry: drain, baselineName: "storage floor: \(engine).push, 500 a batch", baseline: pushFloor,
+                comparison: String(format: "%.2fx the storage floor's time", drain.seconds / pushFloor.seconds)
+            )
+        ]
+
+        if wanted.contains("sync") {
+            let device = try await device("sync-1", of: syncUser)
+            try await Self.writeEvents(records, into: device.store.database)
+            let sync = try await measure {
+                let report = try await device.sync()
+                guard report.upload.acknowledged == records, report.pull.received == records else {
+                    throw CommandFailure("sync pushed \(report.upload.acknowledged) and pulled \(report.pull.received) of \(records)")
+                }
+                return report.requests
             }
-            try await floor.close()
-            return results
-        } catch {
-            try? await floor.close()
-            throw error
+            var floor = pushFloor
+            floor.seconds += pullFloor.seconds
+            floor.requests = (pushFloor.requests ?? 0) + (pullFloor.requests ?? 0)
+            floor.peakMemoryMB = max(pushFloor.peakMemoryMB ?? 0, pullFloor.peakMemoryMB ?? 0)
+            results.append(BenchResult(
+                name: "sync", what: "one device's sync of \(records.formatted()) new records: push them, pull them back",
+                ferry: sync, baselineName: "storage floor: the drain's push and the pull's pull", baseline: floor,
+                comparison: String(format: "%.2fx the storage floor's time", sync.seconds / floor.seconds)
+            ))
         }
+
+        if wanted.contains("pull") {
+            let fresh = try await device("drain-2", of: drainUser)
+            let pull = try await measure {
+                let report = try await fresh.sync()
+                guard report.pull.applied == records else { throw CommandFailure("a fresh device applied \(report.pull.applied) of \(records)") }
+                return report.requests
+            }
+            results.append(BenchResult(
+                name: "pull", what: "a fresh device's first pull of \(records.formatted()) records", ferry: pull,
+                baselineName: "storage floor: \(engine).pull, 500 a page", baseline: pullFloor,
+                comparison: String(format: "%.2fx the storage floor's time", pull.seconds / pullFloor.seconds)
+            ))
+        }
+        return results.filter { wanted.contains($0.name) }
     }
 
-    private func drainAndSync(server: DemoServer, floor: any SyncStorage, folder: URL) async throws -> [BenchResult] {
-        let user = "bench-\(UUID().uuidString.prefix(8))"
-        let token = try await server.token(for: user)
-        let store = try FerryStore(path: folder.appendingPathComponent("device-1.sqlite").path, schema: Self.schema(), tables: [Self.table])
-        try await Self.writeEvents(records, into: store.database)
-        let client = FerryClient(store: store, transport: URLSessionTransport(baseURL: server.baseURL), token: { token })
-        let drain = try await BenchMeasurement.measure(items: records) {
-            let summary = try await client.push()
-            guard summary.acknowledged == records else { throw CommandFailure("drain acknowledged \(summary.acknowledged) of \(records)") }
-            return (summary.requests, nil)
-        }
+    /// The storage engine, opened in this process: on `postgres`, else the SQLite file at `sqlitePath`.
+    private func storage(sqlitePath: String) async throws -> any SyncStorage {
+        if let postgres { return try await PostgresSyncStorage.connect(to: postgres) }
+        return try SQLiteSyncStorage(path: sqlitePath)
+    }
 
-        // Validated and encoded before the clock starts: the floor is storage alone.
-        let mutations = (0..<records).map { IncomingMutation(Self.mutation($0)) }
-        let storageWrite = try await BenchMeasurement.measure(items: records) {
-            for start in stride(from: 0, to: records, by: 500) {
-                _ = try await floor.push(userID: user, clientID: "floor", mutations: Array(mutations[start..<min(start + 500, records)]))
-            }
-            return (records / 500, nil)
+    /// The storage floor of a push: `count` mutations, 500 a batch, timing the storage calls
+    /// alone (each batch is validated and encoded before its clock starts).
+    private func floorPush(_ count: Int, user: String, into floor: any SyncStorage) async throws -> BenchMeasurement {
+        PeakMemory.reset()
+        var elapsed = Duration.zero
+        for start in stride(from: 0, to: count, by: 500) {
+            let batch = (start..<min(start + 500, count)).map { IncomingMutation(Self.mutation($0)) }
+            let began = ContinuousClock.now
+            _ = try await floor.push(userID: user, clientID: "floor", mutations: batch)
+            elapsed += ContinuousClock.now - began
         }
+        return BenchMeasurement(seconds: elapsed.seconds, items: count, requests: (count + 499) / 500, peakMemoryMB: PeakMemory.megabytes())
+    }
 
-        let fresh = try FerryStore(path: folder.appendingPathComponent("device-2.sqlite").path, schema: Self.schema(), tables: [Self.table])
-        let newDevice = FerryClient(store: fresh, transport: URLSessionTransport(baseURL: server.baseURL), token: { token })
-        let sync = try await BenchMeasurement.measure(items: records) {
-            let report = try await newDevice.sync()
-            guard report.pull.received == records else { throw CommandFailure("sync pulled \(report.pull.received) of \(records)") }
-            return (report.requests, nil)
-        }
-        let storageRead = try await BenchMeasurement.measure(items: records) {
+    /// The storage floor of a pull: every record of `user`, 500 a page.
+    private func floorPull(user: String, from floor: any SyncStorage) async throws -> BenchMeasurement {
+        try await BenchMeasurement.measure(items: records) {
             var cursor: String?
             var pages = 0
             var read = 0
@@ -154,19 +223,20 @@ struct Benchmarks {
             guard read == records else { throw CommandFailure("the storage floor read \(read) of \(records)") }
             return (pages, nil)
         }
-        let engine = postgres == nil ? "SQLiteSyncStorage" : "PostgresSyncStorage"
-        return [
-            BenchResult(
-                name: "drain", what: "\(records.formatted()) pending mutations pushed to a local server on \(postgres?.description ?? "SQLite"), no rate limit",
-                ferry: drain, baselineName: "storage floor: \(engine).push, 500 a batch", baseline: storageWrite,
-                comparison: String(format: "%.2fx the storage floor's time", drain.seconds / storageWrite.seconds)
-            ),
-            BenchResult(
-                name: "sync", what: "a fresh client pulling \(records.formatted()) records", ferry: sync,
-                baselineName: "storage floor: \(engine).pull, 500 a page", baseline: storageRead,
-                comparison: String(format: "%.2fx the storage floor's time", sync.seconds / storageRead.seconds)
-            ),
-        ]
+    }
+
+    /// Fills the server's storage with `otherRecords` records of other users, 10,000 each,
+    /// before the server starts: one user's push and pull must not cost more for them.
+    private func seedOtherUsers(of run: Substring, into storage: any SyncStorage) async throws {
+        let perUser = 10_000
+        for user in stride(from: 0, to: otherRecords, by: perUser) {
+            let count = min(perUser, otherRecords - user)
+            for start in stride(from: 0, to: count, by: 500) {
+                let batch = (start..<min(start + 500, count)).map { IncomingMutation(Self.mutation($0)) }
+                _ = try await storage.push(userID: "other-\(run)-\(user / perUser)", clientID: "seed", mutations: batch)
+            }
+        }
+        try await storage.close()
     }
 
     // MARK: - naive
@@ -195,7 +265,7 @@ struct Benchmarks {
                     let summary = try await client.push()
                     guard summary.acknowledged == count else { throw CommandFailure("pushed \(summary.acknowledged) of \(count)") }
                     let simulated = start.duration(to: clock.now)
-                    return (summary.requests, Double(simulated.components.seconds) + Double(simulated.components.attoseconds) / 1e18)
+                    return (summary.requests, simulated.seconds)
                 }
                 measurement.extra = ["rateLimited": wire.count(status: 429)]
                 await server.stop()

@@ -69,7 +69,7 @@ struct LoadTest {
         let halfway = await tickets.halfwayMemory ?? start
         let end = processes.map(\.residentMB)
         return Report(
-            seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+            seconds: elapsed.seconds,
             requests: outcomes.reduce(0) { $0 + $1.latencies.count },
             mutations: outcomes.reduce(0) { $0 + $1.mutations },
             errors: outcomes.reduce(0) { $0 + $1.errors },
@@ -145,7 +145,7 @@ struct LoadTest {
                     let response = try await http.execute(request, timeout: .seconds(60))
                     let body = try await response.body.collect(upTo: 64 * 1024 * 1024)
                     let elapsed = started.duration(to: .now)
-                    outcome.latencies.append(Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+                    outcome.latencies.append(elapsed.seconds * 1000)
                     guard response.status == .ok else {
                         outcome.errors += 1
                         outcome.firstError = outcome.firstError ?? "\(response.status.code): \(String(buffer: body))"
@@ -164,52 +164,5 @@ struct LoadTest {
             }
             return outcome
         }
-    }
-}
-
-/// A `ferry serve` child process of this same executable, its output in a log file.
-final class ServerProcess: Sendable {
-    private let process: Process
-    private let log: URL
-
-    init(arguments: [String], log: URL) throws {
-        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        let process = Process()
-        process.executableURL = Bundle.main.executableURL
-        process.arguments = arguments
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = try FileHandle(forWritingTo: log)
-        process.standardError = process.standardOutput
-        try process.run()
-        self.process = process
-        self.log = log
-    }
-
-    /// Waits for the line saying where it listens.
-    func port() async throws -> Int {
-        while process.isRunning {
-            let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
-            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Ferry server listening on http://") }),
-                let port = line.split(separator: " ")[4].split(separator: ":").last.flatMap({ Int($0) })
-            {
-                return port
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        throw CommandFailure("ferry serve ended before listening: \((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
-    }
-
-    /// Resident memory in MiB (Linux's VmRSS; 0 where /proc is missing).
-    var residentMB: Double {
-        guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-            let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
-        else { return 0 }
-        return kilobytes / 1024
-    }
-
-    func stop() {
-        process.terminate()
-        process.waitUntilExit()
     }
 }

@@ -8,15 +8,18 @@ import Logging
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Measure Ferry against its baselines in one process run: capture, drain, sync, naive, launch, load.",
+        abstract: "Measure Ferry against its baselines: capture, drain, sync, pull, naive, launch, load.",
         discussion: "Build with -c release for figures worth recording; BENCHMARKS.md says how they were taken."
     )
 
-    static let names = ["capture", "drain", "sync", "naive", "launch", "load"]
+    static let names = ["capture", "drain", "sync", "pull", "naive", "launch", "load"]
 
-    @Option(help: "Records for capture, drain and sync.") var records = 100_000
-    @Option(help: "Keep the server's records for drain, sync and load in this PostgreSQL database (postgres://…) instead of SQLite files in a temporary folder.")
+    @Option(help: "Records for capture, drain, sync and pull.") var records = 100_000
+    @Option(help: "Keep the server's records for drain, sync, pull and load in this PostgreSQL database (postgres://…) instead of SQLite files in a temporary folder.")
     var database: String?
+    @Option(help: "drain, sync, pull: records of other users (10,000 each) put in the server's storage first.") var otherRecords = 0
+    @Option(help: "drain, sync, pull: how clients reach the server: nio (AsyncHTTPClient, as the CLI talks) or urlsession (URLSessionTransport, as apps do).")
+    var transport = "nio"
     @Option(help: "load: ferry serve processes sharing the database, requests sent to each in turn.") var servers = 1
     @Option(help: "load: concurrent clients, five devices to a user, each pushing a batch of 50 then pulling.") var clients = 50
     @Option(help: "load: requests in all.") var requests = 20_000
@@ -28,6 +31,8 @@ struct BenchCommand: AsyncParsableCommand {
         for name in selected where !Self.names.contains(name) {
             throw ValidationError("unknown benchmark '\(name)'; choose from \(Self.names.joined(separator: ", "))")
         }
+        guard (0...100_000_000).contains(otherRecords) else { throw ValidationError("--other-records must be from 0 to 100000000, got \(otherRecords)") }
+        guard ["nio", "urlsession"].contains(transport) else { throw ValidationError("--transport must be nio or urlsession, got '\(transport)'") }
         guard (1...16).contains(servers) else { throw ValidationError("--servers must be from 1 to 16, got \(servers)") }
         guard (1...1000).contains(clients) else { throw ValidationError("--clients must be from 1 to 1000, got \(clients)") }
         guard (1...10_000_000).contains(requests) else { throw ValidationError("--requests must be from 1 to 10000000, got \(requests)") }
@@ -56,12 +61,13 @@ struct BenchCommand: AsyncParsableCommand {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-bench-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: root) }
         let postgres = try postgres()
-        let benchmarks = Benchmarks(root: root, records: records, postgres: postgres)
+        var benchmarks = Benchmarks(root: root, records: records, postgres: postgres, postgresURL: database, otherRecords: otherRecords)
+        if transport == "urlsession" { benchmarks.transport = { URLSessionTransport(baseURL: $0) } }
         var results: [BenchResult] = []
         let wanted = Set(selected)
         if wanted.contains("capture") { results.append(try await report(benchmarks.capture())) }
-        if !wanted.isDisjoint(with: ["drain", "sync"]) {
-            for result in try await benchmarks.drainAndSync() where wanted.contains(result.name) { results.append(report(result)) }
+        if !wanted.isDisjoint(with: ["drain", "sync", "pull"]) {
+            for result in try await benchmarks.serverSide(wanted: wanted) { results.append(report(result)) }
         }
         if wanted.contains("naive") { results.append(report(try await benchmarks.naive())) }
         if wanted.contains("launch") { results.append(report(try await benchmarks.launch())) }
@@ -104,6 +110,7 @@ struct BenchCommand: AsyncParsableCommand {
         if let requests = m.requests { parts.append("\(requests) requests") }
         if let simulated = m.simulatedSeconds { parts.append(String(format: "%.0f s simulated", simulated)) }
         if let peak = m.peakMemoryMB { parts.append(String(format: "peak %.0f MB", peak)) }
+        if let peak = m.serverPeakMemoryMB { parts.append(String(format: "server peak %.0f MB", peak)) }
         parts += m.extra.map { "\($0.key) \($0.value)" }
         return parts.joined(separator: ", ")
     }
@@ -114,6 +121,7 @@ struct BenchCommand: AsyncParsableCommand {
             if let requests = m.requests { fields["requests"] = .integer(Int64(requests)) }
             if let simulated = m.simulatedSeconds { fields["simulatedSeconds"] = .number(simulated) }
             if let peak = m.peakMemoryMB { fields["peakMemoryMB"] = .number(peak) }
+            if let peak = m.serverPeakMemoryMB { fields["serverPeakMemoryMB"] = .number(peak) }
             for (key, value) in m.extra { fields[key] = .integer(Int64(value)) }
             return .object(fields)
         }

@@ -114,7 +114,7 @@ struct DemoCommand: AsyncParsableCommand {
             let verdict = outcome?.passed == true ? output.paint("PASS", .green) : output.paint("FAIL", .red)
             printNow(scenario.name.padding(toLength: width + 2, withPad: " ", startingAt: 0) + verdict + "  " + figures)
         }
-        let seconds = Double(output.elapsed.components.seconds) + Double(output.elapsed.components.attoseconds) / 1e18
+        let seconds = output.elapsed.seconds
         printNow(String(format: "%d of %d scenarios passed in %.1f s", results.filter { $0.1?.passed == true }.count, results.count, seconds))
     }
 }

@@ -27,7 +27,7 @@ struct ClientSyncCommand: AsyncParsableCommand {
         }
         let store = try options.open()
         let token = self.token
-        let client = FerryClient(store: store, transport: URLSessionTransport(baseURL: url), token: { token })
+        let client = FerryClient(store: store, transport: HTTPClientTransport(baseURL: url), token: { token })
         let progress = ProgressPrinter(live: !json && isatty(STDOUT_FILENO) == 1)
         let watcher = Task {
             for await status in await client.statusUpdates() where !json { progress.show(status) }

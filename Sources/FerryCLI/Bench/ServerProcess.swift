@@ -1,0 +1,47 @@
+import Foundation
+
+/// A `ferry serve` child process of this same executable, its output in a log file.
+final class ServerProcess: Sendable {
+    private let process: Process
+    private let log: URL
+
+    init(arguments: [String], log: URL) throws {
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
+        let process = Process()
+        process.executableURL = Bundle.main.executableURL
+        process.arguments = arguments
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = try FileHandle(forWritingTo: log)
+        process.standardError = process.standardOutput
+        try process.run()
+        self.process = process
+        self.log = log
+    }
+
+    /// Waits for the line saying where it listens.
+    func port() async throws -> Int {
+        while process.isRunning {
+            let text = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Ferry server listening on http://") }),
+                let port = line.split(separator: " ")[4].split(separator: ":").last.flatMap({ Int($0) })
+            {
+                return port
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw CommandFailure("ferry serve ended before listening: \((try? String(contentsOf: log, encoding: .utf8)) ?? "")")
+    }
+
+    /// Resident memory in MiB (Linux's VmRSS; 0 where /proc is missing).
+    var residentMB: Double { PeakMemory.megabytes(field: "VmRSS", of: "\(process.processIdentifier)") ?? 0 }
+
+    /// The most resident memory since `resetPeakMemory()`, in MiB (Linux's VmHWM).
+    var peakMemoryMB: Double? { PeakMemory.megabytes(of: "\(process.processIdentifier)") }
+
+    func resetPeakMemory() { PeakMemory.reset(of: "\(process.processIdentifier)") }
+
+    func stop() {
+        process.terminate()
+        process.waitUntilExit()
+    }
+}

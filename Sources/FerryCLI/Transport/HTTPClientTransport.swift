@@ -1,0 +1,34 @@
+import AsyncHTTPClient
+import Ferry
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// `SyncTransport` over AsyncHTTPClient, for the command line on Linux.
+///
+/// Apps use `URLSessionTransport`. On Linux, swift-corelibs-foundation's URLSession re-arms a
+/// dispatch timer on every chunk a request reads or writes, and a third of a large upload's
+/// CPU went to that timer alone (BENCHMARKS.md); the CLI talks through SwiftNIO instead.
+struct HTTPClientTransport: SyncTransport {
+    let baseURL: URL
+    var client: HTTPClient = .shared
+    /// The most one request may take, answer included.
+    var timeout: TimeAmount = .seconds(120)
+    /// Larger than any answer the protocol allows.
+    static let maxResponseBytes = 64 * 1024 * 1024
+
+    func send(_ request: TransportRequest) async throws -> TransportResponse {
+        guard let url = URL(string: request.path, relativeTo: baseURL) else {
+            throw FerryError.protocolViolation("cannot build a URL from \(request.path)")
+        }
+        var outgoing = HTTPClientRequest(url: url.absoluteString)
+        outgoing.method = HTTPMethod(rawValue: request.method)
+        for (name, value) in request.headers { outgoing.headers.add(name: name, value: value) }
+        if let body = request.body { outgoing.body = .bytes(ByteBuffer(bytes: body)) }
+        let response = try await client.execute(outgoing, timeout: timeout)
+        let body = try await response.body.collect(upTo: Self.maxResponseBytes)
+        var headers: [String: String] = [:]
+        for header in response.headers { headers[header.name] = header.value }
+        return TransportResponse(status: Int(response.status.code), headers: headers, body: Data(body.readableBytesView))
+    }
+}
