@@ -80,13 +80,16 @@ struct Outbox: Sendable {
                 entries[record, default: []].append(row[0])
             }
             var batch = OutboxBatch(entryCount: rows.count)
-            let knownVersion = try db.cachedStatement(sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?")
+            // The version the server last gave a record: a delete needs it (none means the
+            // server never saw the record) and so does an upsert that detects conflicts.
+            let versioned = latest.filter { record, row in
+                MutationOp(rawValue: row[3]) == .delete || store.table(forEntity: record.entity)?.detectsConflicts == true
+            }
+            let versions = try KnownVersions.of(versioned.keys, db: db)
             for (record, row) in latest {
                 let op = MutationOp(rawValue: row[3]) ?? .upsert
                 let detectsConflicts = store.table(forEntity: record.entity)?.detectsConflicts == true
-                // The version the server last gave the record: a delete needs it (none means the
-                // server never saw the record) and so does an upsert that detects conflicts.
-                let version = op == .delete || detectsConflicts ? try Int64.fetchOne(knownVersion, arguments: [record.entity, record.entityID]) : nil
+                let version = versions[record]
                 if op == .delete, version == nil {
                     // Created and deleted before the server saw it: nothing to send.
                     batch.unsent += entries[record] ?? []
@@ -166,6 +169,8 @@ struct Outbox: Sendable {
             var rekeys: [(record: RecordRef, canonical: String)] = []
             var serverStates: [(record: RecordRef, state: RecordState)] = []
             var later = try LaterChanges(for: zip(batch.mutations, response.results), db: db)
+            // Saved once at the end; nothing in between reads them.
+            var versions = KnownVersions()
             try FerryStore.withoutCapture(db) {
                 for (mutation, result) in zip(batch.mutations, response.results) {
                     let entryIDs = batch.entries[mutation.id] ?? []
@@ -179,7 +184,7 @@ struct Outbox: Sendable {
                             outcome.rekeyed += 1
                         }
                         if let version = result.version {
-                            try setVersion(version, entity: mutation.entity, entityID: result.entityID ?? mutation.entityID, db: db)
+                            versions.set(version, of: RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID))
                         }
                         if result.status == .duplicate, let current = result.current {
                             serverStates.append((RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID), current))
@@ -195,15 +200,16 @@ struct Outbox: Sendable {
                         finished += entryIDs
                         outcome.acknowledgedEntries += entryIDs.count
                         outcome.conflicts += 1
-                        try resolve(mutation, current: result.current, policy: policy, later: &later, db: db)
+                        try resolve(mutation, current: result.current, policy: policy, later: &later, versions: &versions, db: db)
                     }
                 }
                 try rekeyQueuedEntries(rekeys, db: db)
                 if !finished.isEmpty {
                     try Self.remove(where: Self.idIn, arguments: [Self.idList(finished)], db: db)
                 }
-                try adopt(serverStates, db: db)
+                try adopt(serverStates, versions: &versions, db: db)
             }
+            try versions.save(db: db)
             return outcome
         }
     }
@@ -211,13 +217,13 @@ struct Outbox: Sendable {
     /// Local rows take the server's state of records the server reported as they are now,
     /// except rows with local changes still queued (those reach the server later and win or
     /// conflict there), as a pull would.
-    private func adopt(_ states: [(record: RecordRef, state: RecordState)], db: Database) throws {
+    private func adopt(_ states: [(record: RecordRef, state: RecordState)], versions: inout KnownVersions, db: Database) throws {
         guard !states.isEmpty else { return }
         let queued = try Self.queuedRecords(among: states.map(\.record), db: db)
         var writer = RecordWriter(store: store)
         for (record, state) in states where !queued.contains(record) {
             try writer.write(entity: record.entity, entityID: record.entityID, data: state.deleted ? nil : (state.data ?? [:]), naturalKey: state.naturalKey, db: db)
-            try setVersion(state.version, entity: record.entity, entityID: record.entityID, db: db)
+            versions.set(state.version, of: record)
         }
     }
 
@@ -316,7 +322,9 @@ struct Outbox: Sendable {
     /// were made on the same stale knowledge: the policy sees the newest of them as the local
     /// state, and its decision replaces them all (else they would be sent over the server's
     /// version afterwards and silently undo an accepted server state or a merge).
-    private func resolve(_ mutation: OutgoingMutation, current: RecordState?, policy: ConflictPolicy, later: inout LaterChanges, db: Database) throws {
+    private func resolve(
+        _ mutation: OutgoingMutation, current: RecordState?, policy: ConflictPolicy, later: inout LaterChanges, versions: inout KnownVersions, db: Database
+    ) throws {
         var local = try mutation.data()
         var writer = RecordWriter(store: store)
         let record = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
@@ -334,10 +342,10 @@ struct Outbox: Sendable {
                 entity: mutation.entity, entityID: mutation.entityID,
                 data: current?.deleted == false ? current?.data : nil, naturalKey: mutation.naturalKey, db: db
             )
-            if let current { try setVersion(current.version, entity: mutation.entity, entityID: mutation.entityID, db: db) }
+            if let current { versions.set(current.version, of: record) }
         case .keep(let data):
             // Re-send over the server's version: a new entry, so it goes through the queue like any change.
-            if let current { try setVersion(current.version, entity: mutation.entity, entityID: mutation.entityID, db: db) }
+            if let current { versions.set(current.version, of: record) }
             try writer.write(entity: mutation.entity, entityID: mutation.entityID, data: data, naturalKey: mutation.naturalKey, db: db)
             let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
             try db.execute(
@@ -346,11 +354,6 @@ struct Outbox: Sendable {
             )
             later.add(db.lastInsertedRowID, of: record)  // a merge into this record later in the batch must see it
         }
-    }
-
-    private func setVersion(_ version: Int64, entity: String, entityID: String, db: Database) throws {
-        try db.cachedStatement(sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version")
-            .execute(arguments: [entity, entityID, version])
     }
 }
 

@@ -11,6 +11,7 @@ struct RecordWriter {
     /// Upsert statements by table and the columns they write: records of one table nearly
     /// always have the same fields, so the SQL is built once per shape, not once per record.
     private var upserts: [String: Statement] = [:]
+    private var last: (table: String, columns: [String], statement: Statement)?
 
     init(store: FerryStore) {
         self.store = store
@@ -50,8 +51,13 @@ struct RecordWriter {
     }
 
     private mutating func upsert(into table: SyncedTable, columns: [String], db: Database) throws -> Statement {
+        // Consecutive records nearly always have the last one's shape: compare before building a key.
+        if let last, last.table == table.table, last.columns == columns { return last.statement }
         let shape = ([table.table] + columns).joined(separator: "\u{1}")
-        if let statement = upserts[shape] { return statement }
+        if let statement = upserts[shape] {
+            last = (table.table, columns, statement)
+            return statement
+        }
         let names = columns.map(\.quotedDatabaseIdentifier)
         let key = [table.entityColumn, table.primaryKey].compactMap { $0?.quotedDatabaseIdentifier }
         let updates = names.filter { !key.contains($0) }.map { "\($0) = excluded.\($0)" }
@@ -62,6 +68,7 @@ struct RecordWriter {
                 """
         )
         upserts[shape] = statement
+        last = (table.table, columns, statement)
         return statement
     }
 

@@ -71,22 +71,24 @@ struct Puller: Sendable {
             try lease.confirm(db)
             var writer = RecordWriter(store: store)
             var applied = 0
-            let known = try db.cachedStatement(sql: "SELECT version FROM ferry_versions WHERE entity = ? AND entity_id = ?")
-            let remember = try db.cachedStatement(sql: "INSERT INTO ferry_versions (entity, entity_id, version) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET version = excluded.version")
-            let queued = try Outbox.queuedRecords(among: page.changes.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }, db: db)
+            let records = page.changes.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }
+            let known = try KnownVersions.of(records, db: db)
+            var learned = KnownVersions()
+            let queued = try Outbox.queuedRecords(among: records, db: db)
             try FerryStore.withoutCapture(db) {
-                for change in page.changes {
+                for (change, record) in zip(page.changes, records) {
                     // Our own upload coming back, or a record already this new: nothing to do.
-                    if let version = try Int64.fetchOne(known, arguments: [change.entity, change.entityID]), version >= change.version { continue }
-                    if queued.contains(RecordRef(entity: change.entity, entityID: change.entityID)) { continue }
+                    if let version = known[record], version >= change.version { continue }
+                    if queued.contains(record) { continue }
                     try writer.write(
                         entity: change.entity, entityID: change.entityID,
                         data: change.op == .delete ? nil : (change.data ?? [:]), naturalKey: change.naturalKey, db: db
                     )
-                    try remember.execute(arguments: [change.entity, change.entityID, change.version])
+                    learned.set(change.version, of: record)
                     applied += 1
                 }
             }
+            try learned.save(db: db)
             try db.execute(sql: "UPDATE ferry_meta SET cursor = ?", arguments: [page.cursor])
             return applied
         }

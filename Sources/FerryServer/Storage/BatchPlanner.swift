@@ -206,6 +206,7 @@ struct BatchPlanner {
 extension Mutation {
     /// Whether its entity, id or natural key holds U+0000.
     var namesNUL: Bool {
-        [entity, entityID, naturalKey ?? ""].contains { $0.unicodeScalars.contains("\u{0}") }
+        // U+0000 is the only scalar whose UTF-8 holds a zero byte.
+        entity.utf8.contains(0) || entityID.utf8.contains(0) || naturalKey?.utf8.contains(0) == true
     }
 }
