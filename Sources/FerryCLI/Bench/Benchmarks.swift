@@ -29,6 +29,8 @@ struct Benchmarks {
     var transport: @Sendable (URL) -> any SyncTransport = { HTTPClientTransport(baseURL: $0) }
 
     static let table = SyncedTable(table: "events", naturalKey: "sample_id")
+    /// Mutations per push and changes per pull page of the floors: the client's defaults.
+    static let batchSize = SyncConfiguration().batchSize
 
     static func schema() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -145,7 +147,7 @@ struct Benchmarks {
         var results = [
             BenchResult(
                 name: "drain", what: "\(records.formatted()) pending mutations pushed to a ferry serve process on \(postgres?.description ?? "SQLite"), no rate limit",
-                ferry: drain, baselineName: "storage floor: \(engine).push, 500 a batch", baseline: pushFloor,
+                ferry: drain, baselineName: "storage floor: \(engine).push, \(Self.batchSize) a batch", baseline: pushFloor,
                 comparison: String(format: "%.2fx the storage floor's time", drain.seconds / pushFloor.seconds)
             )
         ]
@@ -180,7 +182,7 @@ struct Benchmarks {
             }
             results.append(BenchResult(
                 name: "pull", what: "a fresh device's first pull of \(records.formatted()) records", ferry: pull,
-                baselineName: "storage floor: \(engine).pull, 500 a page", baseline: pullFloor,
+                baselineName: "storage floor: \(engine).pull, \(Self.batchSize) a page", baseline: pullFloor,
                 comparison: String(format: "%.2fx the storage floor's time", pull.seconds / pullFloor.seconds)
             ))
         }
@@ -193,28 +195,28 @@ struct Benchmarks {
         return try SQLiteSyncStorage(path: sqlitePath)
     }
 
-    /// The storage floor of a push: `count` mutations, 500 a batch, timing the storage calls
+    /// The storage floor of a push: `count` mutations, a client's batch at a time, timing the storage calls
     /// alone (each batch is validated and encoded before its clock starts).
     private func floorPush(_ count: Int, user: String, into floor: any SyncStorage) async throws -> BenchMeasurement {
         PeakMemory.reset()
         var elapsed = Duration.zero
-        for start in stride(from: 0, to: count, by: 500) {
-            let batch = (start..<min(start + 500, count)).map { IncomingMutation(Self.mutation($0)) }
+        for start in stride(from: 0, to: count, by: Self.batchSize) {
+            let batch = (start..<min(start + Self.batchSize, count)).map { IncomingMutation(Self.mutation($0)) }
             let began = ContinuousClock.now
             _ = try await floor.push(userID: user, clientID: "floor", mutations: batch)
             elapsed += ContinuousClock.now - began
         }
-        return BenchMeasurement(seconds: elapsed.seconds, items: count, requests: (count + 499) / 500, peakMemoryMB: PeakMemory.megabytes())
+        return BenchMeasurement(seconds: elapsed.seconds, items: count, requests: (count + Self.batchSize - 1) / Self.batchSize, peakMemoryMB: PeakMemory.megabytes())
     }
 
-    /// The storage floor of a pull: every record of `user`, 500 a page.
+    /// The storage floor of a pull: every record of `user`, a client's page at a time.
     private func floorPull(user: String, from floor: any SyncStorage) async throws -> BenchMeasurement {
         try await BenchMeasurement.measure(items: records) {
             var cursor: String?
             var pages = 0
             var read = 0
             repeat {
-                let page = try await floor.pull(userID: user, cursor: cursor, limit: 500)
+                let page = try await floor.pull(userID: user, cursor: cursor, limit: Self.batchSize)
                 read += page.count
                 pages += 1
                 cursor = page.cursor
@@ -275,7 +277,7 @@ struct Benchmarks {
                 throw error
             }
         }
-        let ferry = try await run(batchSize: 500, folder: "naive-ferry")
+        let ferry = try await run(batchSize: Self.batchSize, folder: "naive-ferry")
         let oneEach = try await run(batchSize: 1, folder: "naive-one-each")
         return BenchResult(
             name: "naive", what: "\(count.formatted()) mutations under 300 requests per minute", ferry: ferry,
