@@ -232,15 +232,13 @@ struct Outbox: Sendable {
         Set(try queuedEntries(of: records, db: db).keys)
     }
 
-    /// The ids of the entries of `records` waiting to be sent, found with one scan of the
-    /// outbox (it has no index by record, which would cost every captured write).
+    /// The ids of the entries of `records` waiting to be sent, found through the outbox's index
+    /// by record (`ferry-v6`).
     static func queuedEntries(of records: [RecordRef], db: Database) throws -> [RecordRef: [Int64]] {
-        guard !records.isEmpty,
-            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition))") == true
-        else { return [:] }
+        guard !records.isEmpty else { return [:] }
         let wanted = Set(records)
         let rows = try Row.fetchCursor(
-            db.cachedStatement(sql: "SELECT entity, entity_id, id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (SELECT value FROM json_each(?))"),
+            db.cachedStatement(sql: queuedEntriesSQL),
             arguments: [String(decoding: try JSONEncoder().encode(records.map(\.entityID)), as: UTF8.self)]
         )
         var queued: [RecordRef: [Int64]] = [:]
@@ -250,6 +248,10 @@ struct Outbox: Sendable {
         }
         return queued
     }
+
+    /// Selects the queued entries whose ids are in a JSON array (`OutboxCostTests` checks its plan).
+    static let queuedEntriesSQL =
+        "SELECT entity, entity_id, id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (SELECT value FROM json_each(?))"
 
     /// Deletes the entries matching `condition` (acknowledged or discarded ones).
     ///
@@ -277,21 +279,24 @@ struct Outbox: Sendable {
         "[" + ids.map(String.init).joined(separator: ",") + "]"
     }
 
-    /// Later pending edits of re-keyed records follow them to their canonical ids: one scan of
-    /// the outbox for the whole batch (the outbox has no index by record, which would cost
-    /// every captured write).
+    /// Later pending edits of re-keyed records follow them to their canonical ids: one
+    /// statement for the whole batch, through the outbox's index by record.
     private func rekeyQueuedEntries(_ rekeys: [(record: RecordRef, canonical: String)], db: Database) throws {
         guard !rekeys.isEmpty else { return }
-        let values = Array(repeating: "(?, ?, ?)", count: rekeys.count).joined(separator: ", ")
         try db.execute(
-            sql: """
-                WITH rekey(entity, local, canonical) AS (VALUES \(values))
-                UPDATE ferry_outbox
-                SET entity_id = (SELECT canonical FROM rekey WHERE rekey.entity = ferry_outbox.entity AND rekey.local = ferry_outbox.entity_id)
-                WHERE state = ? AND (entity, entity_id) IN (SELECT entity, local FROM rekey)
-                """,
+            sql: Self.rekeySQL(count: rekeys.count),
             arguments: StatementArguments(rekeys.flatMap { [$0.record.entity, $0.record.entityID, $0.canonical] }) + [OutboxState.pending.rawValue]
         )
+    }
+
+    /// Moves the pending entries of `count` records to their canonical ids (`OutboxCostTests` checks its plan).
+    static func rekeySQL(count: Int) -> String {
+        """
+        WITH rekey(entity, local, canonical) AS (VALUES \(Array(repeating: "(?, ?, ?)", count: count).joined(separator: ", ")))
+        UPDATE ferry_outbox
+        SET entity_id = (SELECT canonical FROM rekey WHERE rekey.entity = ferry_outbox.entity AND rekey.local = ferry_outbox.entity_id)
+        WHERE state = ? AND (entity, entity_id) IN (SELECT entity, local FROM rekey)
+        """
     }
 
     /// The local record takes the server's identity. The server now holds this client's data
@@ -308,14 +313,14 @@ struct Outbox: Sendable {
         if let canonicalLatest = later.newest(of: RecordRef(entity: entity, entityID: canonical), after: mutationID),
             canonicalLatest > later.newest(of: RecordRef(entity: entity, entityID: local), after: mutationID) ?? 0
         {
-            try db.execute(sql: "DELETE FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments))
+            try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(localRow.sql)").execute(arguments: StatementArguments(localRow.arguments))
             return
         }
-        try db.execute(sql: "DELETE FROM \(name) WHERE \(canonicalRow.sql)", arguments: StatementArguments(canonicalRow.arguments))
-        try db.execute(
-            sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)",
-            arguments: StatementArguments([canonical] + localRow.arguments)
-        )
+        // Cached: the statements are the same for every record of the table, and preparing
+        // them for each merged record was most of the cost of a batch of merges.
+        try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(canonicalRow.sql)").execute(arguments: StatementArguments(canonicalRow.arguments))
+        try db.cachedStatement(sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)")
+            .execute(arguments: StatementArguments([canonical] + localRow.arguments))
     }
 
     /// Ends a conflict as `policy` says. Changes of the record queued after the conflicting one
@@ -431,8 +436,8 @@ struct BatchOutcome: Sendable, Equatable {
 }
 
 /// The queued entry ids of the records a batch's answer re-keys or reports in conflict, read
-/// with one scan of the outbox per batch (`Outbox.queuedEntries`), so each result can ask what
-/// this store changed after its mutation.
+/// in one statement per batch (`Outbox.queuedEntries`), so each result can ask what this store
+/// changed after its mutation.
 struct LaterChanges {
     private var ids: [RecordRef: [Int64]] = [:]
 

@@ -182,6 +182,13 @@ public final class FerryStore: Sendable {
                 arguments: [OutboxState.pending.rawValue, OutboxState.inFlight.rawValue]
             )
         }
+        migrator.registerMigration("ferry-v6") { db in
+            // Queued entries by record. Applying an answer with merges or conflicts, and
+            // pulling while changes are queued, look up the queued entries of a batch's or a
+            // page's records: without this index each lookup scanned the queue, so draining a
+            // million changes that the server merged cost the square of their count.
+            try db.execute(sql: "CREATE INDEX ferry_outbox_by_record ON ferry_outbox (entity_id)")
+        }
         return migrator
     }
 

@@ -47,17 +47,21 @@ struct Benchmarks {
     }
 
     /// Inserts `count` events, 1,000 per transaction, as an app writing in bursts would.
-    static func writeEvents(_ count: Int, into database: DatabasePool) async throws {
+    /// `prefix` names the rows' ids: another device's copies of the same samples (same natural keys) take another.
+    static func writeEvents(_ count: Int, into database: DatabasePool, prefix: String = "e") async throws {
         for start in stride(from: 0, to: count, by: 1000) {
             try await database.write { db in
                 let insert = try db.cachedStatement(sql: "INSERT INTO events (id, kind, value, sample_id) VALUES (?, 'steps', ?, ?)")
-                for index in start..<min(start + 1000, count) { try insert.execute(arguments: ["e-\(index)", index, "hk:\(index)"]) }
+                for index in start..<min(start + 1000, count) { try insert.execute(arguments: ["\(prefix)-\(index)", index, "hk:\(index)"]) }
             }
         }
     }
 
-    static func mutation(_ index: Int) -> Mutation {
-        .upsert(id: Int64(index + 1), entity: "events", entityID: "e-\(index)", data: ["kind": .string("steps"), "value": .integer(Int64(index))], naturalKey: "hk:\(index)")
+    static func mutation(_ index: Int, prefix: String = "e") -> Mutation {
+        .upsert(
+            id: Int64(index + 1), entity: "events", entityID: "\(prefix)-\(index)", data: ["kind": .string("steps"), "value": .integer(Int64(index))],
+            naturalKey: "hk:\(index)"
+        )
     }
 
     // MARK: - capture
@@ -152,6 +156,25 @@ struct Benchmarks {
             )
         ]
 
+        if wanted.contains("merge") {
+            // Another device of the drain's user holds the same samples under ids of its own.
+            let copy = try await device("drain-3", of: drainUser)
+            try await Self.writeEvents(records, into: copy.store.database, prefix: "m")
+            let merge = try await measure {
+                let summary = try await copy.push()
+                guard summary.acknowledged == records, summary.merged == records, summary.rekeyed == records else {
+                    throw CommandFailure("merge acknowledged \(summary.acknowledged), merged \(summary.merged), re-keyed \(summary.rekeyed) of \(records)")
+                }
+                return summary.requests
+            }
+            let floor = try await floorPush(records, user: floorUser, into: floor, prefix: "m")
+            results.append(BenchResult(
+                name: "merge", what: "a second device drains \(records.formatted()) records the server holds by natural key: each merged, re-keyed locally",
+                ferry: merge, baselineName: "storage floor: \(engine).push of the same merges", baseline: floor,
+                comparison: String(format: "%.2fx the storage floor's time", merge.seconds / floor.seconds)
+            ))
+        }
+
         if wanted.contains("sync") {
             let device = try await device("sync-1", of: syncUser)
             try await Self.writeEvents(records, into: device.store.database)
@@ -197,13 +220,13 @@ struct Benchmarks {
 
     /// The storage floor of a push: `count` mutations, a client's batch at a time, timing the storage calls
     /// alone (each batch is validated and encoded before its clock starts).
-    private func floorPush(_ count: Int, user: String, into floor: any SyncStorage) async throws -> BenchMeasurement {
+    private func floorPush(_ count: Int, user: String, into floor: any SyncStorage, prefix: String = "e") async throws -> BenchMeasurement {
         PeakMemory.reset()
         var elapsed = Duration.zero
         for start in stride(from: 0, to: count, by: Self.batchSize) {
-            let batch = (start..<min(start + Self.batchSize, count)).map { IncomingMutation(Self.mutation($0)) }
+            let batch = (start..<min(start + Self.batchSize, count)).map { IncomingMutation(Self.mutation($0, prefix: prefix)) }
             let began = ContinuousClock.now
-            _ = try await floor.push(userID: user, clientID: "floor", mutations: batch)
+            _ = try await floor.push(userID: user, clientID: "floor-\(prefix)", mutations: batch)
             elapsed += ContinuousClock.now - began
         }
         return BenchMeasurement(seconds: elapsed.seconds, items: count, requests: (count + Self.batchSize - 1) / Self.batchSize, peakMemoryMB: PeakMemory.megabytes())

@@ -8,17 +8,17 @@ import Logging
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Measure Ferry against its baselines: capture, drain, sync, pull, naive, launch, load.",
+        abstract: "Measure Ferry against its baselines: capture, drain, merge, sync, pull, naive, launch, load.",
         discussion: "Build with -c release for figures worth recording; BENCHMARKS.md says how they were taken."
     )
 
-    static let names = ["capture", "drain", "sync", "pull", "naive", "launch", "load"]
+    static let names = ["capture", "drain", "merge", "sync", "pull", "naive", "launch", "load"]
 
-    @Option(help: "Records for capture, drain, sync and pull.") var records = 100_000
-    @Option(help: "Keep the server's records for drain, sync, pull and load in this PostgreSQL database (postgres://…) instead of SQLite files in a temporary folder.")
+    @Option(help: "Records for capture, drain, merge, sync and pull.") var records = 100_000
+    @Option(help: "Keep the server's records for drain, merge, sync, pull and load in this PostgreSQL database (postgres://…) instead of SQLite files in a temporary folder.")
     var database: String?
-    @Option(help: "drain, sync, pull: records of other users (10,000 each) put in the server's storage first.") var otherRecords = 0
-    @Option(help: "drain, sync, pull: how clients reach the server: nio (AsyncHTTPClient, as the CLI talks) or urlsession (URLSessionTransport, as apps do).")
+    @Option(help: "drain, merge, sync, pull: records of other users (10,000 each) put in the server's storage first.") var otherRecords = 0
+    @Option(help: "drain, merge, sync, pull: how clients reach the server: nio (AsyncHTTPClient, as the CLI talks) or urlsession (URLSessionTransport, as apps do).")
     var transport = "nio"
     @Option(help: "load: ferry serve processes sharing the database, requests sent to each in turn.") var servers = 1
     @Option(help: "load: concurrent clients, five devices to a user, each pushing a batch of 50 then pulling.") var clients = 50
@@ -66,7 +66,7 @@ struct BenchCommand: AsyncParsableCommand {
         var results: [BenchResult] = []
         let wanted = Set(selected)
         if wanted.contains("capture") { results.append(try await report(benchmarks.capture())) }
-        if !wanted.isDisjoint(with: ["drain", "sync", "pull"]) {
+        if !wanted.isDisjoint(with: ["drain", "merge", "sync", "pull"]) {
             for result in try await benchmarks.serverSide(wanted: wanted) { results.append(report(result)) }
         }
         if wanted.contains("naive") { results.append(report(try await benchmarks.naive())) }
