@@ -387,6 +387,8 @@ struct OutboxBatch: Sendable {
     var unsent: [Int64] = []
     /// Mutations the protocol cannot carry, dead-lettered instead of sent.
     var refused: [RefusedMutation] = []
+    /// `requestBody`, when the uploader encoded it ahead of sending.
+    var body: Data?
 
     /// Whether this batch, read before `previous`'s answer was applied, can be sent as it is:
     /// it must not touch a record of `previous`, under its local id or the canonical one

@@ -135,6 +135,8 @@ struct Uploader: Sendable {
             reading.refused += batch.refused
             guard batch.mutations.isEmpty else {
                 reading.batch = batch  // its cancelled-out entries count when its answer is applied
+                // Encoded now, while the batch before it is on the wire, not after its answer.
+                reading.batch?.body = batch.requestBody(clientID: clientID)
                 break
             }
             reading.cancelledOut += batch.unsent.count
@@ -171,7 +173,7 @@ struct Uploader: Sendable {
     /// Sends a batch; on failure its entries go back to pending.
     private func send(_ batch: OutboxBatch) async throws -> TransportResponse {
         do {
-            return try await connection.send(TransportRequest(method: "POST", path: "/v1/push", body: batch.requestBody(clientID: clientID)))
+            return try await connection.send(TransportRequest(method: "POST", path: "/v1/push", body: batch.body ?? batch.requestBody(clientID: clientID)))
         } catch {
             await returnToQueue(batch)
             throw error

@@ -17,8 +17,8 @@ struct BenchResult: Sendable {
 
 /// `ferry bench`'s benchmarks. Each works in its own folder under `root`.
 struct Benchmarks {
-    let root: URL
-    let records: Int
+    var root: URL
+    var records: Int
     /// Where drain, sync and pull keep the server's records: PostgreSQL, or SQLite files under `root` when `nil`.
     var postgres: PostgresLocation?
     /// `postgres` as given on the command line, for the `ferry serve` child process.
@@ -178,13 +178,22 @@ struct Benchmarks {
         if wanted.contains("sync") {
             let device = try await device("sync-1", of: syncUser)
             try await Self.writeEvents(records, into: device.store.database)
-            let sync = try await measure {
+            // When the pull began, from the status the client publishes: the push's share of the run.
+            let updates = await device.statusUpdates()
+            let pullStarted = Task {
+                for await status in updates { if case .downloading = status.phase { return ContinuousClock.now } }
+                return ContinuousClock.now
+            }
+            let began = ContinuousClock.now
+            var sync = try await measure {
                 let report = try await device.sync()
                 guard report.upload.acknowledged == records, report.pull.received == records else {
                     throw CommandFailure("sync pushed \(report.upload.acknowledged) and pulled \(report.pull.received) of \(records)")
                 }
                 return report.requests
             }
+            sync.extra = ["pushMilliseconds": Int(((await pullStarted.value) - began).seconds * 1000)]
+            pullStarted.cancel()
             var floor = pushFloor
             floor.seconds += pullFloor.seconds
             floor.requests = (pushFloor.requests ?? 0) + (pullFloor.requests ?? 0)

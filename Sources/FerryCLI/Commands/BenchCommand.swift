@@ -14,7 +14,8 @@ struct BenchCommand: AsyncParsableCommand {
 
     static let names = ["capture", "drain", "merge", "sync", "pull", "naive", "launch", "load"]
 
-    @Option(help: "Records for capture, drain, merge, sync and pull.") var records = 100_000
+    @Option(help: "Records for capture, drain, merge, sync and pull; several, comma-separated (10000,100000,1000000), run each size in turn and end with a scaling table.")
+    var records = "100000"
     @Option(help: "Keep the server's records for drain, merge, sync, pull and load in this PostgreSQL database (postgres://…) instead of SQLite files in a temporary folder.")
     var database: String?
     @Option(help: "drain, merge, sync, pull: records of other users (10,000 each) put in the server's storage first.") var otherRecords = 0
@@ -27,7 +28,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object instead of the table.") var json = false
 
     func validate() throws {
-        guard (1_000...1_000_000).contains(records) else { throw ValidationError("--records must be from 1000 to 1000000, got \(records)") }
+        _ = try sizes()
         for name in selected where !Self.names.contains(name) {
             throw ValidationError("unknown benchmark '\(name)'; choose from \(Self.names.joined(separator: ", "))")
         }
@@ -48,6 +49,15 @@ struct BenchCommand: AsyncParsableCommand {
         return location
     }
 
+    /// The `--records` sizes, in the order given.
+    private func sizes() throws -> [Int] {
+        let sizes = records.split(separator: ",", omittingEmptySubsequences: false).map { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard !sizes.isEmpty, sizes.allSatisfy({ $0.map((1_000...1_000_000).contains) == true }) else {
+            throw ValidationError("--records takes sizes from 1000 to 1000000, comma-separated (like 10000,100000), got '\(records)'")
+        }
+        return sizes.compactMap { $0 }
+    }
+
     private var selected: [String] {
         only.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } } ?? Self.names
     }
@@ -61,14 +71,24 @@ struct BenchCommand: AsyncParsableCommand {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-bench-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: root) }
         let postgres = try postgres()
-        var benchmarks = Benchmarks(root: root, records: records, postgres: postgres, postgresURL: database, otherRecords: otherRecords)
-        if transport == "urlsession" { benchmarks.transport = { URLSessionTransport(baseURL: $0) } }
+        let sizes = try sizes()
         var results: [BenchResult] = []
+        var scaling: [(records: Int, results: [BenchResult])] = []
         let wanted = Set(selected)
-        if wanted.contains("capture") { results.append(try await report(benchmarks.capture())) }
-        if !wanted.isDisjoint(with: ["drain", "merge", "sync", "pull"]) {
-            for result in try await benchmarks.serverSide(wanted: wanted) { results.append(report(result)) }
+        var benchmarks = Benchmarks(root: root, records: sizes[0], postgres: postgres, postgresURL: database, otherRecords: otherRecords)
+        if transport == "urlsession" { benchmarks.transport = { URLSessionTransport(baseURL: $0) } }
+        for size in sizes {
+            benchmarks.records = size
+            benchmarks.root = root.appendingPathComponent("\(size)-records")
+            var sized: [BenchResult] = []
+            if wanted.contains("capture") { sized.append(try await report(benchmarks.capture())) }
+            if !wanted.isDisjoint(with: ["drain", "merge", "sync", "pull"]) {
+                for result in try await benchmarks.serverSide(wanted: wanted) { sized.append(report(result)) }
+            }
+            scaling.append((size, sized))
+            results += sized
         }
+        if sizes.count > 1, !json { report(scaling) }
         if wanted.contains("naive") { results.append(report(try await benchmarks.naive())) }
         if wanted.contains("launch") { results.append(report(try await benchmarks.launch())) }
         var load: LoadTest.Report?
@@ -91,6 +111,26 @@ struct BenchCommand: AsyncParsableCommand {
         printNow("  baseline  " + line(result.baseline) + "  (\(result.baselineName))")
         printNow("  → \(result.comparison)")
         return result
+    }
+
+    /// Each benchmark's time at every size beside its floor's, and how much each size cost over
+    /// the one before it against how much more work it was.
+    private func report(_ scaling: [(records: Int, results: [BenchResult])]) {
+        printNow("")
+        printNow("| benchmark | records | Ferry | rate | floor | vs floor | time vs the size before (work: ×) |")
+        printNow("| --- | --- | --- | --- | --- | --- | --- |")
+        for name in Self.names {
+            var previous: (records: Int, seconds: Double)?
+            for (records, results) in scaling {
+                guard let result = results.first(where: { $0.name == name }) else { continue }
+                let growth = previous.map { String(format: "%.1fx (%.0fx)", result.ferry.seconds / $0.seconds, Double(records) / Double($0.records)) } ?? ""
+                let figures = String(
+                    format: "%.2f s | %.0f/s | %.2f s | %.2fx", result.ferry.seconds, result.ferry.throughput, result.baseline.seconds,
+                    result.ferry.seconds / result.baseline.seconds)
+                printNow("| \(name) | \(records.formatted()) | \(figures) | \(growth) |")
+                previous = (records, result.ferry.seconds)
+            }
+        }
     }
 
     private func report(_ load: LoadTest.Report, of test: LoadTest) {

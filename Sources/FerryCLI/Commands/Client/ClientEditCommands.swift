@@ -63,17 +63,45 @@ struct ClientImportCommand: AsyncParsableCommand {
 
     func run() async throws {
         if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
-        guard let contents = FileManager.default.contents(atPath: file) else {
-            throw CommandFailure("--file \(file): cannot read it")
+        guard FileManager.default.isReadableFile(atPath: file) else { throw CommandFailure("--file \(file): cannot read it") }
+        // Every line is checked before anything is written, then written in one transaction:
+        // the file is read twice rather than held in memory, so a million lines import in
+        // the same memory as a thousand.
+        var count = 0
+        try Self.forEachRecord(in: file, entity: entity) { _ in count += 1 }
+        let store = try options.open()
+        try await store.database.write { [entity, file] db in
+            let statement = try db.makeStatement(sql: """
+                INSERT INTO records (entity, id, data, natural_key) VALUES (?, ?, ?, ?)
+                ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key
+                """)
+            try Self.forEachRecord(in: file, entity: entity) { row in
+                try statement.execute(arguments: [entity, row.id, row.data, row.naturalKey])
+            }
         }
-        // Parse and check every line before writing anything.
-        var rows: [(id: String, data: String, naturalKey: String?)] = []
+        printNow("imported \(count.formatted()) records into \(entity)")
+    }
+
+    /// Calls `body` with the record of each line that is not blank, reading a megabyte at a time.
+    private static func forEachRecord(in file: String, entity: String, _ body: ((id: String, data: String, naturalKey: String?)) throws -> Void) throws {
+        guard let handle = FileHandle(forReadingAtPath: file) else { throw CommandFailure("--file \(file): cannot read it") }
+        defer { try? handle.close() }
         var number = 0
-        for line in contents.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+        var pending: [UInt8] = []
+        func lines(_ chunk: ArraySlice<UInt8>, final: Bool) throws {
+            var start = chunk.startIndex
+            while let end = chunk[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                try line(chunk[start..<end])
+                start = end + 1
+            }
+            pending = Array(chunk[start...])
+            if final, !pending.isEmpty { try line(pending[...]) }
+        }
+        func line(_ bytes: ArraySlice<UInt8>) throws {
             number += 1
-            if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) { continue }
+            if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\t") }) { return }
             do {
-                let fields = try parseObject(String(decoding: line, as: UTF8.self), what: "the line")
+                let fields = try parseObject(String(decoding: bytes, as: UTF8.self), what: "the line")
                 guard case .string(let entityID)? = fields["entityID"], case .object(let data)? = fields["data"] else {
                     throw CommandFailure(#"expected {"entityID": string, "data": object, "naturalKey": optional string}"#)
                 }
@@ -84,21 +112,14 @@ struct ClientImportCommand: AsyncParsableCommand {
                 default: throw CommandFailure("naturalKey must be a string")
                 }
                 try validateRecord(entity: entity, id: entityID, naturalKey: naturalKey)
-                rows.append((entityID, try encodeData(data, what: "data"), naturalKey))
+                try body((entityID, try encodeData(data, what: "data"), naturalKey))
             } catch {
                 throw CommandFailure("\(file):\(number): \(error); nothing was imported")
             }
         }
-        let store = try options.open()
-        try await store.database.write { [entity, rows] db in
-            let statement = try db.makeStatement(sql: """
-                INSERT INTO records (entity, id, data, natural_key) VALUES (?, ?, ?, ?)
-                ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key
-                """)
-            for row in rows {
-                try statement.execute(arguments: [entity, row.id, row.data, row.naturalKey])
-            }
+        while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
+            try lines((pending + chunk)[...], final: false)
         }
-        printNow("imported \(rows.count.formatted()) records into \(entity)")
+        try lines(pending[...], final: true)
     }
 }
