@@ -64,6 +64,12 @@ struct ClientCommandTests {
             try (#"{"entityID": "i-1", "data": {"v": 1}}"# + "\n" + #"{"entityID": "i-2", "data": {"v": 2}, "naturalKey": "k2"}"# + "\n").write(to: lines, atomically: true, encoding: .utf8)
             run = try await Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
             #expect(run.status == 0)
+            // Read a megabyte at a time: lines across chunk boundaries, the last one without a newline.
+            let many = (0..<20_000).map { #"{"entityID": "m-\#($0)", "data": {"sample": "\#(String(repeating: "s", count: 40))"}}"# }
+            try many.joined(separator: "\n").write(to: lines, atomically: true, encoding: .utf8)
+            let bulk = ["--store", scratch.appendingPathComponent("bulk").path, "--user", "carol"]
+            run = try await Self.ferry(["client", "import"] + bulk + ["--entity", "events", "--file", lines.path])
+            #expect(run.status == 0 && run.output.contains("imported 20,000 records"), "\(run.output) \(run.error)")
 
             // What the protocol cannot carry is refused before anything is written.
             let huge = String(repeating: "x", count: 5 * 1024 * 1024)
