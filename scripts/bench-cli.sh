@@ -1,39 +1,46 @@
 #!/usr/bin/env bash
-# Usage: scripts/bench-cli.sh RECORDS [FERRY]
+# Usage: scripts/bench-cli.sh RECORDS[,RECORDS...] [FERRY]
 #
 # Ferry measured from outside, each step a process of its own, as issue 14 measured it:
 # `ferry serve --rate-limit off` on a new SQLite file, `ferry client import` of RECORDS
 # records (~110 bytes of data, a natural key each), `ferry client sync` (push them, pull them
 # back), then a fresh device's `ferry client sync` (its first pull). Prints each step's wall
-# time and peak resident memory (GNU time), and the server's peak.
+# time and peak resident memory (GNU time), and the server's peak. Several sizes run in turn,
+# each on a new server, so their times compare within one run.
 set -euo pipefail
-records=${1:?usage: scripts/bench-cli.sh RECORDS [FERRY]}
+sizes=${1:?usage: scripts/bench-cli.sh RECORDS[,RECORDS...] [FERRY]}
 ferry=$(realpath "${2:-.build/release/ferry}")
-dir=$(mktemp -d)
+dir=
 server=
-cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$dir"; }
+cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; [ -n "$dir" ] && rm -rf "$dir"; server=; dir=; }
 trap cleanup EXIT
 
-python3 - "$records" > "$dir/records.jsonl" <<'PY'
+step() {
+    local name=$1; shift
+    /usr/bin/time -f "%e %M" -o "$dir/time" "$@" > "$dir/step.log" 2>&1 || { cat "$dir/step.log"; exit 1; }
+    read -r seconds kilobytes < "$dir/time"
+    printf '%-22s %8.2f s  %9.0f /s  peak %4d MB\n' "$name" "$seconds" "$(echo "$records / $seconds" | bc -l)" $((kilobytes / 1024))
+}
+
+echo "$(nproc) cores, $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')"
+for records in ${sizes//,/ }; do
+    dir=$(mktemp -d)
+    python3 - "$records" > "$dir/records.jsonl" <<'PY'
 import sys
 for i in range(int(sys.argv[1])):
     print('{"entityID":"e-%d","data":{"kind":"steps","value":%d,"unit":"count","source":"watch-7"},"naturalKey":"hk:%d"}' % (i, i, i))
 PY
-secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-"$ferry" serve --database "sqlite:$dir/server.sqlite" --port 0 --jwt-secret "$secret" --rate-limit off > "$dir/serve.log" 2>&1 &
-server=$!
-for _ in $(seq 100); do grep -q "listening on" "$dir/serve.log" && break; sleep 0.1; done
-url=$(grep -o "http://[0-9.]*:[0-9]*" "$dir/serve.log" | head -1)
-token=$("$ferry" token --user bench --secret "$secret" | tail -1)
-
-step() {
-    local name=$1; shift
-    /usr/bin/time -f "%e %M" -o "$dir/time" "$@" > "$dir/$name.log" 2>&1 || { cat "$dir/$name.log"; exit 1; }
-    read -r seconds kilobytes < "$dir/time"
-    printf '%-22s %8.2f s  %9.0f /s  peak %4d MB\n' "$name" "$seconds" "$(echo "$records / $seconds" | bc -l)" $((kilobytes / 1024))
-}
-echo "$records records, $(nproc) cores, $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')"
-step import "$ferry" client import --store "$dir/device-1" --user bench --entity events --file "$dir/records.jsonl"
-step "sync (push + pull)" "$ferry" client sync --store "$dir/device-1" --user bench --server "$url" --token "$token" --timeout 3600
-step "first pull" "$ferry" client sync --store "$dir/device-2" --user bench --server "$url" --token "$token" --timeout 3600
-printf '%-22s peak %4d MB\n' "server" $(( $(awk '/VmHWM/ {print $2}' "/proc/$server/status") / 1024 ))
+    secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    "$ferry" serve --database "sqlite:$dir/server.sqlite" --port 0 --jwt-secret "$secret" --rate-limit off > "$dir/serve.log" 2>&1 &
+    server=$!
+    for _ in $(seq 100); do grep -q "listening on" "$dir/serve.log" && break; sleep 0.1; done
+    url=$(grep -o "http://[0-9.]*:[0-9]*" "$dir/serve.log" | head -1)
+    [ -n "$url" ] || { cat "$dir/serve.log"; exit 1; }
+    token=$("$ferry" token --user bench --secret "$secret" | tail -1)
+    echo "$records records"
+    step import "$ferry" client import --store "$dir/device-1" --user bench --entity events --file "$dir/records.jsonl"
+    step "sync (push + pull)" "$ferry" client sync --store "$dir/device-1" --user bench --server "$url" --token "$token" --timeout 3600
+    step "first pull" "$ferry" client sync --store "$dir/device-2" --user bench --server "$url" --token "$token" --timeout 3600
+    printf '%-22s peak %4d MB\n' "server" $(( $(awk '/VmHWM/ {print $2}' "/proc/$server/status") / 1024 ))
+    cleanup
+done
