@@ -13,10 +13,13 @@ struct KnownVersions {
 
     /// The known versions of `records`; records the server never versioned are absent.
     static func of(_ records: some Sequence<RecordRef>, db: Database) throws -> [RecordRef: Int64] {
-        let byEntity = Dictionary(grouping: records, by: \.entity)
+        // Grouped by the entity's bytes, as SQLite compares it (Swift's `==` would merge
+        // canonically equivalent names).
+        let byEntity = Dictionary(grouping: records) { Array($0.entity.utf8) }
         var versions: [RecordRef: Int64] = [:]
         let select = try db.cachedStatement(sql: "SELECT entity_id, version FROM ferry_versions WHERE entity = ? AND entity_id IN (SELECT value FROM json_each(?))")
-        for (entity, records) in byEntity {
+        for records in byEntity.values {
+            let entity = records[0].entity
             var ids = JSONTextWriter(capacity: 2 + records.count * 16)
             ids.raw("[")
             for (index, record) in records.enumerated() {

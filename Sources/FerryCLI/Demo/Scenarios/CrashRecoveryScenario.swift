@@ -38,6 +38,14 @@ struct CrashRecoveryScenario: DemoScenario {
         func bury() { end.finish() }
     }
 
+    /// Batches of 500, so that 2,000 events make four pushes and the third can die (the
+    /// default is the protocol's most, 1,000).
+    static var batches: SyncConfiguration {
+        var configuration = SyncConfiguration()
+        configuration.batchSize = 500
+        return configuration
+    }
+
     /// The id of a process that has ended, for the dying app's lease.
     static func endedProcessID() throws -> Int32 {
         let process = Process()
@@ -56,7 +64,7 @@ struct CrashRecoveryScenario: DemoScenario {
     private func play(server: DemoServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         let phone = directory.appendingPathComponent("phone")
         var dying: DyingNetwork?
-        let first = DemoApp(directory: phone, server: server) { base in
+        let first = DemoApp(directory: phone, server: server, sync: Self.batches) { base in
             let network = DyingNetwork(base, crashAt: 3)
             dying = network
             return network
@@ -76,7 +84,7 @@ struct CrashRecoveryScenario: DemoScenario {
         let committedBeforeCrash = try await server.records(of: "lee").count
         output.say("The app dies on its third push of 500: the server has committed \(committedBeforeCrash) records; the file holds \(states[1] ?? 0) entries in flight (the batch the server applied, and the next, read while it was on the wire) and \(states[0] ?? 0) pending.")
 
-        let second = DemoApp(directory: phone, server: server)
+        let second = DemoApp(directory: phone, server: server, sync: Self.batches)
         let reopenedAt = Date()
         try await second.session.signIn("lee")  // its first sync takes the dead app's lease and returns its in-flight entries to pending
         let engine = try await second.engine()

@@ -23,7 +23,11 @@ struct QueuedEventsScenario: DemoScenario {
         output.say("The watch already uploaded \(known) samples; the phone queued 5,000 while offline, \(known) of them the same samples under its own ids.")
 
         let link = DemoLink(online: false)
-        let app = DemoApp(directory: directory.appendingPathComponent("phone"), server: server, connectivity: link)
+        // The story's batches of 500 (the default is the protocol's most, 1,000).
+        var batches = SyncConfiguration()
+        batches.batchSize = 500
+        batches.pullPageSize = 500
+        let app = DemoApp(directory: directory.appendingPathComponent("phone"), server: server, connectivity: link, sync: batches)
         try await app.session.signIn("sam")
         try await app.recordHealthEvents(5000, prefix: "phone") { "hk:\($0)" }
         let engine = try await app.engine()
