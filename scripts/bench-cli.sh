@@ -12,7 +12,12 @@ sizes=${1:?usage: scripts/bench-cli.sh RECORDS[,RECORDS...] [FERRY]}
 ferry=$(realpath "${2:-.build/release/ferry}")
 dir=
 server=
-cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; [ -n "$dir" ] && rm -rf "$dir"; server=; dir=; }
+cleanup() {
+    if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; fi
+    if [ -n "$dir" ]; then rm -rf "$dir"; fi
+    server=
+    dir=
+}
 trap cleanup EXIT
 
 step() {

@@ -82,6 +82,17 @@ public struct JSONTextWriter: Sendable {
         bytes.append(UInt8(ascii: "\""))
     }
 
+    /// How many bytes `string(value)` writes, quotes included.
+    public static func encodedLength(of value: String) -> Int {
+        value.utf8.reduce(2) { length, byte in
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"): length + 2
+            case ..<0x20: length + 6
+            default: length + 1
+            }
+        }
+    }
+
     private static func needsEscape(_ byte: UInt8) -> Bool {
         byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
     }

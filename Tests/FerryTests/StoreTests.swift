@@ -114,6 +114,37 @@ struct StoreTests {
         #expect(try await Self.outbox(open).count == 1)
     }
 
+    @Test("two processes opening a store that needs a migration at once (an app and its extension): both open it, the migration runs once")
+    func concurrentMigration() async throws {
+        for _ in 0..<10 {
+            let path = ClientFixture.storePath()
+            // A store from before ferry-v6: its queue, without the index by record.
+            let old = try ClientFixture.openStore(at: path)
+            try await old.database.write { db in
+                for index in 0..<2000 { try db.execute(sql: "INSERT INTO events (id, kind) VALUES (?, 'x')", arguments: ["e-\(index)"]) }
+                try db.execute(sql: "DROP INDEX ferry_outbox_by_record; DELETE FROM grdb_migrations WHERE identifier = 'ferry-v6'")
+            }
+            try await old.close()
+            // Each opens on a thread of its own, as two processes would; both close afterwards.
+            let opened = await withTaskGroup(of: Result<FerryStore, any Error>.self) { group in
+                for _ in 0..<2 {
+                    group.addTask {
+                        await withCheckedContinuation { continuation in
+                            Thread.detachNewThread { continuation.resume(returning: Result { try ClientFixture.openStore(at: path) }) }
+                        }
+                    }
+                }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+            for result in opened {
+                let store = try result.get()
+                #expect(try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 0") } == 2000)
+                #expect(try await store.database.read { db in try db.indexes(on: "ferry_outbox").map(\.name) } == ["ferry_outbox_by_record"])
+                try await store.close()
+            }
+        }
+    }
+
     @Test("the journal keeps its newest events, up to its capacity")
     func boundedJournal() async throws {
         let store = try ClientFixture.openStore(at: ClientFixture.storePath())

@@ -56,8 +56,10 @@ struct Outbox: Sendable {
             for (index, row) in rows.enumerated() {
                 let record = RecordRef(entity: row[1], entityID: row[2])
                 let sent = (row[6] as Bool?) ?? false
-                bytes += OutgoingMutation.envelopeBytes + ((row[4] as String?)?.utf8.count ?? 0) + ((row[2] as String?)?.utf8.count ?? 0)
-                    + ((row[5] as String?)?.utf8.count ?? 0)
+                // Ids and keys as the body writes them, escapes included: ids full of quotes
+                // or backslashes took a batch of 1,000 past the limit.
+                bytes += OutgoingMutation.envelopeBytes + ((row[4] as String?)?.utf8.count ?? 0) + JSONTextWriter.encodedLength(of: record.entityID)
+                    + ((row[5] as String?).map(JSONTextWriter.encodedLength(of:)) ?? 0)
                 // An entry sent before stands for exactly one mutation (the entries coalesced
                 // into it were folded into it when it was sent): it goes out again alone, as
                 // it was sent, and the record's other changes wait for its answer (the version

@@ -41,12 +41,14 @@ public final class FerryStore: Sendable {
                 // sure the write-ahead log is not empty), and a file that is not ours stays as it is.
                 var readOnly = Configuration()
                 readOnly.readonly = true
+                // Another process (an app's extension) may be opening or migrating it.
+                readOnly.busyMode = .timeout(10)
                 let probe = try DatabaseQueue(path: path, configuration: readOnly)
                 try probe.read { db in try Self.checkReadable(db, path: path) }
                 try probe.close()
             }
             database = try DatabasePool(path: path, configuration: configuration)
-            try Self.migrator.migrate(database)
+            try Self.migrate(database)
         } catch let error as DatabaseError {
             throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed")
         }
@@ -62,6 +64,23 @@ public final class FerryStore: Sendable {
             }
             for table in tables { try ChangeCapture.install(for: table, in: db) }
             return clientID
+        }
+    }
+
+    /// Applies Ferry's missing migrations. GRDB's migrator reads which are applied before it
+    /// takes the write lock, so two processes opening an older store at once (an app and its
+    /// extension) may both start the same one: the second fails on what the first created, and
+    /// finds the migration applied on its next pass.
+    private static func migrate(_ database: DatabasePool) throws {
+        while true {
+            let before = try database.read { db in try migrator.appliedIdentifiers(db) }
+            do {
+                return try migrator.migrate(database)
+            } catch {
+                let after = try database.read { db in try migrator.appliedIdentifiers(db) }
+                // Another process made progress: try again. No progress means the error is ours.
+                guard after.isStrictSuperset(of: before) else { throw error }
+            }
         }
     }
 

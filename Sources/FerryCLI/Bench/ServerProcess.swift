@@ -1,9 +1,12 @@
 import Foundation
+import NIOConcurrencyHelpers
 
 /// A `ferry serve` child process of this same executable, its output in a log file.
 final class ServerProcess: Sendable {
     private let process: Process
     private let log: URL
+    /// Children running, by process id, for `stopChildrenOnTermination`.
+    private static let running = NIOLockedValueBox<Set<Int32>>([])
 
     init(arguments: [String], log: URL) throws {
         _ = FileManager.default.createFile(atPath: log.path, contents: nil)
@@ -14,8 +17,26 @@ final class ServerProcess: Sendable {
         process.standardOutput = try FileHandle(forWritingTo: log)
         process.standardError = process.standardOutput
         try process.run()
+        Self.running.withLockedValue { _ = $0.insert(process.processIdentifier) }
         self.process = process
         self.log = log
+    }
+
+    /// When this process is told to end (SIGTERM, SIGINT), stops every child still running
+    /// and runs `cleanup` before exiting: `defer` blocks do not run then, and a CI job
+    /// cancelled mid-benchmark would leave its `ferry serve` processes behind.
+    static func stopChildrenOnTermination(then cleanup: @escaping @Sendable () -> Void) {
+        for signalNumber in [SIGTERM, SIGINT] {
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler {
+                _ = source  // the handler keeps its source alive for the life of the process
+                for child in running.withLockedValue({ $0 }) { kill(child, SIGTERM) }
+                cleanup()
+                exit(128 + signalNumber)
+            }
+            source.resume()
+        }
     }
 
     /// Waits for the line saying where it listens.
@@ -43,5 +64,6 @@ final class ServerProcess: Sendable {
     func stop() {
         process.terminate()
         process.waitUntilExit()
+        Self.running.withLockedValue { _ = $0.remove(process.processIdentifier) }
     }
 }

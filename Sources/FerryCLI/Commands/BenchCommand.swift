@@ -29,6 +29,7 @@ struct BenchCommand: AsyncParsableCommand {
 
     func validate() throws {
         _ = try sizes()
+        guard !selected.isEmpty else { throw ValidationError("--only names no benchmark; choose from \(Self.names.joined(separator: ", "))") }
         for name in selected where !Self.names.contains(name) {
             throw ValidationError("unknown benchmark '\(name)'; choose from \(Self.names.joined(separator: ", "))")
         }
@@ -70,6 +71,7 @@ struct BenchCommand: AsyncParsableCommand {
         }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-bench-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: root) }
+        ServerProcess.stopChildrenOnTermination { [root] in try? FileManager.default.removeItem(at: root) }
         let postgres = try postgres()
         let sizes = try sizes()
         var results: [BenchResult] = []
@@ -77,9 +79,9 @@ struct BenchCommand: AsyncParsableCommand {
         let wanted = Set(selected)
         var benchmarks = Benchmarks(root: root, records: sizes[0], postgres: postgres, postgresURL: database, otherRecords: otherRecords)
         if transport == "urlsession" { benchmarks.transport = { URLSessionTransport(baseURL: $0) } }
-        for size in sizes {
+        for (index, size) in sizes.enumerated() {
             benchmarks.records = size
-            benchmarks.root = root.appendingPathComponent("\(size)-records")
+            benchmarks.root = root.appendingPathComponent("\(index + 1)-\(size)-records")
             var sized: [BenchResult] = []
             if wanted.contains("capture") { sized.append(try await report(benchmarks.capture())) }
             if !wanted.isDisjoint(with: ["drain", "merge", "sync", "pull"]) {

@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Ferry
+import FerryProtocol
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -14,8 +15,9 @@ struct HTTPClientTransport: SyncTransport {
     var client: HTTPClient = .shared
     /// The most one request may take, answer included.
     var timeout: TimeAmount = .seconds(120)
-    /// Larger than any answer the protocol allows.
-    static let maxResponseBytes = 64 * 1024 * 1024
+    /// Larger than any answer the protocol allows: a pull page of its most records, each with
+    /// its largest data (measured encoded, as it is sent) and room for its id, key and envelope.
+    static let maxResponseBytes = ProtocolLimits.pullLimitRange.upperBound * (ProtocolLimits.maxDataBytes + 4096)
 
     func send(_ request: TransportRequest) async throws -> TransportResponse {
         guard let url = URL(string: request.path, relativeTo: baseURL) else {

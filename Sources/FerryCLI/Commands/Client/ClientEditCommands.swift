@@ -58,26 +58,33 @@ struct ClientImportCommand: AsyncParsableCommand {
 
     @OptionGroup var options: StoreOptions
     @Option(help: "Entity name for every record.") var entity: String
-    @Option(help: "A .jsonl file.") var file: String
-
+    @Option(help: "A .jsonl file (a regular file: it is read twice).") var file: String
 
     func run() async throws {
         if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
-        guard FileManager.default.isReadableFile(atPath: file) else { throw CommandFailure("--file \(file): cannot read it") }
+        let type = (try? FileManager.default.attributesOfItem(atPath: file))?[.type] as? FileAttributeType
+        guard type == .typeRegular, FileManager.default.isReadableFile(atPath: file) else {
+            let why = type == nil ? "cannot read it" : type == .typeDirectory ? "is a directory" : "is not a regular file (a pipe cannot be read twice); save it to a file first"
+            throw CommandFailure("--file \(file): \(why)")
+        }
         // Every line is checked before anything is written, then written in one transaction:
         // the file is read twice rather than held in memory, so a million lines import in
         // the same memory as a thousand.
         var count = 0
         try Self.forEachRecord(in: file, entity: entity) { _ in count += 1 }
         let store = try options.open()
-        try await store.database.write { [entity, file] db in
+        try await store.database.write { [entity, file, count] db in
             let statement = try db.makeStatement(sql: """
                 INSERT INTO records (entity, id, data, natural_key) VALUES (?, ?, ?, ?)
                 ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key
                 """)
+            var written = 0
             try Self.forEachRecord(in: file, entity: entity) { row in
                 try statement.execute(arguments: [entity, row.id, row.data, row.naturalKey])
+                written += 1
             }
+            // Rolled back whole if the file changed between the two readings.
+            guard written == count else { throw CommandFailure("--file \(file) changed while it was imported; nothing was imported") }
         }
         printNow("imported \(count.formatted()) records into \(entity)")
     }
@@ -87,15 +94,18 @@ struct ClientImportCommand: AsyncParsableCommand {
         guard let handle = FileHandle(forReadingAtPath: file) else { throw CommandFailure("--file \(file): cannot read it") }
         defer { try? handle.close() }
         var number = 0
+        // Bytes read and not yet split into lines; `scanned` of them hold no newline.
         var pending: [UInt8] = []
-        func lines(_ chunk: ArraySlice<UInt8>, final: Bool) throws {
-            var start = chunk.startIndex
-            while let end = chunk[start...].firstIndex(of: UInt8(ascii: "\n")) {
-                try line(chunk[start..<end])
+        var scanned = 0
+        func lines() throws {
+            var start = 0
+            while let end = pending[(start + scanned)...].firstIndex(of: UInt8(ascii: "\n")) {
+                try line(pending[start..<end])
                 start = end + 1
+                scanned = 0
             }
-            pending = Array(chunk[start...])
-            if final, !pending.isEmpty { try line(pending[...]) }
+            pending.removeFirst(start)
+            scanned = pending.count
         }
         func line(_ bytes: ArraySlice<UInt8>) throws {
             number += 1
@@ -118,8 +128,9 @@ struct ClientImportCommand: AsyncParsableCommand {
             }
         }
         while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty {
-            try lines((pending + chunk)[...], final: false)
+            pending.append(contentsOf: chunk)
+            try lines()
         }
-        try lines(pending[...], final: true)
+        if !pending.isEmpty { try line(pending[...]) }
     }
 }
