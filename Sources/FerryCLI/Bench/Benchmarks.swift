@@ -149,10 +149,9 @@ struct Benchmarks {
         let pullFloor = try await floorPull(user: floorUser, from: floor)
         let engine = postgres == nil ? "SQLiteSyncStorage" : "PostgresSyncStorage"
         var results = [
-            BenchResult(
+            againstFloor(
                 name: "drain", what: "\(records.formatted()) pending mutations pushed to a ferry serve process on \(postgres?.description ?? "SQLite"), no rate limit",
-                ferry: drain, baselineName: "storage floor: \(engine).push, \(Self.batchSize) a batch", baseline: pushFloor,
-                comparison: String(format: "%.2fx the storage floor's time", drain.seconds / pushFloor.seconds)
+                ferry: drain, floorName: "storage floor: \(engine).push, \(Self.batchSize) a batch", floor: pushFloor
             )
         ]
 
@@ -168,10 +167,9 @@ struct Benchmarks {
                 return summary.requests
             }
             let floor = try await floorPush(records, user: floorUser, into: floor, prefix: "m")
-            results.append(BenchResult(
+            results.append(againstFloor(
                 name: "merge", what: "a second device drains \(records.formatted()) records the server holds by natural key: each merged, re-keyed locally",
-                ferry: merge, baselineName: "storage floor: \(engine).push of the same merges", baseline: floor,
-                comparison: String(format: "%.2fx the storage floor's time", merge.seconds / floor.seconds)
+                ferry: merge, floorName: "storage floor: \(engine).push of the same merges", floor: floor
             ))
         }
 
@@ -198,10 +196,9 @@ struct Benchmarks {
             floor.seconds += pullFloor.seconds
             floor.requests = (pushFloor.requests ?? 0) + (pullFloor.requests ?? 0)
             floor.peakMemoryMB = max(pushFloor.peakMemoryMB ?? 0, pullFloor.peakMemoryMB ?? 0)
-            results.append(BenchResult(
+            results.append(againstFloor(
                 name: "sync", what: "one device's sync of \(records.formatted()) new records: push them, pull them back",
-                ferry: sync, baselineName: "storage floor: the drain's push and the pull's pull", baseline: floor,
-                comparison: String(format: "%.2fx the storage floor's time", sync.seconds / floor.seconds)
+                ferry: sync, floorName: "storage floor: the drain's push and the pull's pull", floor: floor
             ))
         }
 
@@ -212,13 +209,20 @@ struct Benchmarks {
                 guard report.pull.applied == records else { throw CommandFailure("a fresh device applied \(report.pull.applied) of \(records)") }
                 return report.requests
             }
-            results.append(BenchResult(
+            results.append(againstFloor(
                 name: "pull", what: "a fresh device's first pull of \(records.formatted()) records", ferry: pull,
-                baselineName: "storage floor: \(engine).pull, \(Self.batchSize) a page", baseline: pullFloor,
-                comparison: String(format: "%.2fx the storage floor's time", pull.seconds / pullFloor.seconds)
+                floorName: "storage floor: \(engine).pull, \(Self.batchSize) a page", floor: pullFloor
             ))
         }
         return results.filter { wanted.contains($0.name) }
+    }
+
+    /// A result whose baseline is a storage floor, compared by time.
+    private func againstFloor(name: String, what: String, ferry: BenchMeasurement, floorName: String, floor: BenchMeasurement) -> BenchResult {
+        BenchResult(
+            name: name, what: what, ferry: ferry, baselineName: floorName, baseline: floor,
+            comparison: String(format: "%.2fx the storage floor's time", ferry.seconds / floor.seconds)
+        )
     }
 
     /// The storage engine, opened in this process: on `postgres`, else the SQLite file at `sqlitePath`.
