@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
         .library(name: "Ferry", targets: ["Ferry"]),
         .library(name: "FerryServer", targets: ["FerryServer"]),
+        .library(name: "FerryTesting", targets: ["FerryTesting"]),
         .executable(name: "ferry", targets: ["FerryCLI"]),
     ],
     dependencies: [
@@ -27,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/pointfreeco/swift-clocks.git", from: "1.1.1"),
         .package(url: "https://github.com/pointfreeco/swift-concurrency-extras.git", from: "1.4.3"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin.git", from: "1.5.0"),
     ],
     targets: [
         .target(name: "FerryProtocol"),
@@ -59,12 +61,23 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        .target(
+            name: "FerryTesting",
+            dependencies: [
+                "Ferry",
+                "FerryProtocol",
+                "FerryServer",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .executableTarget(
             name: "FerryCLI",
             dependencies: [
                 "Ferry",
                 "FerryProtocol",
                 "FerryServer",
+                "FerryTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -77,9 +90,12 @@ let package = Package(
             dependencies: [
                 "FerryProtocol",
                 "FerryServer",
+                "FerryTesting",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Clocks", package: "swift-clocks"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -95,9 +111,19 @@ let package = Package(
                 "FerryProtocol",
                 "FerryServer",
                 "FerryTestSupport",
+                "FerryTesting",
                 .product(name: "Clocks", package: "swift-clocks"),
                 .product(name: "ConcurrencyExtras", package: "swift-concurrency-extras"),
             ]
+        ),
+        .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
+        .testTarget(
+            name: "FerryTestingTests",
+            dependencies: ["Ferry", "FerryTesting"]
+        ),
+        .testTarget(
+            name: "FerryCLITests",
+            dependencies: ["Ferry", "FerryProtocol", "FerryServer", "FerryTestSupport"]
         ),
         .testTarget(
             name: "FerryServerTests",

@@ -4,7 +4,7 @@
 /// "e" plus a combining accent), which SQLite keeps as two different keys; record ids and
 /// natural keys held in Swift sets and dictionaries must not be merged that way.
 extension String {
-    public func hasSameBytes(as other: String) -> Bool {
+    package func hasSameBytes(as other: String) -> Bool {
         // Native strings compare their buffers at once; the byte-by-byte walk of `elementsEqual`
         // was a tenth of a push's planning (dictionary lookups by record and natural key).
         let compared = utf8.withContiguousStorageIfAvailable { mine in
@@ -13,7 +13,7 @@ extension String {
         return (compared ?? nil) ?? utf8.elementsEqual(other.utf8)
     }
 
-    public func hashBytes(into hasher: inout Hasher) {
+    package func hashBytes(into hasher: inout Hasher) {
         let hashed: Void? = utf8.withContiguousStorageIfAvailable { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
         if hashed == nil {
             for byte in utf8 { hasher.combine(byte) }

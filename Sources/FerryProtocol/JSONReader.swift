@@ -4,15 +4,15 @@
 /// field through the generic `Codable` machinery, and `JSONValue` can only be decoded
 /// there by trying one type after another; on a push of 500 records that was as costly
 /// as storing them. Integers that fit in 64 bits stay integers; other numbers are doubles.
-public struct JSONReader {
+package struct JSONReader {
     /// Deeper nesting is refused, so that a hostile body cannot exhaust the stack.
-    public static let maximumDepth = 512
+    package static let maximumDepth = 512
 
     /// Why the text is not JSON, with the byte offset where reading stopped.
-    public struct Failure: Error, CustomStringConvertible, Sendable {
-        public var message: String
-        public var offset: Int
-        public var description: String { "\(message) at byte \(offset)" }
+    package struct Failure: Error, CustomStringConvertible, Sendable {
+        package var message: String
+        package var offset: Int
+        package var description: String { "\(message) at byte \(offset)" }
     }
 
     private let bytes: UnsafeBufferPointer<UInt8>
@@ -24,7 +24,7 @@ public struct JSONReader {
     }
 
     /// Parses one JSON value that makes up the whole of `text` (surrounding whitespace allowed).
-    public static func parse(_ text: some Collection<UInt8>) throws(Failure) -> JSONValue {
+    package static func parse(_ text: some Collection<UInt8>) throws(Failure) -> JSONValue {
         let result: Result<JSONValue, Failure>? = text.withContiguousStorageIfAvailable { Self.parse(buffer: $0) }
         return try (result ?? Array(text).withUnsafeBufferPointer { Self.parse(buffer: $0) }).get()
     }

@@ -3,24 +3,24 @@
 ///
 /// Both sides move record data that is stored as JSON text; writing the envelope around it
 /// by hand spares decoding every record into `JSONValue` only to encode it again.
-public struct JSONTextWriter: Sendable {
-    public private(set) var bytes: [UInt8] = []
+package struct JSONTextWriter: Sendable {
+    package private(set) var bytes: [UInt8] = []
 
-    public init(capacity: Int) {
+    package init(capacity: Int) {
         bytes.reserveCapacity(capacity)
     }
 
     /// Structure or a literal, exactly as written.
-    public mutating func raw(_ text: StaticString) {
+    package mutating func raw(_ text: StaticString) {
         text.withUTF8Buffer { bytes.append(contentsOf: $0) }
     }
 
     /// JSON that is already encoded, such as a record's stored data.
-    public mutating func fragment(_ json: some Sequence<UInt8>) {
+    package mutating func fragment(_ json: some Sequence<UInt8>) {
         bytes.append(contentsOf: json)
     }
 
-    public mutating func integer(_ value: Int64) {
+    package mutating func integer(_ value: Int64) {
         bytes.append(contentsOf: String(value).utf8)
     }
 
@@ -28,7 +28,7 @@ public struct JSONTextWriter: Sendable {
     /// `JSONEncoder`'s `.sortedKeys` does), integers as integers. A number that is not finite
     /// has no JSON form: nothing is written and the result is false.
     @discardableResult
-    public mutating func value(_ value: JSONValue) -> Bool {
+    package mutating func value(_ value: JSONValue) -> Bool {
         switch value {
         case .null: raw("null")
         case .bool(let bool): bool ? raw("true") : raw("false")
@@ -58,7 +58,7 @@ public struct JSONTextWriter: Sendable {
     }
 
     /// A quoted string: `"` and `\` escaped, control characters as escapes, the rest as UTF-8.
-    public mutating func string(_ value: String) {
+    package mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
         let utf8 = value.utf8
         if !utf8.contains(where: Self.needsEscape) {
@@ -83,7 +83,7 @@ public struct JSONTextWriter: Sendable {
     }
 
     /// How many bytes `string(value)` writes, quotes included.
-    public static func encodedLength(of value: String) -> Int {
+    package static func encodedLength(of value: String) -> Int {
         value.utf8.reduce(2) { length, byte in
             switch byte {
             case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"): length + 2

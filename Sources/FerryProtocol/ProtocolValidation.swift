@@ -2,9 +2,9 @@ import Foundation
 
 /// The identifier and size rules of PROTOCOL.md, each answering with a message
 /// that says which value broke which rule.
-public enum ProtocolValidation {
+package enum ProtocolValidation {
     /// `nil` when `clientID` is valid, else why not.
-    public static func clientIDProblem(_ clientID: String) -> String? {
+    package static func clientIDProblem(_ clientID: String) -> String? {
         let count = clientID.unicodeScalars.count
         guard (1...ProtocolLimits.maxClientIDLength).contains(count) else {
             return "clientID must be 1 to \(ProtocolLimits.maxClientIDLength) characters, got \(count)"
@@ -16,7 +16,7 @@ public enum ProtocolValidation {
     }
 
     /// `nil` when `entity` matches `^[a-z][a-z0-9_]{0,63}$`, else why not.
-    public static func entityProblem(_ entity: String) -> String? {
+    package static func entityProblem(_ entity: String) -> String? {
         let scalars = Array(entity.unicodeScalars)
         guard let first = scalars.first, ("a"..."z").contains(first), scalars.count <= 64,
             scalars.dropFirst().allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_" })
@@ -28,7 +28,7 @@ public enum ProtocolValidation {
 
     /// `nil` when `entityID` is 1 to 128 printable characters, else why not. Characters are
     /// Unicode code points, as JSON Schema counts them (a grapheme may hold hundreds).
-    public static func entityIDProblem(_ entityID: String) -> String? {
+    package static func entityIDProblem(_ entityID: String) -> String? {
         let count = entityID.unicodeScalars.count
         guard (1...ProtocolLimits.maxEntityIDLength).contains(count) else {
             return "entityID must be 1 to \(ProtocolLimits.maxEntityIDLength) characters, got \(count)"
@@ -40,7 +40,7 @@ public enum ProtocolValidation {
     }
 
     /// `nil` when `naturalKey` is 1 to 256 characters (code points) other than U+0000, else why not.
-    public static func naturalKeyProblem(_ naturalKey: String) -> String? {
+    package static func naturalKeyProblem(_ naturalKey: String) -> String? {
         let count = naturalKey.unicodeScalars.count
         guard (1...ProtocolLimits.maxNaturalKeyLength).contains(count) else {
             return "naturalKey must be 1 to \(ProtocolLimits.maxNaturalKeyLength) characters, got \(count)"
@@ -52,7 +52,7 @@ public enum ProtocolValidation {
     }
 
     /// `nil` when a token's `sub` can name a user: 1 to 256 characters (code points) other than U+0000.
-    public static func userIDProblem(_ userID: String) -> String? {
+    package static func userIDProblem(_ userID: String) -> String? {
         let count = userID.unicodeScalars.count
         guard (1...256).contains(count), !userID.unicodeScalars.contains("\u{0}") else {
             return "sub must be 1 to 256 characters, none of them U+0000 (NUL), got \(count)"
@@ -61,20 +61,13 @@ public enum ProtocolValidation {
     }
 
     /// `nil` when data of `bytes` once encoded fits the protocol, else why not.
-    public static func dataSizeProblem(_ bytes: Int) -> String? {
+    package static func dataSizeProblem(_ bytes: Int) -> String? {
         guard bytes > ProtocolLimits.maxDataBytes else { return nil }
         return "data is \(bytes) bytes once encoded; the limit is \(ProtocolLimits.maxDataBytes) (256 KiB)"
     }
 
-    /// The encoder for other wire values (a conflict's current record): compact JSON with sorted keys.
-    public static func makeEncoder() -> JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return encoder
-    }
-
     /// Encodes a record's data as stored and sent: compact JSON, keys sorted (`JSONTextWriter.value`).
-    public static func encode(_ data: JSONObject) throws -> Data {
+    package static func encode(_ data: JSONObject) throws -> Data {
         var json = JSONTextWriter(capacity: 256)
         guard json.value(.object(data)) else {
             throw EncodingError.invalidValue(data, EncodingError.Context(codingPath: [], debugDescription: "a number is not finite; JSON has no form for it"))
@@ -105,7 +98,7 @@ public enum ProtocolValidation {
 extension Mutation {
     /// Why this mutation must be `rejected`, or `nil` when it may be applied.
     /// `encodedDataBytes` is the size of `data` once encoded, when the caller has already encoded it.
-    public func rejectionReason(encodedDataBytes: Int? = nil) -> String? {
+    package func rejectionReason(encodedDataBytes: Int? = nil) -> String? {
         if let problem = ProtocolValidation.entityProblem(entity) { return problem }
         if let problem = ProtocolValidation.entityIDProblem(entityID) { return problem }
         switch op {
@@ -129,7 +122,7 @@ extension Mutation {
 extension PushRequest {
     /// Checks the rules that concern the batch as a whole: the client id, the
     /// number of mutations and the order and range of their ids.
-    public func validateBatch() throws(ProtocolViolation) {
+    package func validateBatch() throws(ProtocolViolation) {
         if let problem = ProtocolValidation.clientIDProblem(clientID) { throw .badRequest(problem) }
         if mutations.count > ProtocolLimits.maxMutationsPerPush {
             throw ProtocolViolation(

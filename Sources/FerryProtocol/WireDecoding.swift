@@ -7,7 +7,7 @@ import Foundation
 
 extension PushRequest {
     /// Decodes a push body; what is wrong with it is a `bad_request`.
-    public static func decode(from body: Data) throws(ProtocolViolation) -> PushRequest {
+    package static func decode(from body: Data) throws(ProtocolViolation) -> PushRequest {
         do {
             let fields = try JSONFields.root(body)
             return PushRequest(
@@ -21,7 +21,7 @@ extension PushRequest {
 }
 
 extension PushResponse {
-    public static func decode(from body: Data) throws(JSONShapeError) -> PushResponse {
+    package static func decode(from body: Data) throws(JSONShapeError) -> PushResponse {
         let fields = try JSONFields.root(body)
         return PushResponse(
             lastMutationID: try fields.required("lastMutationID", JSONFields.integer),
@@ -31,7 +31,7 @@ extension PushResponse {
 }
 
 extension PullResponse {
-    public static func decode(from body: Data) throws(JSONShapeError) -> PullResponse {
+    package static func decode(from body: Data) throws(JSONShapeError) -> PullResponse {
         let fields = try JSONFields.root(body)
         return PullResponse(
             changes: try fields.elements("changes", Change.init),
@@ -93,9 +93,9 @@ extension Change {
 }
 
 /// A wire value that is not JSON, or not of the shape PROTOCOL.md gives it.
-public struct JSONShapeError: Error, Sendable, CustomStringConvertible {
-    public var message: String
-    public var description: String { message }
+package struct JSONShapeError: Error, Sendable, CustomStringConvertible {
+    package var message: String
+    package var description: String { message }
 }
 
 /// The fields of one JSON object of a wire value, read with errors that name their path.

@@ -29,13 +29,13 @@ struct AuthTests {
     static func tamper(_ token: String) -> String {
         var parts = token.split(separator: ".").map(String.init)
         let claims = ["sub": "mallory", "exp": Int(Date().timeIntervalSince1970) + 600] as [String: Any]
-        parts[1] = (try? JSONSerialization.data(withJSONObject: claims).base64URL) ?? parts[1]
+        parts[1] = (try? JSONSerialization.data(withJSONObject: claims).base64URLEncodedString()) ?? parts[1]
         return parts.joined(separator: ".")
     }
 
     @Test("every auth failure answers 401 with a message saying which, never echoes the token, and writes nothing")
     func failuresAnswer401() async throws {
-        try await TestServer.run(rateLimit: .default) { server in
+        try await RouterServer.run(rateLimit: .default) { server in
             let batch = try JSONEncoder().encode(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))]))
             for failure in try await Self.failures() {
                 let headers = failure.header.map { [("Authorization", $0)] } ?? []
@@ -60,7 +60,7 @@ struct AuthTests {
 
     @Test("health needs no token")
     func healthIsOpen() async throws {
-        try await TestServer.run { server in
+        try await RouterServer.run { server in
             let reply = try await server.send(.GET, "/v1/health")
             #expect(reply.status == 200)
             #expect(try reply.decode(HealthResponse.self).status == "ok")

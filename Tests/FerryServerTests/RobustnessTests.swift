@@ -11,7 +11,7 @@ import Testing
 struct RobustnessTests {
     @Test("unknown paths answer 404 and wrong methods 405, both in the JSON envelope with a request id")
     func routing() async throws {
-        try await TestServer.run { server in
+        try await RouterServer.run { server in
             let token = try await TestServer.token(for: "alice")
             let unknown = try await server.send(.GET, "/v2/push", token: token)
             #expect(unknown.status == 404)
@@ -54,7 +54,7 @@ struct RobustnessTests {
 
     @Test("malformed bodies get 400 with a message naming the field")
     func malformedBodies() async throws {
-        try await TestServer.run { server in
+        try await RouterServer.run { server in
             let token = try await TestServer.token(for: "alice")
             let cases: [(String, String)] = [
                 ("", "JSON"),
@@ -80,7 +80,7 @@ struct RobustnessTests {
 
     @Test("hundreds of randomly mangled bodies and queries never produce a 5xx")
     func fuzz() async throws {
-        try await TestServer.run { server in
+        try await RouterServer.run { server in
             let token = try await TestServer.token(for: "alice")
             let seed = try JSONEncoder().encode(PushRequest(clientID: "fuzz", mutations: [
                 .upsert(id: 1, entity: "events", entityID: "e-1", data: ["n": .integer(1), "s": .string("x"), "a": .array([.bool(true), .null])], naturalKey: "k"),

@@ -10,7 +10,7 @@ import Testing
 struct SecurityTests {
     @Test("a token claiming any algorithm but HS256 is refused, even when signed with the right key")
     func everyOtherAlgorithm() async throws {
-        try await TestServer.run { server in
+        try await RouterServer.run { server in
             let now = Int(Date().timeIntervalSince1970)
             for algorithm in ["none", "None", "NONE", "nOnE", "hs256", "HS256 ", "HS384", "HS512", "RS256", "RS512", "ES256", "ES384", "PS256", "EdDSA", ""] {
                 let token = try TestServer.handMadeToken(header: ["alg": algorithm, "typ": "JWT"], claims: ["sub": "alice", "exp": now + 600])
@@ -25,7 +25,7 @@ struct SecurityTests {
 
     @Test("another user's ids, natural keys, client id and mutation ids reach nothing of the first user's and reveal nothing")
     func noCrossUserAccess() async throws {
-        try await TestServer.run { server in
+        try await RouterServer.run { server in
             let alice = try await TestServer.token(for: "alice")
             let bob = try await TestServer.token(for: "bob")
             _ = try await server.pushOK(PushRequest(clientID: "same-client", mutations: [

@@ -48,3 +48,39 @@ public final class FerryProcess {
         }
     }
 }
+
+extension FerryProcess {
+    /// What a `ferry` run printed and how it ended.
+    public struct Run: Sendable {
+        public var status: Int32
+        public var output: String
+        public var error: String
+    }
+
+    /// Runs the `ferry` executable to its end. The blocking reads and wait happen on a
+    /// dispatch queue of their own: on a Swift concurrency thread they could starve a server in
+    /// this process that the binary is talking to.
+    public static func run(_ arguments: [String]) async throws -> Run {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue(label: "ferry-process.run").async {
+                continuation.resume(with: Result { try runToEnd(arguments) })
+            }
+        }
+    }
+
+    private static func runToEnd(_ arguments: [String]) throws -> Run {
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        let output = Pipe()
+        let error = Pipe()
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = output
+        process.standardError = error
+        try process.run()
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        let err = error.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self), error: String(decoding: err, as: UTF8.self))
+    }
+}

@@ -3,15 +3,15 @@ import Clocks
 import Crypto
 import FerryProtocol
 import FerryServer
+import FerryTesting
 import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
-import ServiceLifecycle
 
 /// A real Ferry server on a loopback port with a real database (a SQLite file, or a database
 /// of its own in the test PostgreSQL cluster), and an HTTP client for it.
-public struct TestServer: ServerEndpoint {
+public struct TestServer: HTTPServerEndpoint {
     public static let secret = "test-secret-for-ferry-0123456789abcdef"
 
     public let baseURL: String
@@ -37,33 +37,11 @@ public struct TestServer: ServerEndpoint {
         let database = if let database { database } else { try await TestDatabase.make(backend) }
         let storage = try await database.open()
         let rateLimiter = rateLimiter ?? rateLimit.flatMap { Self.limiter($0, storage: storage, clock: rateLimitClock) }
-        let logger = logger ?? {
-            var logger = Logger(label: "ferry.test")
-            logger.logLevel = .error
-            return logger
-        }()
-        let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
-        let app = try await FerryServerApplication.make(
-            configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit, idleTimeout: idleTimeout),
-            storage: storage, rateLimiter: rateLimiter, metrics: metrics, logger: logger,
-            onServerRunning: { port in portContinuation.yield(port) }
-        )
-        let group = ServiceGroup(services: [app], logger: logger)
-        return try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await group.run() }
-            var iterator = ports.makeAsyncIterator()
-            guard let port = await iterator.next() else { throw TestFailure("server did not start") }
-            let server = TestServer(baseURL: "http://127.0.0.1:\(port)", database: database, storage: storage)
-            do {
-                let result = try await body(server)
-                await group.triggerGracefulShutdown()
-                try await tasks.waitForAll()
-                return result
-            } catch {
-                await group.triggerGracefulShutdown()
-                try? await tasks.waitForAll()
-                throw error
-            }
+        return try await FerryTestServer.run(
+            storage: storage, secret: secret, rateLimit: rateLimit, rateLimiter: rateLimiter, metrics: metrics, logger: logger,
+            idleTimeout: idleTimeout
+        ) { server in
+            try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage))
         }
     }
 
@@ -76,8 +54,7 @@ public struct TestServer: ServerEndpoint {
             let start = clock.now
             // Seconds since 1970 as the database counts them, moved on only by the test clock.
             return limiter.withClock {
-                let elapsed = start.duration(to: clock.now).components
-                return 1_800_000_000 + Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
+                1_800_000_000 + start.duration(to: clock.now).seconds
             }
         }
         return clock.map { TokenBucketRateLimiter(policy: policy, clock: $0) }
@@ -98,22 +75,29 @@ public struct TestServer: ServerEndpoint {
         throws -> String
     {
         func part(_ object: [String: Any]) throws -> String {
-            try JSONSerialization.data(withJSONObject: object).base64URL
+            try JSONSerialization.data(withJSONObject: object).base64URLEncodedString()
         }
         let input = try part(header) + "." + part(claims)
         guard signature else { return input + "." }
         let mac = HMAC<SHA256>.authenticationCode(for: Data(input.utf8), using: SymmetricKey(data: Data(secret.utf8)))
-        return input + "." + Data(mac).base64URL
+        return input + "." + Data(mac).base64URLEncodedString()
     }
 }
 
-/// A Ferry server reachable over HTTP, in this process or another, and the requests tests make to it.
+/// A Ferry server that tests send requests to: over HTTP (in this process or another), or
+/// straight to its router in process.
 public protocol ServerEndpoint: Sendable {
+    /// Sends one request with exactly these headers and returns the server's answer.
+    func perform(_ method: HTTPMethod, _ path: String, headers: [(String, String)], body: Data?) async throws -> Reply
+}
+
+/// A server answering at a URL over loopback HTTP.
+public protocol HTTPServerEndpoint: ServerEndpoint {
     var baseURL: String { get }
 }
 
 /// A server answering at a URL, such as a `ferry serve` process.
-public struct RemoteServer: ServerEndpoint {
+public struct RemoteServer: HTTPServerEndpoint {
     public let baseURL: String
     public init(baseURL: String) { self.baseURL = baseURL }
 }
@@ -132,21 +116,28 @@ public struct Reply: Sendable {
     public var errorMessage: String? { try? decode(ErrorEnvelope.self).error.message }
 }
 
-extension ServerEndpoint {
-    public func send(
-        _ method: HTTPMethod, _ path: String, token: String? = nil, headers: [(String, String)] = [], body: Data? = nil
-    ) async throws -> Reply {
+extension HTTPServerEndpoint {
+    public func perform(_ method: HTTPMethod, _ path: String, headers: [(String, String)], body: Data?) async throws -> Reply {
         var request = HTTPClientRequest(url: baseURL + path)
         request.method = method
-        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         for (name, value) in headers { request.headers.add(name: name, value: value) }
-        if let body {
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(bytes: body))
-        }
+        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
         let bytes = try await response.body.collect(upTo: 64 * 1024 * 1024)
         return Reply(status: Int(response.status.code), headers: response.headers, body: Data(bytes.readableBytesView))
+    }
+}
+
+extension ServerEndpoint {
+    /// Sends a request with `token` as its bearer token and a JSON `body`.
+    public func send(
+        _ method: HTTPMethod, _ path: String, token: String? = nil, headers: [(String, String)] = [], body: Data? = nil
+    ) async throws -> Reply {
+        var all: [(String, String)] = []
+        if let token { all.append(("Authorization", "Bearer \(token)")) }
+        all += headers
+        if body != nil { all.append(("Content-Type", "application/json")) }
+        return try await perform(method, path, headers: all, body: body)
     }
 
     public func push(_ request: PushRequest, token: String) async throws -> Reply {
@@ -193,13 +184,6 @@ extension ServerEndpoint {
 public struct TestFailure: Error, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
-}
-
-extension Data {
-    public var base64URL: String {
-        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-    }
 }
 
 extension JSONObject {

@@ -1,6 +1,7 @@
 import Ferry
 import FerryProtocol
 import FerryTestSupport
+import FerryTesting
 import Foundation
 import GRDB
 import Testing

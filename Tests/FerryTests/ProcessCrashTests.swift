@@ -98,7 +98,7 @@ struct ProcessCrashTests {
             let lines = directory.appendingPathComponent("records.jsonl")
             try (0..<Self.records).map { #"{"entityID": "e-\#($0)", "data": {"value": \#($0)}, "naturalKey": "k-\#($0)"}"# }
                 .joined(separator: "\n").write(to: lines, atomically: true, encoding: .utf8)
-            let imported = try await ClientCommandTests.ferry(["client", "import"] + storeOptions + ["--entity", "events", "--file", lines.path])
+            let imported = try await FerryProcess.run(["client", "import"] + storeOptions + ["--entity", "events", "--file", lines.path])
             try #require(imported.status == 0, "\(imported.error)")
 
             let token = try await TestServer.token(for: "alice")
@@ -111,7 +111,7 @@ struct ProcessCrashTests {
                 if process.process.isRunning { killedDuringSync += 1 }
                 await process.killHard()
             }
-            let last = try await ClientCommandTests.ferry(sync + ["--json"])
+            let last = try await FerryProcess.run(sync + ["--json"])
             #expect(last.status == 0, "\(last.error)")
             #expect(last.output.contains(#""pending":0"#), "\(last.output)")
             #expect(killedDuringSync > 0, "no kill landed during a sync")
@@ -119,7 +119,7 @@ struct ProcessCrashTests {
             let remote = try await server.pullAll(token: token)
             #expect(remote.count == Self.records)
             #expect(remote.values.allSatisfy { $0.version == 1 }, "a record applied twice")
-            let status = try await ClientCommandTests.ferry(["client", "status"] + storeOptions + ["--json"])
+            let status = try await FerryProcess.run(["client", "status"] + storeOptions + ["--json"])
             #expect(status.output.contains(#""pending":0"#) && status.output.contains(#""deadLettered":0"#), "\(status.output)")
         }
     }

@@ -2,6 +2,7 @@
 import FerryProtocol
 import FerryServer
 import FerryTestSupport
+import FerryTesting
 import Foundation
 import GRDB
 import Testing

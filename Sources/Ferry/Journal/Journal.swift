@@ -1,3 +1,4 @@
+import FerryProtocol
 import Foundation
 import GRDB
 
@@ -61,8 +62,7 @@ public struct Journal: Sendable {
 
 extension JSONEncoder {
     static var journal: JSONEncoder {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let encoder = JSONEncoder.sortedKeys()
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
             try container.encode(journalTime.format(date))

@@ -85,7 +85,7 @@ public actor SyncScheduler {
     }
 
     /// Where events are written for people to read later, in order, with the time they happened.
-    public func setJournal(_ journal: @escaping @Sendable (Event, Date) async -> Void) {
+    func setJournal(_ journal: @escaping @Sendable (Event, Date) async -> Void) {
         journalFeed?.finish()
         let (stream, feed) = AsyncStream.makeStream(of: (Event, Date).self)
         journalFeed = feed

@@ -1,3 +1,4 @@
+import FerryProtocol
 import Foundation
 import Logging
 
@@ -110,26 +111,14 @@ public actor StartupPipeline {
         let context = StartupStepContext { [weak self] message, fraction in
             await self?.stepReported(message, fraction, step: index, generation)
         }
-        let (outcomes, sink) = AsyncStream.makeStream(of: Result<Void, any Error>.self)
-        let work = Task {
-            do {
-                try await step.action(context)
-                sink.yield(.success(()))
-            } catch {
-                sink.yield(.failure(error))
-            }
+        do {
+            try await withTimeLimit(step.timeout, clock: clock) { try await step.action(context) }
+            return .success(())
+        } catch let exceeded as TimeLimitExceeded {
+            return .failure(StartupStepTimedOut(timeout: exceeded.limit))
+        } catch {
+            return .failure(error)  // CancellationError: reset() cancelled us
         }
-        let timer = step.timeout.map { timeout in
-            Task { [clock] in
-                guard (try? await clock.sleep(for: timeout)) != nil else { return }
-                sink.yield(.failure(StartupStepTimedOut(timeout: timeout)))
-            }
-        }
-        var iterator = outcomes.makeAsyncIterator()
-        let first = await iterator.next() ?? .failure(CancellationError())  // nil: reset() cancelled us
-        work.cancel()
-        timer?.cancel()
-        return first
     }
 
     private func stepReported(_ message: String, _ fraction: Double?, step index: Int, _ generation: Int) {

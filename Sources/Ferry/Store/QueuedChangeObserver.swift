@@ -3,7 +3,7 @@ import GRDB
 /// Calls its handler after each committed transaction that added entries to the outbox,
 /// which is how local writes raise the scheduler's `localChange` trigger. Deletions and
 /// updates of entries (the uploader's own work) and captured-off pulls raise nothing.
-public final class QueuedChangeObserver: TransactionObserver, @unchecked Sendable {
+final class QueuedChangeObserver: TransactionObserver, @unchecked Sendable {
     // @unchecked: `queued` is only touched from GRDB's observer callbacks, which run one at a
     // time on the database's writer queue; `handler` is immutable and Sendable.
     private let handler: @Sendable () -> Void
@@ -13,22 +13,22 @@ public final class QueuedChangeObserver: TransactionObserver, @unchecked Sendabl
         self.handler = handler
     }
 
-    public func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool {
+    func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool {
         if case .insert(tableName: "ferry_outbox") = eventKind { return true }
         return false
     }
 
-    public func databaseDidChange(with event: DatabaseEvent) {
+    func databaseDidChange(with event: DatabaseEvent) {
         queued = true
     }
 
-    public func databaseDidCommit(_ db: Database) {
+    func databaseDidCommit(_ db: Database) {
         guard queued else { return }
         queued = false
         handler()
     }
 
-    public func databaseDidRollback(_ db: Database) {
+    func databaseDidRollback(_ db: Database) {
         queued = false
     }
 }
@@ -36,7 +36,7 @@ public final class QueuedChangeObserver: TransactionObserver, @unchecked Sendabl
 extension FerryStore {
     /// Calls `handler` after every transaction that queued a change, for as long as the
     /// returned observer is kept alive.
-    public func observeQueuedChanges(_ handler: @escaping @Sendable () -> Void) throws -> QueuedChangeObserver {
+    func observeQueuedChanges(_ handler: @escaping @Sendable () -> Void) throws -> QueuedChangeObserver {
         let observer = QueuedChangeObserver(handler: handler)
         try database.write { db in db.add(transactionObserver: observer, extent: .observerLifetime) }
         return observer

@@ -59,14 +59,22 @@ public actor FerryClient {
 
     public init(
         store: FerryStore, transport: any SyncTransport, token: @escaping TokenProvider,
+        clock: any Clock<Duration> = ContinuousClock(), configuration: SyncConfiguration = SyncConfiguration()
+    ) {
+        self.init(store: store, transport: transport, token: token, clock: clock, configuration: configuration, jitterSeed: nil)
+    }
+
+    /// With `jitterSeed`, retry delays repeat from run to run: what seeded fault schedules replay.
+    package init(
+        store: FerryStore, transport: any SyncTransport, token: @escaping TokenProvider,
         clock: any Clock<Duration> = ContinuousClock(), configuration: SyncConfiguration = SyncConfiguration(),
-        jitterSeed: UInt64? = nil
+        jitterSeed: UInt64?
     ) {
         self.store = store
         self.journal = Journal(store: store, capacity: configuration.journalCapacity)
         self.configuration = configuration
         self.clock = clock
-        self.lease = SyncLease(store: store, duration: configuration.leaseDuration.timeInterval)
+        self.lease = SyncLease(store: store, duration: configuration.leaseDuration.seconds)
         self.connection = SyncConnection(
             transport: transport, token: token, clock: clock, retry: configuration.retry, journal: journal,
             status: statusCenter, random: jitterSeed.map { JitterGenerator(seed: $0) } ?? JitterGenerator(), clientID: store.clientID
@@ -85,7 +93,7 @@ public actor FerryClient {
     }
 
     /// Ends every status stream: the engine is shutting down (a sign-out), so observers stop waiting.
-    public func finishStatusUpdates() async {
+    func finishStatusUpdates() async {
         await statusCenter.finishAll()
     }
 
@@ -105,7 +113,7 @@ public actor FerryClient {
 
     /// The upload step of `sync()` on its own, without the pull (`ferry bench` measures it).
     /// Apps call `sync()`; this must not run beside it.
-    public func push() async throws -> UploadSummary {
+    package func push() async throws -> UploadSummary {
         try await holdingLease { try await self.upload() }
     }
 
@@ -120,7 +128,7 @@ public actor FerryClient {
     /// on the same store) holds it, renews it while `body` runs, and gives it up after.
     private func holdingLease<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
         var waitingFor: String?
-        let waiting = SyncStatus.Phase.waiting(seconds: configuration.leaseRetryInterval.timeInterval, reason: "another process is syncing this store")
+        let waiting = SyncStatus.Phase.waiting(seconds: configuration.leaseRetryInterval.seconds, reason: "another process is syncing this store")
         while let holder = try await lease.acquire() {
             if waitingFor != holder {
                 waitingFor = holder
@@ -186,7 +194,7 @@ public actor FerryClient {
     }
 
     /// Reads the pending and dead-letter counts from the outbox into the status.
-    public func refreshCounts() async {
+    func refreshCounts() async {
         guard let counts = try? await Outbox.counts(in: store) else { return }
         let lastSynced = try? await store.database.read { db in try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta") }
         await statusCenter.update {
@@ -222,11 +230,5 @@ public actor FerryClient {
             try Outbox.remove(where: "state = \(OutboxState.deadLettered.rawValue)", db: db)
         }
         await refreshCounts()
-    }
-}
-
-extension Duration {
-    var timeInterval: TimeInterval {
-        Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }

@@ -1,3 +1,4 @@
+import FerryProtocol
 /// Capped exponential backoff with full jitter for transient failures.
 public struct RetryPolicy: Sendable {
     public var initialDelay: Duration
@@ -14,20 +15,20 @@ public struct RetryPolicy: Sendable {
     /// Delay before retry number `attempt` (1-based): uniform in [0, min(cap, initial * 2^(attempt-1))].
     func delay(forAttempt attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
         let ceiling = min(maximumDelay, initialDelay * (1 << min(attempt - 1, 30)))
-        let milliseconds = Int(ceiling.components.seconds * 1000 + ceiling.components.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = Int(ceiling.milliseconds)
         return .milliseconds(Int.random(in: 0...max(0, milliseconds), using: &generator))
     }
 }
 
 /// SplitMix64: a small generator for backoff jitter that tests can seed.
-public struct JitterGenerator: RandomNumberGenerator, Sendable {
+package struct JitterGenerator: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
-    public init(seed: UInt64 = UInt64.random(in: 0...UInt64.max)) {
+    package init(seed: UInt64 = UInt64.random(in: 0...UInt64.max)) {
         state = seed
     }
 
-    public mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9

@@ -61,7 +61,7 @@ actor SyncConnection {
                 try await backOff(attempt: attempt, reason: "network error: \(error)")
                 continue
             }
-            let milliseconds = started.duration(to: .now).components.attoseconds / 1_000_000_000_000_000 + started.duration(to: .now).components.seconds * 1000
+            let milliseconds = started.duration(to: .now).milliseconds
             await journal.record(JournalEvent(
                 kind: "request", message: "\(request.method) \(request.path) → \(response.status)",
                 details: ["bytes": "\(request.body?.count ?? 0)", "status": "\(response.status)", "ms": "\(milliseconds)", "attempt": "\(attempt)"]
@@ -107,7 +107,7 @@ actor SyncConnection {
     }
 
     private func wait(_ duration: Duration, reason: String) async throws {
-        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        let seconds = duration.seconds
         logger.debug("waiting", metadata: ["seconds": "\(seconds)", "reason": "\(reason)"])
         await journal.record(JournalEvent(kind: "wait", message: reason, details: ["seconds": String(format: "%.3f", seconds)]))
         let previous = await status.status.phase

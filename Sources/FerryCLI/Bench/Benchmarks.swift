@@ -1,6 +1,7 @@
 import Ferry
 import FerryProtocol
 import FerryServer
+import FerryTesting
 import Foundation
 import GRDB
 
@@ -287,8 +288,9 @@ struct Benchmarks {
         func run(batchSize: Int, folder name: String) async throws -> BenchMeasurement {
             let folder = try folder(name)
             let clock = VirtualClock()
-            let server = try await DemoServer.start(
-                in: folder, rateLimit: nil, rateLimiter: TokenBucketRateLimiter(policy: .default, clock: clock)
+            let server = try await FerryTestServer.start(
+                storage: SQLiteSyncStorage(path: folder.appendingPathComponent("server.sqlite").path),
+                rateLimiter: TokenBucketRateLimiter(policy: .default, clock: clock)
             )
             do {
                 let token = try await server.token(for: "bench")
@@ -306,10 +308,10 @@ struct Benchmarks {
                     return (summary.requests, simulated.seconds)
                 }
                 measurement.extra = ["rateLimited": wire.count(status: 429)]
-                await server.stop()
+                try? await server.stop()
                 return measurement
             } catch {
-                await server.stop()
+                try? await server.stop()
                 throw error
             }
         }
@@ -328,7 +330,7 @@ struct Benchmarks {
     /// The launch storm with the scheduler, against the same triggers each calling sync() directly.
     func launch() async throws -> BenchResult {
         let folder = try folder("launch")
-        let server = try await DemoServer.start(in: folder, rateLimit: nil)
+        let server = try await FerryTestServer.start(storage: SQLiteSyncStorage(path: folder.appendingPathComponent("server.sqlite").path))
         do {
             var seed: [Mutation] = []
             for (entity, count) in [("projects", 100), ("tasks", 100), ("calendar_events", 96)] {
@@ -372,14 +374,14 @@ struct Benchmarks {
             }
             let (naiveRuns, naiveProcessed) = await (naiveTally.runs, naiveTally.records)
             without.extra = ["runs": naiveRuns, "recordsProcessed": naiveProcessed]
-            await server.stop()
+            try? await server.stop()
             return BenchResult(
                 name: "launch", what: "the launch storm: 296 records on the server, 6 sync triggers within 100 ms", ferry: withScheduler,
                 baselineName: "each trigger calls sync() directly", baseline: without,
                 comparison: "\(runs) run and \(processed) records processed vs \(naiveRuns) runs and \(naiveProcessed)"
             )
         } catch {
-            await server.stop()
+            try? await server.stop()
             throw error
         }
     }

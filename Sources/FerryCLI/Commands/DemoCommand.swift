@@ -80,19 +80,11 @@ struct DemoCommand: AsyncParsableCommand {
     /// Runs a scenario against its time limit. It runs in a task of its own so that the
     /// demo moves on even if the scenario is stuck where cancellation does not reach.
     private static func run(_ scenario: any DemoScenario, in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        let (results, sink) = AsyncStream.makeStream(of: Result<ScenarioOutcome, any Error>.self)
-        let work = Task {
-            do { sink.yield(.success(try await scenario.run(in: directory, output: output))) } catch { sink.yield(.failure(error)) }
+        do {
+            return try await withTimeLimit(scenarioTimeLimit, clock: ContinuousClock()) { try await scenario.run(in: directory, output: output) }
+        } catch is TimeLimitExceeded {
+            throw CommandFailure("did not finish within \(scenarioTimeLimit)")
         }
-        let timer = Task {
-            guard (try? await Task.sleep(for: scenarioTimeLimit)) != nil else { return }
-            sink.yield(.failure(CommandFailure("did not finish within \(scenarioTimeLimit)")))
-        }
-        var iterator = results.makeAsyncIterator()
-        let first = await iterator.next() ?? .failure(CancellationError())
-        work.cancel()
-        timer.cancel()
-        return try first.get()
     }
 
     private func report(_ results: [(any DemoScenario, ScenarioOutcome?)]) -> JSONObject {

@@ -1,5 +1,6 @@
 import Ferry
 import FerryProtocol
+import FerryTesting
 import Foundation
 import GRDB
 
@@ -31,7 +32,7 @@ struct DemoApp: Sendable {
 
     /// `network` sits between the counter and the real transport (faults, a gate).
     init(
-        directory: URL, server: DemoServer, signOutPolicy: SignOutPolicy = .keepPendingChanges,
+        directory: URL, server: FerryTestServer, signOutPolicy: SignOutPolicy = .keepPendingChanges,
         connectivity: (any ConnectivityMonitor)? = nil, sync: SyncConfiguration = SyncConfiguration(),
         network: (any SyncTransport) -> any SyncTransport = { $0 }
     ) {

@@ -1,3 +1,5 @@
+import FerryServer
+import FerryTesting
 import Foundation
 
 /// One of `ferry demo`'s scenarios: a failure from DESIGN.md, played on real components.
@@ -17,4 +19,15 @@ struct ScenarioOutcome: Sendable {
     var checks: [(String, Bool)]
 
     var passed: Bool { checks.allSatisfy(\.1) }
+}
+
+extension DemoScenario {
+    /// Runs `body` against a server in this process on a SQLite file in the scenario's
+    /// directory, as `ferry serve` would run, and stops it however `body` ends.
+    func withServer<T: Sendable>(
+        in directory: URL, rateLimit: RateLimitPolicy?, _ body: (FerryTestServer) async throws -> T
+    ) async throws -> T {
+        let storage = try SQLiteSyncStorage(path: directory.appendingPathComponent("server.sqlite").path)
+        return try await FerryTestServer.run(storage: storage, rateLimit: rateLimit, body)
+    }
 }

@@ -38,12 +38,10 @@ public struct TokenAuthority: Sendable {
 
     /// The user id of a valid token.
     public func userID(fromToken token: String, now: Date = Date()) async throws(AuthFailure) -> String {
-        let segments = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard segments.count == 3,
-            let headerData = Data(base64URLEncoded: String(segments[0])),
-            let header = try? JSONSerialization.jsonObject(with: headerData) as? [String: Any]
-        else { throw .malformed("it is not three base64url parts with a JSON header") }
-        guard let algorithm = header["alg"] as? String else { throw .malformed("its header has no alg") }
+        guard let header = try? DefaultJWTParser().parse(Array(token.utf8), as: AnyClaims.self).header else {
+            throw .malformed("it is not three base64url parts with a JSON header and claims")
+        }
+        guard let algorithm = header.alg else { throw .malformed("its header has no alg") }
         guard algorithm == "HS256" else { throw .wrongAlgorithm(algorithm) }
 
         let claims: FerryClaims
@@ -67,6 +65,19 @@ public struct TokenSecretTooShort: Error, Sendable, CustomStringConvertible {
     public var description: String {
         "the JWT secret is \(length) bytes; HS256 needs at least \(TokenAuthority.minimumSecretBytes) (for example: openssl rand -hex 32)"
     }
+}
+
+extension TokenAuthority {
+    /// A token's `sub`, read without checking the signature: only to refuse a token meant for
+    /// another user before anything is sent. `nil` when the token has no readable `sub`.
+    public static func unverifiedSubject(of token: String) -> String? {
+        try? DefaultJWTParser().parse(Array(token.utf8), as: FerryClaims.self).payload.sub?.value
+    }
+}
+
+/// Any claims at all: the header is read before the claims are.
+private struct AnyClaims: JWTPayload {
+    func verify(using algorithm: some JWTAlgorithm) async throws {}
 }
 
 /// The claims Ferry reads; both optional here so that their absence gets its own message.

@@ -55,9 +55,7 @@ struct FerryHTTPError: Error, HTTPResponseError {
 /// Encodes JSON bodies the same way for every response.
 enum JSONResponse {
     static func make(_ value: some Encodable, status: HTTPResponse.Status = .ok, headers: HTTPFields = [:]) throws -> Response {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return make(body: ByteBuffer(bytes: try encoder.encode(value)), status: status, headers: headers)
+        make(body: ByteBuffer(bytes: try JSONEncoder.sortedKeys().encode(value)), status: status, headers: headers)
     }
 
     /// A response with a body that is already JSON.

@@ -28,7 +28,7 @@ extension PushResponse {
             if result.status == .conflict || result.status == .duplicate {
                 json.raw(",\"current\":")
                 // Conflicts and duplicates are rare, and the record's data is a whole JSON tree: the encoder writes it.
-                if let current = result.current { json.fragment(try ProtocolValidation.makeEncoder().encode(current)) } else { json.raw("null") }
+                if let current = result.current { json.fragment(try JSONEncoder.sortedKeys().encode(current)) } else { json.raw("null") }
             }
             if result.status == .rejected {
                 json.raw(",\"error\":")

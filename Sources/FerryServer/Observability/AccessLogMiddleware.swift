@@ -27,7 +27,7 @@ struct AccessLogMiddleware: RouterMiddleware {
 
     private func log(_ request: Request, context: Context, status: Int, start: ContinuousClock.Instant) {
         let elapsed = start.duration(to: .now)
-        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let milliseconds = elapsed.seconds * 1000
         logger.info(
             "request",
             metadata: [

@@ -18,7 +18,7 @@ public final class ServerMetrics: Sendable {
         Counter(label: "ferry_http_requests_total", dimensions: [("endpoint", endpoint), ("status", "\(status)")], factory: factory)
             .increment()
         Timer(label: "ferry_http_request_duration_seconds", dimensions: [("endpoint", endpoint)], factory: factory)
-            .recordNanoseconds(duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
+            .recordNanoseconds(Int64(duration.seconds * 1e9))
     }
 
     func recordMutations(_ results: [PushResult]) {

@@ -1,3 +1,4 @@
+import FerryProtocol
 /// A per-user token bucket in this process: the whole quota is available as a
 /// burst and refills continuously at `requests / window`.
 public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == Duration {
@@ -42,12 +43,5 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
 extension TokenBucketRateLimiter where C == ContinuousClock {
     public init(policy: RateLimitPolicy) {
         self.init(policy: policy, clock: ContinuousClock())
-    }
-}
-
-extension Duration {
-    var seconds: Double {
-        let (seconds, attoseconds) = components
-        return Double(seconds) + Double(attoseconds) / 1e18
     }
 }

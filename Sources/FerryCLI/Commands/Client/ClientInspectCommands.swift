@@ -61,8 +61,7 @@ struct ClientListCommand: AsyncParsableCommand {
                 WHERE r.entity = ? ORDER BY r.id
                 """, arguments: [entity]).map { ($0["id"] as String, $0["data"] as String, $0["natural_key"] as String?, $0["version"] as Int64?) }
         }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let encoder = JSONEncoder.sortedKeys()
         for (id, data, naturalKey, version) in rows {
             let object = (try? JSONDecoder().decode(JSONObject.self, from: Data(data.utf8))) ?? [:]
             if json {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Ferry
 import FerryProtocol
+import FerryServer
 import Foundation
 
 struct ClientSyncCommand: AsyncParsableCommand {
@@ -21,7 +22,9 @@ struct ClientSyncCommand: AsyncParsableCommand {
             throw CommandFailure("--server '\(server)' is not an http(s) URL like http://127.0.0.1:8080")
         }
         guard timeout > 0 else { throw CommandFailure("--timeout must be a positive number of seconds") }
-        let subject = try TokenSubject.read(from: token)
+        guard let subject = TokenAuthority.unverifiedSubject(of: token) else {
+            throw CommandFailure("--token is not a JWT with a readable sub claim (three base64url parts of JSON)")
+        }
         guard subject == options.user else {
             throw CommandFailure("the token is for user '\(subject)', not '\(options.user)'; nothing was sent")
         }
@@ -38,7 +41,9 @@ struct ClientSyncCommand: AsyncParsableCommand {
         // The client retries within a run; across runs, keep going until the deadline.
         while ContinuousClock.now < deadline {
             do {
-                report = try await withDeadline(deadline) { try await client.sync() }
+                report = try await withTimeLimit(ContinuousClock.now.duration(to: deadline), clock: ContinuousClock(), awaitingCancelledWork: true) {
+                    try await client.sync()
+                }
                 lastError = nil
                 break
             } catch FerryError.unauthorized(let why) {
@@ -46,7 +51,7 @@ struct ClientSyncCommand: AsyncParsableCommand {
                 throw CommandFailure("the server refused the token: \(why)")
             } catch {
                 lastError = error
-                if error is DeadlineExceeded { break }
+                if error is TimeLimitExceeded { break }
                 try? await Task.sleep(for: .seconds(1))
             }
         }
@@ -67,37 +72,5 @@ struct ClientSyncCommand: AsyncParsableCommand {
         }
         if let lastError { throw CommandFailure("sync did not finish: \(lastError)") }
         if status.pending > 0 { throw ExitCode(1) }
-    }
-}
-
-struct DeadlineExceeded: Error, CustomStringConvertible {
-    var description: String { "timed out" }
-}
-
-/// Runs `body`, cancelling it at `deadline`.
-func withDeadline<T: Sendable>(_ deadline: ContinuousClock.Instant, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(until: deadline)
-            throw DeadlineExceeded()
-        }
-        defer { group.cancelAll() }
-        return try await group.next()!
-    }
-}
-
-/// Reads a JWT's `sub` without verifying it: only to refuse a token meant for another user.
-enum TokenSubject {
-    static func read(from token: String) throws -> String {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3 else { throw CommandFailure("--token is not a JWT (three dot-separated parts)") }
-        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
-        guard let data = Data(base64Encoded: base64),
-            let claims = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let subject = claims["sub"] as? String
-        else { throw CommandFailure("--token has no readable sub claim") }
-        return subject
     }
 }

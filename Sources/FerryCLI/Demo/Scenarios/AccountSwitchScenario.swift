@@ -1,5 +1,6 @@
 import Ferry
 import FerryProtocol
+import FerryTesting
 import Foundation
 
 /// DESIGN.md failure 4: the engine follows the signed-in user. A's pending changes wait
@@ -9,12 +10,12 @@ struct AccountSwitchScenario: DemoScenario {
     let title = "Sign-out and switch: Ana leaves pending changes, Ben signs in on the same device, Ana returns"
 
     func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        try await DemoServer.with(in: directory, rateLimit: .default) { server in
+        try await withServer(in: directory, rateLimit: .default) { server in
             try await play(server: server, directory: directory, output: output)
         }
     }
 
-    private func play(server: DemoServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+    private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         let link = DemoLink(online: false)
         let app = DemoApp(directory: directory.appendingPathComponent("tablet"), server: server, connectivity: link)
         let (users, signedInUser) = AsyncStream.makeStream(of: String?.self)

@@ -1,5 +1,6 @@
 import Ferry
 import FerryProtocol
+import FerryTesting
 import Foundation
 import GRDB
 
@@ -56,12 +57,12 @@ struct CrashRecoveryScenario: DemoScenario {
     }
 
     func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        try await DemoServer.with(in: directory, rateLimit: .default) { server in
+        try await withServer(in: directory, rateLimit: .default) { server in
             try await play(server: server, directory: directory, output: output)
         }
     }
 
-    private func play(server: DemoServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+    private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         let phone = directory.appendingPathComponent("phone")
         var dying: DyingNetwork?
         let first = DemoApp(directory: phone, server: server, sync: Self.batches) { base in

@@ -1,5 +1,6 @@
 import Ferry
 import FerryProtocol
+import FerryTesting
 import Foundation
 
 /// Lost responses, resets, 429 and 503 (and 500) at random: everything arrives exactly once.
@@ -8,12 +9,12 @@ struct HostileNetworkScenario: DemoScenario {
     let title = "A hostile network: lost responses, resets, 429, 503 and 500 on 37% of requests"
 
     func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        try await DemoServer.with(in: directory, rateLimit: nil) { server in
+        try await withServer(in: directory, rateLimit: nil) { server in
             try await play(server: server, directory: directory, output: output)
         }
     }
 
-    private func play(server: DemoServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+    private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         var sync = SyncConfiguration()
         sync.batchSize = 50
         // Waits are short here so the demo stays short; a real app keeps the defaults.

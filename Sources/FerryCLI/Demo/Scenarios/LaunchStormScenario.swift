@@ -1,5 +1,6 @@
 import Ferry
 import FerryProtocol
+import FerryTesting
 import Foundation
 
 /// DESIGN.md failure 1 and 2: the launch storm, through a startup pipeline.
@@ -12,12 +13,12 @@ struct LaunchStormScenario: DemoScenario {
     }
 
     func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        try await DemoServer.with(in: directory, rateLimit: .default) { server in
+        try await withServer(in: directory, rateLimit: .default) { server in
             try await play(server: server, directory: directory, output: output)
         }
     }
 
-    private func play(server: DemoServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+    private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         var seed: [Mutation] = []
         for (entity, count) in [("projects", 100), ("tasks", 100), ("calendar_events", 96)] {
             for index in 0..<count {

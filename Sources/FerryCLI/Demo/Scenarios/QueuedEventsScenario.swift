@@ -1,5 +1,6 @@
 import Ferry
 import FerryProtocol
+import FerryTesting
 import Foundation
 
 /// DESIGN.md failure 5: 5,000 queued events, 167 of them already on the server under
@@ -9,12 +10,12 @@ struct QueuedEventsScenario: DemoScenario {
     let title = "5,000 queued health events, 167 already on the server under other ids, rate limit 300 per minute"
 
     func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        try await DemoServer.with(in: directory, rateLimit: .default) { server in
+        try await withServer(in: directory, rateLimit: .default) { server in
             try await play(server: server, directory: directory, output: output)
         }
     }
 
-    private func play(server: DemoServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+    private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         let known = 167
         try await server.seed(user: "sam", client: "watch", mutations: (0..<known).map { index in
             .upsert(id: Int64(index + 1), entity: "health_events", entityID: "watch-\(index)",

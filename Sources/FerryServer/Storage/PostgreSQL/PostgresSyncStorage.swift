@@ -400,19 +400,11 @@ public final class PostgresSyncStorage: SyncStorage {
                     return try await pushes.run(for: userID, lease)
                 }
                 group.addTask {
-                    let isLeased = try await withThrowingTaskGroup(of: Bool.self) { race in
-                        race.addTask {
-                            for await _ in leased {}
-                            return !Task.isCancelled
-                        }
-                        race.addTask {
-                            try await Task.sleep(for: deadline)
-                            return false
-                        }
-                        defer { race.cancelAll() }
-                        return try await race.next()!
+                    do {
+                        try await withTimeLimit(deadline, clock: ContinuousClock(), awaitingCancelledWork: true) { for await _ in leased {} }
+                    } catch is TimeLimitExceeded {
+                        throw StorageError.unavailable("no connection to PostgreSQL at \(location) within \(deadline)")
                     }
-                    guard isLeased else { throw StorageError.unavailable("no connection to PostgreSQL at \(location) within \(deadline)") }
                     return nil
                 }
                 var value: T?

@@ -1,3 +1,4 @@
+import Ferry
 import Foundation
 
 /// Wraps a transport and counts requests by path and responses by status, for an app's

@@ -6,39 +6,10 @@ import Testing
 /// `ferry client`, run as the built binary against a live server.
 @Suite("ferry client", .timeLimit(.minutes(1)))
 struct ClientCommandTests {
-    struct Run {
-        var status: Int32
-        var output: String
-        var error: String
-    }
-
     static var binary: URL { FerryProcess.binary }
 
-    /// Runs the binary to its end. The blocking reads and wait happen on a dispatch queue of
-    /// their own: on a Swift concurrency thread they could starve the server in this process
-    /// that the binary is talking to.
-    static func ferry(_ arguments: [String]) async throws -> Run {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue(label: "ferry-client-tests.process").async {
-                continuation.resume(with: Result { try runToEnd(arguments) })
-            }
-        }
-    }
-
-    private static func runToEnd(_ arguments: [String]) throws -> Run {
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = arguments
-        let output = Pipe()
-        let error = Pipe()
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = output
-        process.standardError = error
-        try process.run()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = error.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self), error: String(decoding: err, as: UTF8.self))
+    static func ferry(_ arguments: [String]) async throws -> FerryProcess.Run {
+        try await FerryProcess.run(arguments)
     }
 
     @Test("add, import, sync, status, list and journal; bad input is refused with a message and changes nothing")
@@ -127,8 +98,8 @@ struct ClientCommandTests {
             let sync = ["client", "sync"] + base + ["--server", server.baseURL, "--token", token, "--json"]
             async let one = Self.ferry(sync)
             async let two = Self.ferry(sync)
-            async let edits: [Run] = {
-                var runs: [Run] = []
+            async let edits: [FerryProcess.Run] = {
+                var runs: [FerryProcess.Run] = []
                 for file in files { runs.append(try await Self.ferry(["client", "import"] + base + ["--entity", "records", "--file", file])) }
                 return runs
             }()
