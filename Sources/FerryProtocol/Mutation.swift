@@ -19,8 +19,13 @@ public struct Mutation: Sendable, Codable, Hashable {
     public var baseVersion: Int64?
 
     public init(
-        id: Int64, entity: String, entityID: String, op: MutationOp,
-        data: JSONObject? = nil, naturalKey: String? = nil, baseVersion: Int64? = nil
+        id: Int64,
+        entity: String,
+        entityID: String,
+        op: MutationOp,
+        data: JSONObject? = nil,
+        naturalKey: String? = nil,
+        baseVersion: Int64? = nil
     ) {
         self.id = id
         self.entity = entity
@@ -32,8 +37,12 @@ public struct Mutation: Sendable, Codable, Hashable {
     }
 
     public static func upsert(
-        id: Int64, entity: String, entityID: String, data: JSONObject,
-        naturalKey: String? = nil, baseVersion: Int64? = nil
+        id: Int64,
+        entity: String,
+        entityID: String,
+        data: JSONObject,
+        naturalKey: String? = nil,
+        baseVersion: Int64? = nil
     ) -> Mutation {
         Mutation(id: id, entity: entity, entityID: entityID, op: .upsert, data: data, naturalKey: naturalKey, baseVersion: baseVersion)
     }

@@ -70,7 +70,10 @@ package enum ProtocolValidation {
     package static func encode(_ data: JSONObject) throws -> Data {
         var json = JSONTextWriter(capacity: 256)
         guard json.value(.object(data)) else {
-            throw EncodingError.invalidValue(data, EncodingError.Context(codingPath: [], debugDescription: "a number is not finite; JSON has no form for it"))
+            throw EncodingError.invalidValue(
+                data,
+                EncodingError.Context(codingPath: [], debugDescription: "a number is not finite; JSON has no form for it")
+            )
         }
         return Data(json.bytes)
     }

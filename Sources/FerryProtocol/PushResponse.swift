@@ -48,8 +48,12 @@ public struct PushResult: Sendable, Codable, Hashable {
     public var error: String?
 
     public init(
-        id: Int64, status: MutationStatus, entityID: String?, version: Int64?,
-        current: RecordState? = nil, error: String? = nil
+        id: Int64,
+        status: MutationStatus,
+        entityID: String?,
+        version: Int64?,
+        current: RecordState? = nil,
+        error: String? = nil
     ) {
         self.id = id
         self.status = status

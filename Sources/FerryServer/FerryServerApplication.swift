@@ -15,7 +15,10 @@ public struct ServerConfiguration: Sendable {
     public var idleTimeout: Duration
 
     public init(
-        host: String = "127.0.0.1", port: Int = 8080, jwtSecret: String, rateLimit: RateLimitPolicy? = .default,
+        host: String = "127.0.0.1",
+        port: Int = 8080,
+        jwtSecret: String,
+        rateLimit: RateLimitPolicy? = .default,
         idleTimeout: Duration = .seconds(30)
     ) {
         self.host = host

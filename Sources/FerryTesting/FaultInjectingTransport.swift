@@ -90,11 +90,12 @@ public final class FaultInjectingTransport: SyncTransport, @unchecked Sendable {
             _ = try await base.send(request)
             throw ConnectionReset()
         case .status(let status):
-            let code = switch status {
-            case 429: "rate_limited"
-            case 503: "unavailable"
-            default: "internal"
-            }
+            let code =
+                switch status {
+                case 429: "rate_limited"
+                case 503: "unavailable"
+                default: "internal"
+                }
             let headers = status == 500 ? [:] : ["Retry-After": "1"]
             return TransportResponse(status: status, headers: headers, body: Data(#"{"error":{"code":"\#(code)","message":"injected"}}"#.utf8))
         }

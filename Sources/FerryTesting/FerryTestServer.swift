@@ -36,21 +36,30 @@ public struct FerryTestServer: Sendable {
     ///   - logger: The server's logger; errors only when `nil`.
     ///   - idleTimeout: How long a connection may stay idle before the server closes it.
     public static func start(
-        storage: (any SyncStorage)? = nil, secret: String? = nil, rateLimit: RateLimitPolicy? = nil,
-        rateLimiter: (any RateLimiter)? = nil, metrics: ServerMetrics = ServerMetrics(), logger: Logger? = nil,
+        storage: (any SyncStorage)? = nil,
+        secret: String? = nil,
+        rateLimit: RateLimitPolicy? = nil,
+        rateLimiter: (any RateLimiter)? = nil,
+        metrics: ServerMetrics = ServerMetrics(),
+        logger: Logger? = nil,
         idleTimeout: Duration = .seconds(30)
     ) async throws -> FerryTestServer {
         let secret = secret ?? (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         let storage = try storage ?? SQLiteSyncStorage(path: nil)
-        let logger = logger ?? {
-            var logger = Logger(label: "ferry.test-server")
-            logger.logLevel = .error
-            return logger
-        }()
+        let logger =
+            logger
+            ?? {
+                var logger = Logger(label: "ferry.test-server")
+                logger.logLevel = .error
+                return logger
+            }()
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = try await FerryServerApplication.make(
             configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit, idleTimeout: idleTimeout),
-            storage: storage, rateLimiter: rateLimiter, metrics: metrics, logger: logger,
+            storage: storage,
+            rateLimiter: rateLimiter,
+            metrics: metrics,
+            logger: logger,
             onServerRunning: { port in portContinuation.yield(port) }
         )
         let group = ServiceGroup(services: [app], logger: logger)
@@ -64,20 +73,33 @@ public struct FerryTestServer: Sendable {
             throw FerryTestServerFailure("the test server did not start\(why)")
         }
         return FerryTestServer(
-            baseURL: URL(string: "http://127.0.0.1:\(port)")!, storage: storage, authority: try await TokenAuthority(secret: secret),
-            group: group, running: running
+            baseURL: URL(string: "http://127.0.0.1:\(port)")!,
+            storage: storage,
+            authority: try await TokenAuthority(secret: secret),
+            group: group,
+            running: running
         )
     }
 
     /// Runs `body` against a server started for it, and stops the server however `body` ends.
     /// The parameters are those of ``start(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:)``.
     public static func run<T: Sendable>(
-        storage: (any SyncStorage)? = nil, secret: String? = nil, rateLimit: RateLimitPolicy? = nil,
-        rateLimiter: (any RateLimiter)? = nil, metrics: ServerMetrics = ServerMetrics(), logger: Logger? = nil,
-        idleTimeout: Duration = .seconds(30), _ body: (FerryTestServer) async throws -> T
+        storage: (any SyncStorage)? = nil,
+        secret: String? = nil,
+        rateLimit: RateLimitPolicy? = nil,
+        rateLimiter: (any RateLimiter)? = nil,
+        metrics: ServerMetrics = ServerMetrics(),
+        logger: Logger? = nil,
+        idleTimeout: Duration = .seconds(30),
+        _ body: (FerryTestServer) async throws -> T
     ) async throws -> T {
         let server = try await start(
-            storage: storage, secret: secret, rateLimit: rateLimit, rateLimiter: rateLimiter, metrics: metrics, logger: logger,
+            storage: storage,
+            secret: secret,
+            rateLimit: rateLimit,
+            rateLimiter: rateLimiter,
+            metrics: metrics,
+            logger: logger,
             idleTimeout: idleTimeout
         )
         do {
@@ -102,7 +124,7 @@ public struct FerryTestServer: Sendable {
         try await authority.issue(userID: user, ttl: ttl)
     }
 
-    /// A token provider for a ``FerryClient`` signed in as `user`.
+    /// A token provider for a `FerryClient` signed in as `user`.
     public func tokenProvider(for user: String) -> TokenProvider {
         { try await self.token(for: user) }
     }
@@ -118,11 +140,18 @@ public struct FerryTestServer: Sendable {
         let transport = transport()
         let token = try await token(for: user)
         for start in stride(from: 0, to: mutations.count, by: ProtocolLimits.maxMutationsPerPush) {
-            let batch = PushRequest(clientID: client, mutations: Array(mutations[start..<min(start + ProtocolLimits.maxMutationsPerPush, mutations.count)]))
-            let response = try await transport.send(TransportRequest(
-                method: "POST", path: "/v1/push", headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"],
-                body: try JSONEncoder().encode(batch)
-            ))
+            let batch = PushRequest(
+                clientID: client,
+                mutations: Array(mutations[start..<min(start + ProtocolLimits.maxMutationsPerPush, mutations.count)])
+            )
+            let response = try await transport.send(
+                TransportRequest(
+                    method: "POST",
+                    path: "/v1/push",
+                    headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"],
+                    body: try JSONEncoder().encode(batch)
+                )
+            )
             guard response.status == 200 else {
                 throw FerryTestServerFailure("seeding answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
             }
@@ -137,9 +166,12 @@ public struct FerryTestServer: Sendable {
         var records: [String: Change] = [:]
         var cursor: String?
         while true {
-            let query = "limit=\(ProtocolLimits.pullLimitRange.upperBound)"
+            let query =
+                "limit=\(ProtocolLimits.pullLimitRange.upperBound)"
                 + (cursor.map { "&cursor=\($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0)" } ?? "")
-            let response = try await transport.send(TransportRequest(method: "GET", path: "/v1/pull?" + query, headers: ["Authorization": "Bearer \(token)"]))
+            let response = try await transport.send(
+                TransportRequest(method: "GET", path: "/v1/pull?" + query, headers: ["Authorization": "Bearer \(token)"])
+            )
             guard response.status == 200 else {
                 throw FerryTestServerFailure("reading the server answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
             }

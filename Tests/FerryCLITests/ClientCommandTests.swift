@@ -21,18 +21,28 @@ struct ClientCommandTests {
             let base = ["--store", store, "--user", "alice"]
             let token = try await TestServer.token(for: "alice")
 
-            var run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-1", "--data", #"{"value": 1}"#, "--natural-key", "k1"])
+            var run = try await Self.ferry(
+                ["client", "add"] + base + ["--entity", "events", "--id", "e-1", "--data", #"{"value": 1}"#, "--natural-key", "k1"]
+            )
             #expect(run.status == 0)
             run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-2", "--data", "[1]"])
             #expect(run.status != 0)
             #expect(run.error.contains("--data must be a JSON object"))
 
             let lines = scratch.appendingPathComponent("import.jsonl")
-            try (#"{"entityID": "i-1", "data": {"v": 1}}"# + "\n" + #"{"entityID": "i-2", "data": 5}"# + "\n").write(to: lines, atomically: true, encoding: .utf8)
+            try (#"{"entityID": "i-1", "data": {"v": 1}}"# + "\n" + #"{"entityID": "i-2", "data": 5}"# + "\n").write(
+                to: lines,
+                atomically: true,
+                encoding: .utf8
+            )
             run = try await Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
             #expect(run.status != 0)
             #expect(run.error.contains(":2:"))
-            try (#"{"entityID": "i-1", "data": {"v": 1}}"# + "\n" + #"{"entityID": "i-2", "data": {"v": 2}, "naturalKey": "k2"}"# + "\n").write(to: lines, atomically: true, encoding: .utf8)
+            try (#"{"entityID": "i-1", "data": {"v": 1}}"# + "\n" + #"{"entityID": "i-2", "data": {"v": 2}, "naturalKey": "k2"}"# + "\n").write(
+                to: lines,
+                atomically: true,
+                encoding: .utf8
+            )
             run = try await Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
             #expect(run.status == 0)
             // Read a megabyte at a time: lines across chunk boundaries, the last one without a newline.
@@ -44,14 +54,20 @@ struct ClientCommandTests {
 
             // What the protocol cannot carry is refused before anything is written.
             let huge = String(repeating: "x", count: 5 * 1024 * 1024)
-            try (#"{"entityID": "i-3", "data": {"v": 3}}"# + "\n" + #"{"entityID": "big", "data": {"blob": "\#(huge)"}}"# + "\n").write(to: lines, atomically: true, encoding: .utf8)
+            try (#"{"entityID": "i-3", "data": {"v": 3}}"# + "\n" + #"{"entityID": "big", "data": {"blob": "\#(huge)"}}"# + "\n").write(
+                to: lines,
+                atomically: true,
+                encoding: .utf8
+            )
             run = try await Self.ferry(["client", "import"] + base + ["--entity", "events", "--file", lines.path])
             #expect(run.status != 0)
             #expect(run.error.contains(":2:") && run.error.contains("262144"), "\(run.error)")
             run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-3", "--data", #"{"value": 1e999}"#])
             #expect(run.status != 0)
             #expect(run.error.contains("out of range"), "\(run.error)")
-            run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-3", "--data", #"{"value": 123456789012345678901234}"#])
+            run = try await Self.ferry(
+                ["client", "add"] + base + ["--entity", "events", "--id", "e-3", "--data", #"{"value": 123456789012345678901234}"#]
+            )
             #expect(run.status != 0)
             #expect(run.error.contains("does not fit in 64 bits"), "\(run.error)")
 
@@ -89,7 +105,11 @@ struct ClientCommandTests {
             let token = try await TestServer.token(for: "alice")
             func lines(_ range: Range<Int>) throws -> String {
                 let file = scratch.appendingPathComponent("import-\(range.lowerBound).jsonl")
-                try range.map { #"{"entityID": "r-\#($0)", "data": {"n": \#($0)}}"# }.joined(separator: "\n").write(to: file, atomically: true, encoding: .utf8)
+                try range.map { #"{"entityID": "r-\#($0)", "data": {"n": \#($0)}}"# }.joined(separator: "\n").write(
+                    to: file,
+                    atomically: true,
+                    encoding: .utf8
+                )
                 return file.path
             }
             let first = try await Self.ferry(["client", "import"] + base + ["--entity", "records", "--file", try lines(0..<2000)])

@@ -80,16 +80,29 @@ struct JSONReaderTests {
 
     @Test("push bodies: unknown fields ignored, nulls for optional fields, each problem named by its path")
     func pushBodies() throws {
-        let body = #"{"clientID":"c","extra":[1],"mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":{"k":1},"naturalKey":null,"baseVersion":null,"note":"?"}]}"#
+        let body =
+            #"{"clientID":"c","extra":[1],"mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":{"k":1},"naturalKey":null,"baseVersion":null,"note":"?"}]}"#
         let request = try PushRequest.decode(from: Data(body.utf8))
         #expect(request == PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: ["k": .integer(1)])]))
         let cases: [(String, String)] = [
-            (#"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":null,"baseVersion":"2"}]}"#, #"mutations[0].baseVersion: expected a whole number, got "2""#),
-            (#"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":null,"op":"delete"}]}"#, "mutations[0].entityID: expected a string, got null"),
+            (
+                #"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":null,"baseVersion":"2"}]}"#,
+                #"mutations[0].baseVersion: expected a whole number, got "2""#
+            ),
+            (
+                #"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":null,"op":"delete"}]}"#,
+                "mutations[0].entityID: expected a string, got null"
+            ),
             (#"{"clientID":"c","mutations":[1]}"#, "mutations[0]: expected a JSON object, got 1"),
             (#"{"mutations":[]}"#, "clientID: is required"),
-            (#"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"Upsert"}]}"#, #"mutations[0].op: expected one of "upsert", "delete", got "Upsert""#),
-            (#"{"clientID":"c","mutations":[{"id":2.5,"entity":"e","entityID":"x","op":"delete"}]}"#, "mutations[0].id: expected a whole number, got 2.5"),
+            (
+                #"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"Upsert"}]}"#,
+                #"mutations[0].op: expected one of "upsert", "delete", got "Upsert""#
+            ),
+            (
+                #"{"clientID":"c","mutations":[{"id":2.5,"entity":"e","entityID":"x","op":"delete"}]}"#,
+                "mutations[0].id: expected a whole number, got 2.5"
+            ),
         ]
         for (text, message) in cases {
             #expect(throws: ProtocolViolation.badRequest(message)) { try PushRequest.decode(from: Data(text.utf8)) }

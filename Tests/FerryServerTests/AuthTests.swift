@@ -17,12 +17,27 @@ struct AuthTests {
             ("garbage claims", "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS256"], claims: ["sub": 5, "exp": "soon"])), "malformed"),
             ("wrong signature", "Bearer " + (try await TestServer.token(for: "alice", secret: String(repeating: "w", count: 40))), "signature"),
             ("tampered payload", "Bearer " + tamper(valid), "signature"),
-            ("alg none", "Bearer " + (try TestServer.handMadeToken(header: ["alg": "none", "typ": "JWT"], claims: ["sub": "alice", "exp": now + 600], signature: false)), "HS256 only"),
-            ("another algorithm", "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS512", "typ": "JWT"], claims: ["sub": "alice", "exp": now + 600])), "HS256 only"),
+            (
+                "alg none",
+                "Bearer "
+                    + (try TestServer.handMadeToken(
+                        header: ["alg": "none", "typ": "JWT"],
+                        claims: ["sub": "alice", "exp": now + 600],
+                        signature: false
+                    )), "HS256 only"
+            ),
+            (
+                "another algorithm",
+                "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS512", "typ": "JWT"], claims: ["sub": "alice", "exp": now + 600])),
+                "HS256 only"
+            ),
             ("expired", "Bearer " + (try await TestServer.token(for: "alice", now: Date().addingTimeInterval(-7200), ttl: .seconds(60))), "expired"),
             ("no exp", "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS256", "typ": "JWT"], claims: ["sub": "alice"])), "exp"),
             ("no sub", "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS256", "typ": "JWT"], claims: ["exp": now + 600])), "sub"),
-            ("empty sub", "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS256", "typ": "JWT"], claims: ["sub": "", "exp": now + 600])), "sub"),
+            (
+                "empty sub",
+                "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS256", "typ": "JWT"], claims: ["sub": "", "exp": now + 600])), "sub"
+            ),
         ]
     }
 
@@ -36,7 +51,9 @@ struct AuthTests {
     @Test("every auth failure answers 401 with a message saying which, never echoes the token, and writes nothing")
     func failuresAnswer401() async throws {
         try await RouterServer.run(rateLimit: .default) { server in
-            let batch = try JSONEncoder().encode(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))]))
+            let batch = try JSONEncoder().encode(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))])
+            )
             for failure in try await Self.failures() {
                 let headers = failure.header.map { [("Authorization", $0)] } ?? []
                 for (method, path, body) in [("POST", "/v1/push", Optional(batch)), ("GET", "/v1/pull", nil)] {
@@ -53,7 +70,10 @@ struct AuthTests {
             let alice = try await TestServer.token(for: "alice")
             #expect(try await server.pullAll(token: alice).isEmpty)
             // The client's position did not move either.
-            let first = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))]), token: alice)
+            let first = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))]),
+                token: alice
+            )
             #expect(first.results.first?.status == .applied)
         }
     }

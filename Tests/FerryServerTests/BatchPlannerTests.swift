@@ -10,7 +10,11 @@ import Testing
 struct BatchPlannerTests {
     static func stored(_ id: String, version: Int64, naturalKey: String? = nil, deleted: Bool = false) -> StoredRecord {
         StoredRecord(
-            entity: "events", entityID: id, version: version, deleted: deleted, naturalKey: naturalKey,
+            entity: "events",
+            entityID: id,
+            version: version,
+            deleted: deleted,
+            naturalKey: naturalKey,
             data: deleted ? nil : Data(#"{"v":\#(version)}"#.utf8)
         )
     }
@@ -23,7 +27,10 @@ struct BatchPlannerTests {
     @Test("a new record is applied at version 1; an existing one moves up a version; the last mutation id is the batch's highest")
     func upserts() {
         let plan = Self.plan(
-            [.upsert(id: 1, entity: "events", entityID: "a", data: ["v": .integer(1)]), .upsert(id: 2, entity: "events", entityID: "b", data: ["v": .integer(2)])],
+            [
+                .upsert(id: 1, entity: "events", entityID: "a", data: ["v": .integer(1)]),
+                .upsert(id: 2, entity: "events", entityID: "b", data: ["v": .integer(2)]),
+            ],
             loaded: [Self.stored("b", version: 4)]
         )
         #expect(plan.response.results.map(\.status) == [.applied, .applied])
@@ -51,7 +58,8 @@ struct BatchPlannerTests {
     @Test("a base version other than the record's is a conflict that reports the record as it is and writes nothing")
     func conflict() throws {
         let plan = Self.plan(
-            [.upsert(id: 1, entity: "events", entityID: "a", data: ["v": .integer(1)], baseVersion: 1)], loaded: [Self.stored("a", version: 3)]
+            [.upsert(id: 1, entity: "events", entityID: "a", data: ["v": .integer(1)], baseVersion: 1)],
+            loaded: [Self.stored("a", version: 3)]
         )
         let result = plan.response.results[0]
         #expect(result.status == .conflict)
@@ -72,11 +80,14 @@ struct BatchPlannerTests {
         #expect(plan.releasedNaturalKeys == [RecordKey(entity: "events", entityID: "a")])
     }
 
-    @Test("a mutation id at or below the client's last one, with no kept result, is a duplicate that claims nothing and reports the record as it is now")
+    @Test(
+        "a mutation id at or below the client's last one, with no kept result, is a duplicate that claims nothing and reports the record as it is now"
+    )
     func duplicate() {
         let plan = Self.plan(
             [.upsert(id: 7, entity: "events", entityID: "local", data: ["v": .integer(1)], naturalKey: "hk:1")],
-            lastMutationID: 9, loaded: [Self.stored("server", version: 2, naturalKey: "hk:1")]
+            lastMutationID: 9,
+            loaded: [Self.stored("server", version: 2, naturalKey: "hk:1")]
         )
         let result = plan.response.results[0]
         #expect(result.status == .duplicate)

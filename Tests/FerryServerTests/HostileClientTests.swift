@@ -85,7 +85,10 @@ struct HostileClientTests {
     func justOverLimits() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
-            let tooMany = PushRequest(clientID: "c", mutations: (1...1001).map { .upsert(id: Int64($0), entity: "e", entityID: "\($0)", data: .value(1)) })
+            let tooMany = PushRequest(
+                clientID: "c",
+                mutations: (1...1001).map { .upsert(id: Int64($0), entity: "e", entityID: "\($0)", data: .value(1)) }
+            )
             let reply = try await server.push(tooMany, token: token)
             #expect(reply.status == 413)
             #expect(reply.errorCode == "batch_too_large")
@@ -94,12 +97,24 @@ struct HostileClientTests {
             #expect(try await server.push(PushRequest(clientID: String(repeating: "c", count: 65), mutations: []), token: token).status == 400)
 
             let bigData = String(repeating: "x", count: ProtocolLimits.maxDataBytes)
-            let answer = try await server.pushOK(PushRequest(clientID: "c", mutations: [
-                .upsert(id: 1, entity: "e", entityID: "big", data: ["v": .string(bigData)]),
-                .upsert(id: 2, entity: "e", entityID: String(repeating: "i", count: ProtocolLimits.maxEntityIDLength + 1), data: .value(1)),
-                .upsert(id: 3, entity: "e", entityID: "k", data: .value(1), naturalKey: String(repeating: "k", count: ProtocolLimits.maxNaturalKeyLength + 1)),
-                .upsert(id: 4, entity: "e", entityID: "fine", data: .value(1)),
-            ]), token: token)
+            let answer = try await server.pushOK(
+                PushRequest(
+                    clientID: "c",
+                    mutations: [
+                        .upsert(id: 1, entity: "e", entityID: "big", data: ["v": .string(bigData)]),
+                        .upsert(id: 2, entity: "e", entityID: String(repeating: "i", count: ProtocolLimits.maxEntityIDLength + 1), data: .value(1)),
+                        .upsert(
+                            id: 3,
+                            entity: "e",
+                            entityID: "k",
+                            data: .value(1),
+                            naturalKey: String(repeating: "k", count: ProtocolLimits.maxNaturalKeyLength + 1)
+                        ),
+                        .upsert(id: 4, entity: "e", entityID: "fine", data: .value(1)),
+                    ]
+                ),
+                token: token
+            )
             #expect(answer.results.map(\.status) == [.rejected, .rejected, .rejected, .applied])
             #expect(answer.results.prefix(3).allSatisfy { $0.error?.isEmpty == false })
         }
@@ -109,7 +124,8 @@ struct HostileClientTests {
     func deepNestingAndInvalidUTF8() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
-            let deep = #"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":{"v":"#
+            let deep =
+                #"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":{"v":"#
                 + String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000) + "}}]}"
             let nested = try await server.send(.POST, "/v1/push", token: token, body: Data(deep.utf8))
             #expect(nested.status == 400)
@@ -139,7 +155,10 @@ struct HostileClientTests {
             #expect(statuses.allSatisfy { $0 == 401 })
             #expect(try await server.pull(token: try await TestServer.token(for: "alice")).status == 200)
             let exposition = String(decoding: try await server.send(.GET, "/metrics").body, as: UTF8.self)
-            #expect(exposition.contains("ferry_auth_failures_total{reason=\"bad_signature\"} 1000"), "\(exposition.split(separator: "\n").filter { $0.contains("auth") })")
+            #expect(
+                exposition.contains("ferry_auth_failures_total{reason=\"bad_signature\"} 1000"),
+                "\(exposition.split(separator: "\n").filter { $0.contains("auth") })"
+            )
         }
     }
 }

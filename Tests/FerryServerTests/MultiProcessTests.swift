@@ -11,7 +11,12 @@ import Testing
 struct MultiProcessTests {
     /// `count` `ferry serve` processes on `database`, all started at once (so on a fresh
     /// PostgreSQL database they race to migrate it), and their addresses.
-    static func serve(_ count: Int, on database: TestDatabase, rateLimit: String = "off", in directory: URL) async throws
+    static func serve(
+        _ count: Int,
+        on database: TestDatabase,
+        rateLimit: String = "off",
+        in directory: URL
+    ) async throws
         -> ([FerryProcess], [RemoteServer])
     {
         try #require(FileManager.default.isExecutableFile(atPath: FerryProcess.binary.path), "build the ferry executable first (swift build)")
@@ -25,7 +30,7 @@ struct MultiProcessTests {
             do {
                 servers.append(RemoteServer(baseURL: "http://127.0.0.1:\(try await process.listeningPort())"))
             } catch {
-                processes.forEach { $0.process.terminate() }
+                for started in processes { started.process.terminate() }
                 throw error
             }
         }
@@ -70,7 +75,7 @@ struct MultiProcessTests {
         let directory = TestDirectory.make("multi-process")
         let database = try await TestDatabase.make(backend)
         let (processes, servers) = try await Self.serve(2, on: database, in: directory)
-        defer { processes.forEach { $0.process.terminate() } }
+        defer { for process in processes { process.process.terminate() } }
 
         let users = ["alice", "bob"]
         let clientsPerUser = 3
@@ -145,7 +150,10 @@ struct MultiProcessTests {
             let truth = try await servers[0].pullAll(token: token)
             #expect(try await servers[1].pullAll(token: token) == truth)
             for case .puller(user, let seen) in outcomes {
-                #expect(seen == truth, "the puller's view differs from a pull from the beginning in \(Set(seen.keys).symmetricDifference(truth.keys).count) records")
+                #expect(
+                    seen == truth,
+                    "the puller's view differs from a pull from the beginning in \(Set(seen.keys).symmetricDifference(truth.keys).count) records"
+                )
             }
             for case .writer(let writer) in outcomes where writer.user == user {
                 for (id, count) in writer.counts {
@@ -169,7 +177,7 @@ struct MultiProcessTests {
         let directory = TestDirectory.make("multi-process-pull")
         let database = try await TestDatabase.make(backend)
         let (processes, servers) = try await Self.serve(2, on: database, in: directory)
-        defer { processes.forEach { $0.process.terminate() } }
+        defer { for process in processes { process.process.terminate() } }
         let token = try await TestServer.token(for: "alice")
 
         let seen = try await withThrowingTaskGroup(of: [String: Int64]?.self) { group in
@@ -177,9 +185,17 @@ struct MultiProcessTests {
                 group.addTask {
                     for batch in 0..<30 {
                         let mutations = (0..<25).map { index in
-                            Mutation.upsert(id: Int64(batch * 25 + index + 1), entity: "notes", entityID: "w\(writer)-\(batch)-\(index)", data: .value(1))
+                            Mutation.upsert(
+                                id: Int64(batch * 25 + index + 1),
+                                entity: "notes",
+                                entityID: "w\(writer)-\(batch)-\(index)",
+                                data: .value(1)
+                            )
                         }
-                        _ = try await servers[(writer + batch) % 2].pushOK(PushRequest(clientID: "writer-\(writer)", mutations: mutations), token: token)
+                        _ = try await servers[(writer + batch) % 2].pushOK(
+                            PushRequest(clientID: "writer-\(writer)", mutations: mutations),
+                            token: token
+                        )
                     }
                     return nil
                 }
@@ -213,7 +229,7 @@ struct MultiProcessTests {
         let directory = TestDirectory.make("multi-process-rate")
         let database = try await TestDatabase.make(.postgres)
         let (processes, servers) = try await Self.serve(2, on: database, rateLimit: "30/3600", in: directory)
-        defer { processes.forEach { $0.process.terminate() } }
+        defer { for process in processes { process.process.terminate() } }
         let alice = try await TestServer.token(for: "alice")
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
             for request in 0..<60 {
@@ -237,7 +253,9 @@ struct MultiProcessTests {
             throw TestFailure("two answers to one batch differ: \(a) and \(b)")
         }
         for (x, y) in zip(a.results, b.results) where x.id != y.id || x.status != y.status || x.entityID != y.entityID || x.version != y.version {
-            throw TestFailure("mutation \(x.id) was answered \(x.status) v\(x.version.map(String.init) ?? "null") and \(y.status) v\(y.version.map(String.init) ?? "null")")
+            throw TestFailure(
+                "mutation \(x.id) was answered \(x.status) v\(x.version.map(String.init) ?? "null") and \(y.status) v\(y.version.map(String.init) ?? "null")"
+            )
         }
     }
 }

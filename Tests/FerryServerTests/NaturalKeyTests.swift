@@ -1,15 +1,19 @@
-@testable import FerryServer
 import FerryProtocol
 import FerryTestSupport
 import Foundation
 import GRDB
 import Testing
 
+@testable import FerryServer
+
 /// Natural keys belong to live records only, and no sequence of valid mutations makes the
 /// server fail: every mutation gets a result.
 @Suite("Natural keys", .timeLimit(.minutes(3)))
 struct NaturalKeyTests {
-    @Test("upsert Y with key k, delete Y, upsert X with k, upsert Y without a key: every push applied, X keeps k, Y lives without it", arguments: StorageBackend.allCases)
+    @Test(
+        "upsert Y with key k, delete Y, upsert X with k, upsert Y without a key: every push applied, X keeps k, Y lives without it",
+        arguments: StorageBackend.allCases
+    )
     func keyLeftOnTombstone(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
@@ -31,23 +35,40 @@ struct NaturalKeyTests {
         }
     }
 
-    @Test("a constraint the rules did not foresee fails one mutation, answered rejected with the reason; the rest of the batch is applied", arguments: StorageBackend.allCases)
+    @Test(
+        "a constraint the rules did not foresee fails one mutation, answered rejected with the reason; the rest of the batch is applied",
+        arguments: StorageBackend.allCases
+    )
     func constraintFailureIsPerMutation(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 1, entity: "events", entityID: "holder", data: .value(1), naturalKey: "k"),
-            ]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 1, entity: "events", entityID: "holder", data: .value(1), naturalKey: "k")
+                    ]
+                ),
+                token: token
+            )
             // A tombstone still holding the key, as a database from before tombstones gave keys up may have.
-            try await server.database.execute("""
+            try await server.database.execute(
+                """
                 INSERT INTO records (user_id, entity, entity_id, version, deleted, natural_key, data, seq)
                 VALUES ('alice', 'events', 'old', 2, TRUE, 'k', NULL, 1000000)
-                """)
-            let reply = try await server.push(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 2, entity: "events", entityID: "before", data: .value(2)),
-                .upsert(id: 3, entity: "events", entityID: "old", data: .value(3)),
-                .upsert(id: 4, entity: "events", entityID: "after", data: .value(4)),
-            ]), token: token)
+                """
+            )
+            let reply = try await server.push(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 2, entity: "events", entityID: "before", data: .value(2)),
+                        .upsert(id: 3, entity: "events", entityID: "old", data: .value(3)),
+                        .upsert(id: 4, entity: "events", entityID: "after", data: .value(4)),
+                    ]
+                ),
+                token: token
+            )
             #expect(reply.status == 200, "\(String(decoding: reply.body, as: UTF8.self))")
             let response = try reply.decode(PushResponse.self)
             #expect(response.results.map(\.status) == [.applied, .rejected, .applied])
@@ -58,22 +79,40 @@ struct NaturalKeyTests {
             #expect(records["events/after"]?.version == 1)
             #expect(records["events/holder"]?.naturalKey == "k")
             // The rejection is spent like any other: resent, it is answered the same.
-            let resent = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 3, entity: "events", entityID: "old", data: .value(3))]), token: token)
+            let resent = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 3, entity: "events", entityID: "old", data: .value(3))]),
+                token: token
+            )
             #expect(resent.results.first?.status == .rejected)
         }
     }
 
-    @Test("a natural key given to a record the server has live merges that record into the key's holder and deletes it", arguments: StorageBackend.allCases)
+    @Test(
+        "a natural key given to a record the server has live merges that record into the key's holder and deletes it",
+        arguments: StorageBackend.allCases
+    )
     func keyGivenToExistingRecord(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 1, entity: "events", entityID: "r1", data: .value(1)),
-                .upsert(id: 2, entity: "events", entityID: "r5", data: .value(5), naturalKey: "k5"),
-            ]), token: token)
-            let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 3, entity: "events", entityID: "r1", data: .value(7), naturalKey: "k5"),
-            ]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 1, entity: "events", entityID: "r1", data: .value(1)),
+                        .upsert(id: 2, entity: "events", entityID: "r5", data: .value(5), naturalKey: "k5"),
+                    ]
+                ),
+                token: token
+            )
+            let response = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 3, entity: "events", entityID: "r1", data: .value(7), naturalKey: "k5")
+                    ]
+                ),
+                token: token
+            )
             #expect(response.results.first?.status == .merged)
             #expect(response.results.first?.entityID == "r5")
             let records = try await server.pullAll(token: token)
@@ -83,11 +122,14 @@ struct NaturalKeyTests {
         }
     }
 
-    @Test("2,000 random valid mutations from two clients over a few ids and keys: never a 5xx, one result each, keys unique among live records", arguments: StorageBackend.allCases)
+    @Test(
+        "2,000 random valid mutations from two clients over a few ids and keys: never a 5xx, one result each, keys unique among live records",
+        arguments: StorageBackend.allCases
+    )
     func randomSequences(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            var random = SeededGenerator(seed: 20261123)
+            var random = SeededGenerator(seed: 20_261_123)
             var nextID: [String: Int64] = ["c1": 0, "c2": 0]
             var sent = 0
             while sent < 2000 {
@@ -101,7 +143,13 @@ struct NaturalKeyTests {
                     if random.next() % 4 == 0 {
                         mutations.append(.delete(id: nextID[client]!, entity: "events", entityID: entityID))
                     } else {
-                        var mutation = Mutation.upsert(id: nextID[client]!, entity: "events", entityID: entityID, data: .value(Int64(sent)), naturalKey: key)
+                        var mutation = Mutation.upsert(
+                            id: nextID[client]!,
+                            entity: "events",
+                            entityID: entityID,
+                            data: .value(Int64(sent)),
+                            naturalKey: key
+                        )
                         if random.next() % 5 == 0 { mutation.baseVersion = Int64(random.next() % 4) }
                         mutations.append(mutation)
                     }

@@ -1,8 +1,9 @@
 import FerryProtocol
-@testable import FerryServer
 import FerryTestSupport
 import Foundation
 import Testing
+
+@testable import FerryServer
 
 /// Keeps `openapi.yaml` in step with the server: every route, error code and result status appears there.
 @Suite("OpenAPI", .timeLimit(.minutes(1)))

@@ -22,19 +22,29 @@ struct PostgresStorageTests {
         let storage = try await database.open()
         guard case .postgres(let location) = database.url else { return }
         // Alice has pushed before: her row of user_changes exists (a first push creates it).
-        _ = try await storage.push(userID: "alice", clientID: "phone", mutations: [IncomingMutation(.upsert(id: 1, entity: "early", entityID: "e", data: .value(1)))])
+        _ = try await storage.push(
+            userID: "alice",
+            clientID: "phone",
+            mutations: [IncomingMutation(.upsert(id: 1, entity: "early", entityID: "e", data: .value(1)))]
+        )
         try await database.execute(
             """
             CREATE FUNCTION hold_slow() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$
-            """)
+            """
+        )
         try await database.execute(
-            "CREATE TRIGGER hold_slow BEFORE INSERT ON records FOR EACH ROW WHEN (NEW.entity = 'slow') EXECUTE FUNCTION hold_slow()")
+            "CREATE TRIGGER hold_slow BEFORE INSERT ON records FOR EACH ROW WHEN (NEW.entity = 'slow') EXECUTE FUNCTION hold_slow()"
+        )
 
         try await TestPostgres.withConnection(to: location) { gate in
             _ = try await gate.query("SELECT pg_advisory_lock(4242)", logger: .init(label: "test"))
             let slow = Task {
-                try await storage.push(userID: "alice", clientID: "phone", mutations: [IncomingMutation(.upsert(id: 2, entity: "slow", entityID: "a", data: .value(1)))])
+                try await storage.push(
+                    userID: "alice",
+                    clientID: "phone",
+                    mutations: [IncomingMutation(.upsert(id: 2, entity: "slow", entityID: "a", data: .value(1)))]
+                )
             }
             try await Self.waitForWaiters(1, on: gate)
             // The other push comes from a second process (a storage of its own): within one
@@ -43,7 +53,11 @@ struct PostgresStorageTests {
             let fastDone = Flag()
             let fast = Task {
                 defer { Task { await fastDone.set() } }
-                return try await otherProcess.push(userID: "alice", clientID: "laptop", mutations: [IncomingMutation(.upsert(id: 1, entity: "fast", entityID: "b", data: .value(1)))])
+                return try await otherProcess.push(
+                    userID: "alice",
+                    clientID: "laptop",
+                    mutations: [IncomingMutation(.upsert(id: 1, entity: "fast", entityID: "b", data: .value(1)))]
+                )
             }
             // The second push either waits for the first (one more lock waiter) or has committed.
             try await Self.waitForWaiters(2, on: gate, orUntil: { await fastDone.isSet })
@@ -68,14 +82,19 @@ struct PostgresStorageTests {
         }
         let versions = try await TestPostgres.withConnection(to: location) { connection in
             var versions: [Int] = []
-            for try await version in try await connection.query("SELECT version FROM ferry_migrations", logger: .init(label: "test")).decode(Int.self) {
+            for try await version in try await connection.query("SELECT version FROM ferry_migrations", logger: .init(label: "test")).decode(Int.self)
+            {
                 versions.append(version)
             }
             return versions
         }
         #expect(versions == [1])
         // Cursors are shared: each storage reads the one secret the first migration stored.
-        _ = try await storages[0].push(userID: "u", clientID: "c", mutations: [IncomingMutation(.upsert(id: 1, entity: "e", entityID: "1", data: .value(1)))])
+        _ = try await storages[0].push(
+            userID: "u",
+            clientID: "c",
+            mutations: [IncomingMutation(.upsert(id: 1, entity: "e", entityID: "1", data: .value(1)))]
+        )
         let cursor = try await storages[1].pull(userID: "u", cursor: nil, limit: 10).cursor
         for storage in storages { #expect(try await storage.pull(userID: "u", cursor: cursor, limit: 10).count == 0) }
         for storage in storages { try await storage.close() }
@@ -121,13 +140,19 @@ struct PostgresStorageTests {
         try await storage.close()
     }
 
-    @Test("one user's burst of pushes waits in memory, not on pooled connections: other users and the health check are served while the user's lock is held")
+    @Test(
+        "one user's burst of pushes waits in memory, not on pooled connections: other users and the health check are served while the user's lock is held"
+    )
     func burstDoesNotTakeThePool() async throws {
         let database = try await TestDatabase.make(.postgres)
         guard case .postgres(let location) = database.url else { return }
         let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 2, deadline: .seconds(30))
         func push(_ user: String, client: String, id: Int64) async throws -> PushResponse {
-            try await storage.push(userID: user, clientID: client, mutations: [IncomingMutation(.upsert(id: id, entity: "e", entityID: "\(client)-\(id)", data: .value(id)))])
+            try await storage.push(
+                userID: user,
+                clientID: client,
+                mutations: [IncomingMutation(.upsert(id: id, entity: "e", entityID: "\(client)-\(id)", data: .value(id)))]
+            )
         }
         _ = try await push("alice", client: "first", id: 1)
         let burst = try await Self.holdingAlicesLock(in: location) { holder in
@@ -155,7 +180,11 @@ struct PostgresStorageTests {
         // that the stuck push waits on meanwhile.
         let storage = try await PostgresSyncStorage.connect(to: location, poolSize: 4, deadline: .seconds(4))
         func push(_ client: String) async throws -> PushResponse {
-            try await storage.push(userID: "alice", clientID: client, mutations: [IncomingMutation(.upsert(id: 1, entity: "e", entityID: client, data: .value(1)))])
+            try await storage.push(
+                userID: "alice",
+                clientID: client,
+                mutations: [IncomingMutation(.upsert(id: 1, entity: "e", entityID: client, data: .value(1)))]
+            )
         }
         _ = try await push("first")
         let stuck = try await Self.holdingAlicesLock(in: location) { holder in
@@ -170,16 +199,25 @@ struct PostgresStorageTests {
         try await storage.close()
     }
 
-    @Test("values PostgreSQL cannot hold are refused by the protocol's rules on both engines, never a 500: NUL in a natural key, a grapheme of 1,500 code points, a token's sub with NUL", arguments: StorageBackend.allCases)
+    @Test(
+        "values PostgreSQL cannot hold are refused by the protocol's rules on both engines, never a 500: NUL in a natural key, a grapheme of 1,500 code points, a token's sub with NUL",
+        arguments: StorageBackend.allCases
+    )
     func valuesBeyondTheDatabase(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let longest = String(repeating: "😀", count: 128)  // 128 code points, 512 bytes: fits
-            let answer = try await server.pushOK(PushRequest(clientID: "c", mutations: [
-                .upsert(id: 1, entity: "e", entityID: "nul", data: .value(1), naturalKey: "a\u{0}b"),
-                .upsert(id: 2, entity: "e", entityID: "a" + String(repeating: "\u{301}", count: 1500), data: .value(1)),
-                .upsert(id: 3, entity: "e", entityID: longest, data: .value(1), naturalKey: String(repeating: "😀", count: 256)),
-            ]), token: token)
+            let answer = try await server.pushOK(
+                PushRequest(
+                    clientID: "c",
+                    mutations: [
+                        .upsert(id: 1, entity: "e", entityID: "nul", data: .value(1), naturalKey: "a\u{0}b"),
+                        .upsert(id: 2, entity: "e", entityID: "a" + String(repeating: "\u{301}", count: 1500), data: .value(1)),
+                        .upsert(id: 3, entity: "e", entityID: longest, data: .value(1), naturalKey: String(repeating: "😀", count: 256)),
+                    ]
+                ),
+                token: token
+            )
             #expect(answer.results.map(\.status) == [.rejected, .rejected, .applied], "\(answer.results)")
             #expect(answer.results[0].error?.contains("U+0000") == true)
             #expect(answer.results[1].error?.contains("128") == true)
@@ -194,7 +232,9 @@ struct PostgresStorageTests {
         #expect(try DatabaseURL(parsing: "sqlite:a.sqlite") == .sqlite(path: "a.sqlite"))
         #expect(try DatabaseURL(parsing: "sqlite::memory:") == .sqlite(path: nil))
         let full = try DatabaseURL(parsing: "postgres://ferry:p%40ss@db.internal:6543/sync?sslmode=require", environment: [:])
-        #expect(full == .postgres(PostgresLocation(host: "db.internal", port: 6543, username: "ferry", password: "p@ss", database: "sync", tls: .require)))
+        #expect(
+            full == .postgres(PostgresLocation(host: "db.internal", port: 6543, username: "ferry", password: "p@ss", database: "sync", tls: .require))
+        )
         #expect(full.description == "postgres://ferry@db.internal:6543/sync?sslmode=require")
         let fromEnvironment = try DatabaseURL(parsing: "postgresql://ferry@[::1]/sync", environment: ["PGPASSWORD": "secret"])
         #expect(fromEnvironment == .postgres(PostgresLocation(host: "::1", port: 5432, username: "ferry", password: "secret", database: "sync")))
@@ -248,9 +288,11 @@ struct PostgresStorageTests {
     static func waitForWaiters(_ count: Int, on connection: PostgresConnection, orUntil done: () async -> Bool = { false }) async throws {
         while true {
             var waiting = 0
-            for try await n in try await connection.query("SELECT count(*)::int8 FROM pg_locks WHERE NOT granted AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())", logger: .init(label: "test"))
-                .decode(Int64.self)
-            {
+            for try await n in try await connection.query(
+                "SELECT count(*)::int8 FROM pg_locks WHERE NOT granted AND pid IN (SELECT pid FROM pg_stat_activity WHERE datname = current_database())",
+                logger: .init(label: "test")
+            )
+            .decode(Int64.self) {
                 waiting = Int(n)
             }
             if waiting >= count { return }

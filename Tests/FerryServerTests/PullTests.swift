@@ -11,40 +11,68 @@ struct PullTests {
     func compaction(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: (1...5).map {
-                .upsert(id: Int64($0), entity: "events", entityID: "e-1", data: .value(Int64($0)))
-            } + [.upsert(id: 6, entity: "events", entityID: "e-2", data: .value(6)), .delete(id: 7, entity: "events", entityID: "e-2")]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: (1...5).map {
+                        .upsert(id: Int64($0), entity: "events", entityID: "e-1", data: .value(Int64($0)))
+                    } + [.upsert(id: 6, entity: "events", entityID: "e-2", data: .value(6)), .delete(id: 7, entity: "events", entityID: "e-2")]
+                ),
+                token: token
+            )
             let page = try await server.pullOK(token: token)
             #expect(page.hasMore == false)
-            #expect(page.changes == [
-                Change(entity: "events", entityID: "e-1", op: .upsert, version: 5, data: .value(5)),
-                Change(entity: "events", entityID: "e-2", op: .delete, version: 2),
-            ])
+            #expect(
+                page.changes == [
+                    Change(entity: "events", entityID: "e-1", op: .upsert, version: 5, data: .value(5)),
+                    Change(entity: "events", entityID: "e-2", op: .delete, version: 2),
+                ]
+            )
         }
     }
 
-    @Test("strings that need escaping come back exactly as sent: quotes, backslashes, control characters, non-ASCII", arguments: StorageBackend.allCases)
+    @Test(
+        "strings that need escaping come back exactly as sent: quotes, backslashes, control characters, non-ASCII",
+        arguments: StorageBackend.allCases
+    )
     func escaping(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let entityID = #"quote" back\slash /é🙂"#
             let naturalKey = "line\nbreak\ttab\u{01}\u{1F}\"q\"\\"
-            let data: JSONObject = ["text": .string("a\n\"b\"\\c\u{00}d"), "nested": .object(["list": .array([.integer(1), .number(2.5), .null, .bool(true)])])]
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 1, entity: "notes", entityID: entityID, data: data, naturalKey: naturalKey),
-            ]), token: token)
+            let data: JSONObject = [
+                "text": .string("a\n\"b\"\\c\u{00}d"), "nested": .object(["list": .array([.integer(1), .number(2.5), .null, .bool(true)])]),
+            ]
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 1, entity: "notes", entityID: entityID, data: data, naturalKey: naturalKey)
+                    ]
+                ),
+                token: token
+            )
             let page = try await server.pullOK(token: token)
             #expect(page.changes == [Change(entity: "notes", entityID: entityID, op: .upsert, version: 1, naturalKey: naturalKey, data: data)])
         }
     }
 
-    @Test("pages of `limit` changes, hasMore until the last, then an incremental pull returns exactly what changed", arguments: StorageBackend.allCases)
+    @Test(
+        "pages of `limit` changes, hasMore until the last, then an incremental pull returns exactly what changed",
+        arguments: StorageBackend.allCases
+    )
     func pagesAndIncrements(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: (1...25).map {
-                .upsert(id: Int64($0), entity: "items", entityID: "i-\($0)", data: .value(Int64($0)))
-            }), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: (1...25).map {
+                        .upsert(id: Int64($0), entity: "items", entityID: "i-\($0)", data: .value(Int64($0)))
+                    }
+                ),
+                token: token
+            )
             var seen: [String] = []
             var cursor: String?
             var pages = 0
@@ -63,11 +91,17 @@ struct PullTests {
             #expect(nothing.changes.isEmpty)
             #expect(nothing.hasMore == false)
 
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 26, entity: "items", entityID: "i-3", data: .value(300)),
-                .delete(id: 27, entity: "items", entityID: "i-7"),
-                .upsert(id: 28, entity: "items", entityID: "i-26", data: .value(26)),
-            ]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 26, entity: "items", entityID: "i-3", data: .value(300)),
+                        .delete(id: 27, entity: "items", entityID: "i-7"),
+                        .upsert(id: 28, entity: "items", entityID: "i-26", data: .value(26)),
+                    ]
+                ),
+                token: token
+            )
             let increment = try await server.pullOK(token: token, cursor: nothing.cursor)
             #expect(increment.changes.map(\.entityID) == ["i-3", "i-7", "i-26"])
             #expect(increment.changes.map(\.op) == [.upsert, .delete, .upsert])
@@ -80,8 +114,14 @@ struct PullTests {
         try await TestServer.run(backend: backend) { server in
             let alice = try await TestServer.token(for: "alice")
             let bob = try await TestServer.token(for: "bob")
-            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "notes", entityID: "shared-id", data: .value(1))]), token: alice)
-            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "notes", entityID: "shared-id", data: .value(2))]), token: bob)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "notes", entityID: "shared-id", data: .value(1))]),
+                token: alice
+            )
+            _ = try await server.pushOK(
+                PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "notes", entityID: "shared-id", data: .value(2))]),
+                token: bob
+            )
             let alicePage = try await server.pullOK(token: alice)
             let bobPage = try await server.pullOK(token: bob)
             #expect(alicePage.changes.map(\.data) == [.value(1)])
@@ -117,11 +157,17 @@ struct PullTests {
         let database = try await TestDatabase.make(backend)
         let token = try await TestServer.token(for: "alice")
         let cursor = try await TestServer.run(database: database) { server in
-            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "n", entityID: "1", data: .value(1))]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "n", entityID: "1", data: .value(1))]),
+                token: token
+            )
             return try await server.pullOK(token: token).cursor
         }
         try await TestServer.run(database: database) { server in
-            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 2, entity: "n", entityID: "2", data: .value(2))]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "c", mutations: [.upsert(id: 2, entity: "n", entityID: "2", data: .value(2))]),
+                token: token
+            )
             let page = try await server.pullOK(token: token, cursor: cursor)
             #expect(page.changes.map(\.entityID) == ["2"])
         }

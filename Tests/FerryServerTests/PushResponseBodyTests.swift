@@ -1,21 +1,31 @@
-@testable import FerryServer
 import FerryProtocol
 import Foundation
 import NIOCore
 import Testing
+
+@testable import FerryServer
 
 /// The server's hand-written push answer (`PushResponse+Body.swift`), read back by the client's reader.
 @Suite("Push answer bodies", .timeLimit(.minutes(1)))
 struct PushResponseBodyTests {
     @Test("push answers as the server writes them read back equal, every status and field included; a bad status is named")
     func pushResponses() throws {
-        let response = PushResponse(lastMutationID: 9, results: [
-            PushResult(id: 5, status: .applied, entityID: "a", version: 1),
-            PushResult(id: 6, status: .merged, entityID: "canonical", version: 3),
-            PushResult(id: 7, status: .duplicate, entityID: nil, version: nil),
-            PushResult(id: 8, status: .conflict, entityID: "c", version: 2, current: RecordState(version: 2, deleted: false, data: ["k": .string("v\"")])),
-            PushResult(id: 9, status: .rejected, entityID: nil, version: nil, error: "entity \"X\" does not match"),
-        ])
+        let response = PushResponse(
+            lastMutationID: 9,
+            results: [
+                PushResult(id: 5, status: .applied, entityID: "a", version: 1),
+                PushResult(id: 6, status: .merged, entityID: "canonical", version: 3),
+                PushResult(id: 7, status: .duplicate, entityID: nil, version: nil),
+                PushResult(
+                    id: 8,
+                    status: .conflict,
+                    entityID: "c",
+                    version: 2,
+                    current: RecordState(version: 2, deleted: false, data: ["k": .string("v\"")])
+                ),
+                PushResult(id: 9, status: .rejected, entityID: nil, version: nil, error: "entity \"X\" does not match"),
+            ]
+        )
         let body = Data(buffer: try response.jsonBody())
         #expect(try PushResponse.decode(from: body) == response)
         #expect(try PushResponse.decode(from: body) == JSONDecoder().decode(PushResponse.self, from: body))

@@ -12,11 +12,16 @@ struct PushTests {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let first = try await server.pushOK(
-                PushRequest(clientID: "c1", mutations: [
-                    .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
-                    .upsert(id: 2, entity: "events", entityID: "e-2", data: .value(2)),
-                    .upsert(id: 5, entity: "events", entityID: "e-1", data: .value(3)),
-                ]), token: token)
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
+                        .upsert(id: 2, entity: "events", entityID: "e-2", data: .value(2)),
+                        .upsert(id: 5, entity: "events", entityID: "e-1", data: .value(3)),
+                    ]
+                ),
+                token: token
+            )
             #expect(first.lastMutationID == 5)
             #expect(first.results.map(\.id) == [1, 2, 5])
             #expect(first.results.map(\.status) == [.applied, .applied, .applied])
@@ -27,14 +32,20 @@ struct PushTests {
         }
     }
 
-    @Test("resending a whole batch, then a partly overlapping one, answers each resent mutation with its first result and applies nothing twice", arguments: StorageBackend.allCases)
+    @Test(
+        "resending a whole batch, then a partly overlapping one, answers each resent mutation with its first result and applies nothing twice",
+        arguments: StorageBackend.allCases
+    )
     func replay(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            let batch = PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 10, entity: "events", entityID: "e-1", data: .value(1)),
-                .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(2)),
-            ])
+            let batch = PushRequest(
+                clientID: "c1",
+                mutations: [
+                    .upsert(id: 10, entity: "events", entityID: "e-1", data: .value(1)),
+                    .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(2)),
+                ]
+            )
             let first = try await server.pushOK(batch, token: token)
             let replayed = try await server.pushOK(batch, token: token)
             #expect(replayed == first)
@@ -43,10 +54,15 @@ struct PushTests {
             #expect(replayed.lastMutationID == 11)
 
             let overlapping = try await server.pushOK(
-                PushRequest(clientID: "c1", mutations: [
-                    .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(2)),
-                    .upsert(id: 12, entity: "events", entityID: "e-3", data: .value(3)),
-                ]), token: token)
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 11, entity: "events", entityID: "e-2", data: .value(2)),
+                        .upsert(id: 12, entity: "events", entityID: "e-3", data: .value(3)),
+                    ]
+                ),
+                token: token
+            )
             #expect(overlapping.results.map(\.status) == [.applied, .applied])
             #expect(overlapping.results.map(\.version) == [1, 1])
             #expect(overlapping.lastMutationID == 12)
@@ -62,12 +78,21 @@ struct PushTests {
     func perClient(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "a", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(1))]), token: token)
-            let other = try await server.pushOK(PushRequest(clientID: "b", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(2))]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "a", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(1))]),
+                token: token
+            )
+            let other = try await server.pushOK(
+                PushRequest(clientID: "b", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(2))]),
+                token: token
+            )
             #expect(other.results.first?.status == .applied)
             #expect(other.results.first?.version == 2)
             let bob = try await TestServer.token(for: "bob")
-            let bobs = try await server.pushOK(PushRequest(clientID: "a", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(3))]), token: bob)
+            let bobs = try await server.pushOK(
+                PushRequest(clientID: "a", mutations: [.upsert(id: 7, entity: "n", entityID: "1", data: .value(3))]),
+                token: bob
+            )
             #expect(bobs.results.first?.status == .applied)
             #expect(bobs.results.first?.version == 1)
         }
@@ -79,16 +104,24 @@ struct PushTests {
             let token = try await TestServer.token(for: "alice")
             for ids: [Int64] in [[3, 2], [4, 4], [0, 1], [ProtocolLimits.maxMutationID + 1]] {
                 let reply = try await server.push(
-                    PushRequest(clientID: "c1", mutations: ids.enumerated().map { index, id in
-                        .upsert(id: id, entity: "events", entityID: "e-\(index)", data: .value(1))
-                    }), token: token)
+                    PushRequest(
+                        clientID: "c1",
+                        mutations: ids.enumerated().map { index, id in
+                            .upsert(id: id, entity: "events", entityID: "e-\(index)", data: .value(1))
+                        }
+                    ),
+                    token: token
+                )
                 #expect(reply.status == 400)
                 #expect(reply.errorCode == "bad_request")
                 #expect(reply.errorMessage?.contains("mutations[") == true)
             }
             #expect(try await server.pullAll(token: token).isEmpty)
             // lastMutationID did not move either: id 1 is still new.
-            let fresh = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "e-0", data: .value(1))]), token: token)
+            let fresh = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "e-0", data: .value(1))]),
+                token: token
+            )
             #expect(fresh.results.first?.status == .applied)
         }
     }
@@ -97,9 +130,12 @@ struct PushTests {
     func overLimits(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            let tooMany = PushRequest(clientID: "c1", mutations: (1...1001).map {
-                .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: .value(1))
-            })
+            let tooMany = PushRequest(
+                clientID: "c1",
+                mutations: (1...1001).map {
+                    .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: .value(1))
+                }
+            )
             let reply = try await server.push(tooMany, token: token)
             #expect(reply.status == 413)
             #expect(reply.errorCode == "batch_too_large")
@@ -107,9 +143,12 @@ struct PushTests {
             #expect(reply.errorMessage?.contains("4 MiB") == true)
 
             let big = String(repeating: "x", count: 200_000)
-            let tooBig = PushRequest(clientID: "c1", mutations: (1...25).map {
-                .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: ["blob": .string(big)])
-            })
+            let tooBig = PushRequest(
+                clientID: "c1",
+                mutations: (1...25).map {
+                    .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: ["blob": .string(big)])
+                }
+            )
             let bigReply = try await server.push(tooBig, token: token)
             #expect(bigReply.status == 413)
             #expect(bigReply.errorCode == "batch_too_large")
@@ -122,12 +161,21 @@ struct PushTests {
     func naturalKeyMerge(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "phone", mutations: [
-                .upsert(id: 1, entity: "events", entityID: "e-0017", data: .value(1), naturalKey: "hk:9F2A"),
-            ]), token: token)
-            let batch = PushRequest(clientID: "watch", mutations: [
-                .upsert(id: 41, entity: "events", entityID: "local-1", data: .value(1200), naturalKey: "hk:9F2A"),
-            ])
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "phone",
+                    mutations: [
+                        .upsert(id: 1, entity: "events", entityID: "e-0017", data: .value(1), naturalKey: "hk:9F2A")
+                    ]
+                ),
+                token: token
+            )
+            let batch = PushRequest(
+                clientID: "watch",
+                mutations: [
+                    .upsert(id: 41, entity: "events", entityID: "local-1", data: .value(1200), naturalKey: "hk:9F2A")
+                ]
+            )
             let merged = try await server.pushOK(batch, token: token)
             #expect(merged.results.first?.status == .merged)
             #expect(merged.results.first?.entityID == "e-0017")
@@ -147,15 +195,27 @@ struct PushTests {
     func naturalKeyHandOver(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [
-                .upsert(id: 1, entity: "s", entityID: "a", data: .value(1), naturalKey: "k1"),
-            ]), token: token)
-            let response = try await server.pushOK(PushRequest(clientID: "c", mutations: [
-                .upsert(id: 2, entity: "s", entityID: "a", data: .value(2), naturalKey: "k2"),
-                .upsert(id: 3, entity: "s", entityID: "b", data: .value(3), naturalKey: "k1"),
-                .delete(id: 4, entity: "s", entityID: "a"),
-                .upsert(id: 5, entity: "s", entityID: "c", data: .value(5), naturalKey: "k2"),
-            ]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "c",
+                    mutations: [
+                        .upsert(id: 1, entity: "s", entityID: "a", data: .value(1), naturalKey: "k1")
+                    ]
+                ),
+                token: token
+            )
+            let response = try await server.pushOK(
+                PushRequest(
+                    clientID: "c",
+                    mutations: [
+                        .upsert(id: 2, entity: "s", entityID: "a", data: .value(2), naturalKey: "k2"),
+                        .upsert(id: 3, entity: "s", entityID: "b", data: .value(3), naturalKey: "k1"),
+                        .delete(id: 4, entity: "s", entityID: "a"),
+                        .upsert(id: 5, entity: "s", entityID: "c", data: .value(5), naturalKey: "k2"),
+                    ]
+                ),
+                token: token
+            )
             #expect(response.results.map(\.status) == [.applied, .applied, .applied, .applied])
             #expect(response.results.map(\.entityID) == ["a", "b", "a", "c"])
             let records = try await server.pullAll(token: token)
@@ -170,15 +230,21 @@ struct PushTests {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let huge = String(repeating: "y", count: ProtocolLimits.maxDataBytes)
-            let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
-                .upsert(id: 2, entity: "Events!", entityID: "e-2", data: .value(2)),
-                .upsert(id: 3, entity: "events", entityID: "e-3", data: ["blob": .string(huge)]),
-                .upsert(id: 4, entity: "events", entityID: String(repeating: "z", count: 129), data: .value(4)),
-                Mutation(id: 5, entity: "events", entityID: "e-5", op: .delete, data: .value(5)),
-                Mutation(id: 6, entity: "events", entityID: "e-6", op: .upsert),
-                .upsert(id: 7, entity: "events", entityID: "e-7", data: .value(7)),
-            ]), token: token)
+            let response = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
+                        .upsert(id: 2, entity: "Events!", entityID: "e-2", data: .value(2)),
+                        .upsert(id: 3, entity: "events", entityID: "e-3", data: ["blob": .string(huge)]),
+                        .upsert(id: 4, entity: "events", entityID: String(repeating: "z", count: 129), data: .value(4)),
+                        Mutation(id: 5, entity: "events", entityID: "e-5", op: .delete, data: .value(5)),
+                        Mutation(id: 6, entity: "events", entityID: "e-6", op: .upsert),
+                        .upsert(id: 7, entity: "events", entityID: "e-7", data: .value(7)),
+                    ]
+                ),
+                token: token
+            )
             #expect(response.results.map(\.status) == [.applied, .rejected, .rejected, .rejected, .rejected, .rejected, .applied])
             #expect(response.lastMutationID == 7)
             let reasons = response.results.compactMap(\.error)
@@ -189,9 +255,15 @@ struct PushTests {
             #expect(reasons[3].contains("data must be absent"))
             #expect(reasons[4].contains("data is required"))
             // The rejected id is spent: resending it learns the rejection again, never a retry.
-            let resent = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 2, entity: "Events!", entityID: "e-2", data: .value(2)),
-            ]), token: token)
+            let resent = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 2, entity: "Events!", entityID: "e-2", data: .value(2))
+                    ]
+                ),
+                token: token
+            )
             #expect(resent.results.first?.status == .rejected)
             #expect(resent.results.first?.error == reasons[0])
             #expect(Set(try await server.pullAll(token: token).keys) == ["events/e-1", "events/e-7"])
@@ -202,13 +274,19 @@ struct PushTests {
     func conflicts(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 1, entity: "notes", entityID: "n", data: .value(1), baseVersion: 0),
-                .upsert(id: 2, entity: "notes", entityID: "n", data: .value(2), baseVersion: 0),
-                .upsert(id: 3, entity: "notes", entityID: "n", data: .value(3), baseVersion: 1),
-                .upsert(id: 4, entity: "notes", entityID: "n", data: .value(4), baseVersion: 1),
-                .upsert(id: 5, entity: "notes", entityID: "missing", data: .value(5), baseVersion: 3),
-            ]), token: token)
+            let response = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 1, entity: "notes", entityID: "n", data: .value(1), baseVersion: 0),
+                        .upsert(id: 2, entity: "notes", entityID: "n", data: .value(2), baseVersion: 0),
+                        .upsert(id: 3, entity: "notes", entityID: "n", data: .value(3), baseVersion: 1),
+                        .upsert(id: 4, entity: "notes", entityID: "n", data: .value(4), baseVersion: 1),
+                        .upsert(id: 5, entity: "notes", entityID: "missing", data: .value(5), baseVersion: 3),
+                    ]
+                ),
+                token: token
+            )
             #expect(response.results.map(\.status) == [.applied, .conflict, .applied, .conflict, .conflict])
             #expect(response.results[1].current == RecordState(version: 1, deleted: false, data: .value(1)))
             #expect(response.results[3].current == RecordState(version: 2, deleted: false, data: .value(3)))
@@ -223,24 +301,39 @@ struct PushTests {
         }
     }
 
-    @Test("deletes leave tombstones with a new version; deleting the unknown gives version null; an upsert revives", arguments: StorageBackend.allCases)
+    @Test(
+        "deletes leave tombstones with a new version; deleting the unknown gives version null; an upsert revives",
+        arguments: StorageBackend.allCases
+    )
     func tombstones(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
-                .delete(id: 2, entity: "events", entityID: "e-1"),
-                .delete(id: 3, entity: "events", entityID: "never"),
-            ]), token: token)
+            let response = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 1, entity: "events", entityID: "e-1", data: .value(1)),
+                        .delete(id: 2, entity: "events", entityID: "e-1"),
+                        .delete(id: 3, entity: "events", entityID: "never"),
+                    ]
+                ),
+                token: token
+            )
             #expect(response.results.map(\.status) == [.applied, .applied, .applied])
             #expect(response.results.map(\.version) == [1, 2, nil])
             var records = try await server.pullAll(token: token)
             #expect(records["events/e-1"] == Change(entity: "events", entityID: "e-1", op: .delete, version: 2))
             #expect(records["events/never"] == nil)
 
-            let revived = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 4, entity: "events", entityID: "e-1", data: .value(4)),
-            ]), token: token)
+            let revived = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 4, entity: "events", entityID: "e-1", data: .value(4))
+                    ]
+                ),
+                token: token
+            )
             #expect(revived.results.first?.version == 3)
             records = try await server.pullAll(token: token)
             #expect(records["events/e-1"]?.op == .upsert)
@@ -248,16 +341,28 @@ struct PushTests {
         }
     }
 
-    @Test("a resent mutation whose result is no longer kept is a duplicate: no version claimed, the record as it is now", arguments: StorageBackend.allCases)
+    @Test(
+        "a resent mutation whose result is no longer kept is a duplicate: no version claimed, the record as it is now",
+        arguments: StorageBackend.allCases
+    )
     func duplicateBeyondRecentResults(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let upsert = PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))])
             _ = try await server.pushOK(upsert, token: token)
             // Two later pushes of the client: the server keeps the results of the last two only.
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 2, entity: "e", entityID: "y", data: .value(2))]), token: token)
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 3, entity: "e", entityID: "y", data: .value(3))]), token: token)
-            _ = try await server.pushOK(PushRequest(clientID: "c2", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(9))]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 2, entity: "e", entityID: "y", data: .value(2))]),
+                token: token
+            )
+            _ = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 3, entity: "e", entityID: "y", data: .value(3))]),
+                token: token
+            )
+            _ = try await server.pushOK(
+                PushRequest(clientID: "c2", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(9))]),
+                token: token
+            )
             let reply = try await server.push(upsert, token: token)
             let text = String(decoding: reply.body, as: UTF8.self)
             #expect(text.contains("\"version\":null"))
@@ -274,7 +379,10 @@ struct PushTests {
         }
     }
 
-    @Test("answers lost three times while new changes join each resend: the first mutation still learns its own result", arguments: StorageBackend.allCases)
+    @Test(
+        "answers lost three times while new changes join each resend: the first mutation still learns its own result",
+        arguments: StorageBackend.allCases
+    )
     func resendsWithNewChanges(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
@@ -290,12 +398,21 @@ struct PushTests {
         }
     }
 
-    @Test("a mutation id reused for another change (a copied store) is rejected, never answered with the other change's result", arguments: StorageBackend.allCases)
+    @Test(
+        "a mutation id reused for another change (a copied store) is rejected, never answered with the other change's result",
+        arguments: StorageBackend.allCases
+    )
     func reusedMutationID(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "A", data: .value(1))]), token: token)
-            let reused = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "B", data: .value(2))]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "A", data: .value(1))]),
+                token: token
+            )
+            let reused = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 1, entity: "events", entityID: "B", data: .value(2))]),
+                token: token
+            )
             #expect(reused.results.first?.status == .rejected)
             #expect(reused.results.first?.error?.contains("already used mutation id 1") == true)
             #expect(reused.results.first?.entityID == nil)
@@ -305,15 +422,24 @@ struct PushTests {
         }
     }
 
-    @Test("a resent duplicate reports the record as it is now every time; a reused id with other data is rejected, and the first change's own resend still learns its result", arguments: StorageBackend.allCases)
+    @Test(
+        "a resent duplicate reports the record as it is now every time; a reused id with other data is rejected, and the first change's own resend still learns its result",
+        arguments: StorageBackend.allCases
+    )
     func keptResultsAreTheFirstChangesOwn(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 5, entity: "events", entityID: "r1", data: .value(1))]), token: token)
-            let withOld = PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 3, entity: "events", entityID: "r1", data: .value(0)),
-                .upsert(id: 6, entity: "events", entityID: "r2", data: .value(2)),
-            ])
+            _ = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 5, entity: "events", entityID: "r1", data: .value(1))]),
+                token: token
+            )
+            let withOld = PushRequest(
+                clientID: "c1",
+                mutations: [
+                    .upsert(id: 3, entity: "events", entityID: "r1", data: .value(0)),
+                    .upsert(id: 6, entity: "events", entityID: "r2", data: .value(2)),
+                ]
+            )
             let first = try await server.pushOK(withOld, token: token)
             let again = try await server.pushOK(withOld, token: token)
             #expect(first.results[0].status == .duplicate)
@@ -321,27 +447,45 @@ struct PushTests {
             #expect(again == first)
 
             // The same id, record and op, other data: a copied store's change, not a resend.
-            let reused = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 6, entity: "events", entityID: "r2", data: .value(99)),
-                .upsert(id: 7, entity: "events", entityID: "r3", data: .value(3)),
-            ]), token: token)
+            let reused = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 6, entity: "events", entityID: "r2", data: .value(99)),
+                        .upsert(id: 7, entity: "events", entityID: "r3", data: .value(3)),
+                    ]
+                ),
+                token: token
+            )
             #expect(reused.results.map(\.status) == [.rejected, .applied])
-            let genuine = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.upsert(id: 6, entity: "events", entityID: "r2", data: .value(2))]), token: token)
+            let genuine = try await server.pushOK(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 6, entity: "events", entityID: "r2", data: .value(2))]),
+                token: token
+            )
             #expect(genuine.results.first == first.results[1])
             #expect(try await server.pullAll(token: token)["events/r2"]?.data == .value(2))
         }
     }
 
-    @Test("ids and natural keys that differ only in Unicode normalization are different records, as SQLite keeps them", arguments: StorageBackend.allCases)
+    @Test(
+        "ids and natural keys that differ only in Unicode normalization are different records, as SQLite keeps them",
+        arguments: StorageBackend.allCases
+    )
     func normalizationIsNotIdentity(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")
             let composed = "caf\u{E9}"
             let decomposed = "cafe\u{301}"
-            let response = try await server.pushOK(PushRequest(clientID: "c1", mutations: [
-                .upsert(id: 1, entity: "events", entityID: composed, data: .value(1), naturalKey: composed),
-                .upsert(id: 2, entity: "events", entityID: decomposed, data: .value(2), naturalKey: decomposed),
-            ]), token: token)
+            let response = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 1, entity: "events", entityID: composed, data: .value(1), naturalKey: composed),
+                        .upsert(id: 2, entity: "events", entityID: decomposed, data: .value(2), naturalKey: decomposed),
+                    ]
+                ),
+                token: token
+            )
             #expect(response.results.map(\.status) == [.applied, .applied])
             #expect(response.results.map(\.version) == [1, 1])
             // Counted from the page itself: a Swift dictionary keyed by these ids would merge them.

@@ -7,14 +7,20 @@ import Testing
 
 @Suite("Rate limiting", .timeLimit(.minutes(1)))
 struct RateLimitTests {
-    @Test("every authenticated response carries RateLimit-*; over the quota the server answers 429 with Retry-After and changes nothing", arguments: StorageBackend.allCases)
+    @Test(
+        "every authenticated response carries RateLimit-*; over the quota the server answers 429 with Retry-After and changes nothing",
+        arguments: StorageBackend.allCases
+    )
     func headersAnd429(backend: StorageBackend) async throws {
         let clock = TestClock()
         try await TestServer.run(backend: backend, rateLimit: RateLimitPolicy(requests: 3, window: .seconds(60)), rateLimitClock: clock) { server in
             let token = try await TestServer.token(for: "alice")
             var remaining: [String] = []
             for id in 1...3 {
-                let reply = try await server.push(PushRequest(clientID: "c", mutations: [.upsert(id: Int64(id), entity: "e", entityID: "\(id)", data: .value(1))]), token: token)
+                let reply = try await server.push(
+                    PushRequest(clientID: "c", mutations: [.upsert(id: Int64(id), entity: "e", entityID: "\(id)", data: .value(1))]),
+                    token: token
+                )
                 #expect(reply.status == 200)
                 #expect(reply.headers["RateLimit-Limit"] == ["3"])
                 remaining += reply.headers["RateLimit-Remaining"]
@@ -22,7 +28,10 @@ struct RateLimitTests {
             }
             #expect(remaining == ["2", "1", "0"])
 
-            let limited = try await server.push(PushRequest(clientID: "c", mutations: [.upsert(id: 4, entity: "e", entityID: "4", data: .value(1))]), token: token)
+            let limited = try await server.push(
+                PushRequest(clientID: "c", mutations: [.upsert(id: 4, entity: "e", entityID: "4", data: .value(1))]),
+                token: token
+            )
             #expect(limited.status == 429)
             #expect(limited.errorCode == "rate_limited")
             let retryAfter = Int(limited.headers["Retry-After"].first ?? "") ?? 0

@@ -17,7 +17,9 @@ struct RobustnessTests {
             #expect(unknown.status == 404)
             #expect(unknown.errorCode == "not_found")
             #expect(!unknown.headers["X-Request-ID"].isEmpty)
-            for (method, path, allowed) in [(HTTPMethod.GET, "/v1/push", "POST"), (.POST, "/v1/pull", "GET"), (.DELETE, "/v1/health", "GET"), (.PUT, "/metrics", "GET")] {
+            for (method, path, allowed) in [
+                (HTTPMethod.GET, "/v1/push", "POST"), (.POST, "/v1/pull", "GET"), (.DELETE, "/v1/health", "GET"), (.PUT, "/metrics", "GET"),
+            ] {
                 let reply = try await server.send(method, path, token: token)
                 #expect(reply.status == 405, "\(method) \(path)")
                 #expect(reply.errorCode == "method_not_allowed")
@@ -65,8 +67,14 @@ struct RobustnessTests {
                 ("{\"clientID\": \"c\", \"mutations\": {}}", "mutations"),
                 ("{\"clientID\": \"c\", \"mutations\": [{\"entity\": \"e\", \"entityID\": \"x\", \"op\": \"delete\"}]}", "mutations[0].id"),
                 ("{\"clientID\": \"c\", \"mutations\": [{\"id\": 1, \"entity\": \"e\", \"entityID\": \"x\", \"op\": \"merge\"}]}", "mutations[0].op"),
-                ("{\"clientID\": \"c\", \"mutations\": [{\"id\": 1, \"entity\": \"e\", \"entityID\": \"x\", \"op\": \"upsert\", \"data\": [1]}]}", "mutations[0].data"),
-                ("{\"clientID\": \"c\", \"mutations\": [{\"id\": 1.5, \"entity\": \"e\", \"entityID\": \"x\", \"op\": \"delete\"}]}", "mutations[0].id"),
+                (
+                    "{\"clientID\": \"c\", \"mutations\": [{\"id\": 1, \"entity\": \"e\", \"entityID\": \"x\", \"op\": \"upsert\", \"data\": [1]}]}",
+                    "mutations[0].data"
+                ),
+                (
+                    "{\"clientID\": \"c\", \"mutations\": [{\"id\": 1.5, \"entity\": \"e\", \"entityID\": \"x\", \"op\": \"delete\"}]}",
+                    "mutations[0].id"
+                ),
             ]
             for (body, field) in cases {
                 let reply = try await server.send(.POST, "/v1/push", token: token, body: Data(body.utf8))
@@ -82,11 +90,22 @@ struct RobustnessTests {
     func fuzz() async throws {
         try await RouterServer.run { server in
             let token = try await TestServer.token(for: "alice")
-            let seed = try JSONEncoder().encode(PushRequest(clientID: "fuzz", mutations: [
-                .upsert(id: 1, entity: "events", entityID: "e-1", data: ["n": .integer(1), "s": .string("x"), "a": .array([.bool(true), .null])], naturalKey: "k"),
-                .upsert(id: 2, entity: "events", entityID: "e-2", data: .value(2), baseVersion: 0),
-                .delete(id: 3, entity: "events", entityID: "e-1"),
-            ]))
+            let seed = try JSONEncoder().encode(
+                PushRequest(
+                    clientID: "fuzz",
+                    mutations: [
+                        .upsert(
+                            id: 1,
+                            entity: "events",
+                            entityID: "e-1",
+                            data: ["n": .integer(1), "s": .string("x"), "a": .array([.bool(true), .null])],
+                            naturalKey: "k"
+                        ),
+                        .upsert(id: 2, entity: "events", entityID: "e-2", data: .value(2), baseVersion: 0),
+                        .delete(id: 3, entity: "events", entityID: "e-1"),
+                    ]
+                )
+            )
             var generator = SeededGenerator(seed: 0xF3_22)
             let alphabet = Array("{}[]\":,0123456789-.eE truefalsnul\\u00ff\u{1F600}".utf8)
             for round in 0..<300 {
@@ -106,7 +125,9 @@ struct RobustnessTests {
                 #expect([200, 400, 413].contains(reply.status))
                 if reply.status != 200 { #expect(reply.errorCode != nil) }
             }
-            for query in ["cursor=%ZZ", "limit=99999999999999999999", "cursor=c1.____&limit=1", "limit=&cursor=", "cursor=c1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"] {
+            for query in [
+                "cursor=%ZZ", "limit=99999999999999999999", "cursor=c1.____&limit=1", "limit=&cursor=", "cursor=c1.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            ] {
                 let reply = try await server.send(.GET, "/v1/pull?\(query)", token: token)
                 #expect(reply.status == 400, "\(query)")
             }
@@ -117,7 +138,15 @@ struct RobustnessTests {
     func metrics() async throws {
         try await TestServer.run(rateLimit: RateLimitPolicy(requests: 2, window: .seconds(60))) { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "c", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1)), .upsert(id: 2, entity: "E", entityID: "x", data: .value(1))]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "c",
+                    mutations: [
+                        .upsert(id: 1, entity: "e", entityID: "x", data: .value(1)), .upsert(id: 2, entity: "E", entityID: "x", data: .value(1)),
+                    ]
+                ),
+                token: token
+            )
             _ = try await server.pull(token: token)
             _ = try await server.pull(token: token)
             let text = String(decoding: try await server.send(.GET, "/metrics").body, as: UTF8.self)

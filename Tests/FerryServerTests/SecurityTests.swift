@@ -12,7 +12,9 @@ struct SecurityTests {
     func everyOtherAlgorithm() async throws {
         try await RouterServer.run { server in
             let now = Int(Date().timeIntervalSince1970)
-            for algorithm in ["none", "None", "NONE", "nOnE", "hs256", "HS256 ", "HS384", "HS512", "RS256", "RS512", "ES256", "ES384", "PS256", "EdDSA", ""] {
+            for algorithm in [
+                "none", "None", "NONE", "nOnE", "hs256", "HS256 ", "HS384", "HS512", "RS256", "RS512", "ES256", "ES384", "PS256", "EdDSA", "",
+            ] {
                 let token = try TestServer.handMadeToken(header: ["alg": algorithm, "typ": "JWT"], claims: ["sub": "alice", "exp": now + 600])
                 let reply = try await server.pull(token: token)
                 #expect(reply.status == 401, "alg '\(algorithm)'")
@@ -28,24 +30,42 @@ struct SecurityTests {
         try await RouterServer.run { server in
             let alice = try await TestServer.token(for: "alice")
             let bob = try await TestServer.token(for: "bob")
-            _ = try await server.pushOK(PushRequest(clientID: "same-client", mutations: [
-                .upsert(id: 1, entity: "notes", entityID: "n", data: ["secret": .string("alice's")]),
-                .upsert(id: 2, entity: "events", entityID: "e-alice", data: ["secret": .string("alice's")], naturalKey: "hk-1"),
-            ]), token: alice)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "same-client",
+                    mutations: [
+                        .upsert(id: 1, entity: "notes", entityID: "n", data: ["secret": .string("alice's")]),
+                        .upsert(id: 2, entity: "events", entityID: "e-alice", data: ["secret": .string("alice's")], naturalKey: "hk-1"),
+                    ]
+                ),
+                token: alice
+            )
 
             // Bob reuses Alice's client id, mutation ids, record ids and natural key.
-            let answer = try await server.pushOK(PushRequest(clientID: "same-client", mutations: [
-                .upsert(id: 1, entity: "notes", entityID: "n", data: ["mine": .string("bob's")], baseVersion: 1),
-                .upsert(id: 2, entity: "events", entityID: "e-bob", data: ["mine": .string("bob's")], naturalKey: "hk-1"),
-                .delete(id: 3, entity: "events", entityID: "e-alice"),
-            ]), token: bob)
+            let answer = try await server.pushOK(
+                PushRequest(
+                    clientID: "same-client",
+                    mutations: [
+                        .upsert(id: 1, entity: "notes", entityID: "n", data: ["mine": .string("bob's")], baseVersion: 1),
+                        .upsert(id: 2, entity: "events", entityID: "e-bob", data: ["mine": .string("bob's")], naturalKey: "hk-1"),
+                        .delete(id: 3, entity: "events", entityID: "e-alice"),
+                    ]
+                ),
+                token: bob
+            )
             #expect(answer.results.map(\.status) == [.conflict, .applied, .applied], "no duplicate or merge across users")
             #expect(answer.results[0].current == nil, "a conflict shows bob nothing of alice's record")
             #expect(answer.results[1].entityID == "e-bob")
             #expect(answer.results[2].version == nil, "bob deletes nothing: he has no e-alice")
-            let resent = try await server.pushOK(PushRequest(clientID: "same-client", mutations: [
-                .upsert(id: 1, entity: "notes", entityID: "n", data: ["mine": .string("bob's")], baseVersion: 1),
-            ]), token: bob)
+            let resent = try await server.pushOK(
+                PushRequest(
+                    clientID: "same-client",
+                    mutations: [
+                        .upsert(id: 1, entity: "notes", entityID: "n", data: ["mine": .string("bob's")], baseVersion: 1)
+                    ]
+                ),
+                token: bob
+            )
             #expect(resent.results[0].current == nil, "a replay shows bob nothing of alice's record either")
 
             let aliceRecords = try await server.pullAll(token: alice)
@@ -59,7 +79,9 @@ struct SecurityTests {
         }
     }
 
-    @Test("after every kind of request and every bad token, no log line holds a token or the secret; one access line per request; failures counted in /metrics")
+    @Test(
+        "after every kind of request and every bad token, no log line holds a token or the secret; one access line per request; failures counted in /metrics"
+    )
     func logsAndMetrics() async throws {
         let log = CapturedLog()
         try await TestServer.run(rateLimit: .default, logger: log.logger()) { server in
@@ -68,7 +90,10 @@ struct SecurityTests {
             var requests = 0
             var refused = 0
             _ = try await server.send(.GET, "/v1/pull", token: good, headers: [("Ferry-Client-ID", "phone-1")])
-            _ = try await server.pushOK(PushRequest(clientID: "phone-1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))]), token: good)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "phone-1", mutations: [.upsert(id: 1, entity: "e", entityID: "x", data: .value(1))]),
+                token: good
+            )
             _ = try await server.send(.POST, "/v1/push", token: good, body: Data("{not json".utf8))
             _ = try await server.send(.GET, "/v1/pull?cursor=forged", token: good)
             _ = try await server.send(.GET, "/v1/health")
@@ -97,10 +122,16 @@ struct SecurityTests {
             for field in ["method=", "route=", "status=", "ms=", "user=", "client=", "request_id="] {
                 #expect(access.allSatisfy { $0.contains(field) }, "every access line has \(field)")
             }
-            #expect(access.contains { $0.contains("route=/v1/pull") && $0.contains("user=alice") && $0.contains("client=phone-1") && $0.contains("status=200") })
+            #expect(
+                access.contains {
+                    $0.contains("route=/v1/pull") && $0.contains("user=alice") && $0.contains("client=phone-1") && $0.contains("status=200")
+                }
+            )
             #expect(access.contains { $0.contains("route=/v1/push") && $0.contains("client=phone-1") && $0.contains("status=200") })
             #expect(access.filter { $0.contains("status=401") }.count == refused)
-            for reason in ["missing_header", "not_bearer", "malformed", "wrong_algorithm", "bad_signature", "expired", "missing_expiry", "missing_subject"] {
+            for reason in [
+                "missing_header", "not_bearer", "malformed", "wrong_algorithm", "bad_signature", "expired", "missing_expiry", "missing_subject",
+            ] {
                 #expect(metrics.contains("ferry_auth_failures_total{reason=\"\(reason)\"}"), "\(reason) counted")
             }
         }

@@ -33,7 +33,10 @@ struct ServeUnderAttackTests {
         try #require(FileManager.default.isExecutableFile(atPath: FerryProcess.binary.path), "build the ferry executable first (swift build)")
         let directory = TestDirectory.make("attack")
         let server = try FerryProcess(
-            ["serve", "--database", "sqlite:\(directory.appendingPathComponent("server.sqlite").path)", "--port", "0", "--jwt-secret", TestServer.secret],
+            [
+                "serve", "--database", "sqlite:\(directory.appendingPathComponent("server.sqlite").path)", "--port", "0", "--jwt-secret",
+                TestServer.secret,
+            ],
             in: directory
         )
         defer { server.process.terminate() }
@@ -69,7 +72,8 @@ struct ServeUnderAttackTests {
         // The server may close the connection before the upload ends; it never accepts the body.
         #expect(oversized.allSatisfy { $0 == nil || $0 == 413 }, "\(oversized)")
 
-        let deep = #"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":{"v":"#
+        let deep =
+            #"{"clientID":"c","mutations":[{"id":1,"entity":"e","entityID":"x","op":"upsert","data":{"v":"#
             + String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000) + "}}]}"
         var nested: [Int?] = []
         for _ in 0..<200 {

@@ -18,10 +18,15 @@ struct StorageCostTests {
         func push(_ first: Int64, entityPrefix: String, naturalKeyPrefix: String) async throws -> [String] {
             statements.withLock { $0.removeAll() }
             let mutations = (0..<500).map { index in
-                IncomingMutation(.upsert(
-                    id: first + Int64(index), entity: "events", entityID: "\(entityPrefix)-\(index)",
-                    data: ["value": .integer(Int64(index))], naturalKey: "\(naturalKeyPrefix)-\(index)"
-                ))
+                IncomingMutation(
+                    .upsert(
+                        id: first + Int64(index),
+                        entity: "events",
+                        entityID: "\(entityPrefix)-\(index)",
+                        data: ["value": .integer(Int64(index))],
+                        naturalKey: "\(naturalKeyPrefix)-\(index)"
+                    )
+                )
             }
             let response = try await storage.push(userID: "u", clientID: "c", mutations: mutations)
             #expect(response.results.count == 500)

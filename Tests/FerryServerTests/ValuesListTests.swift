@@ -9,7 +9,9 @@ import Testing
 struct ValuesListTests {
     @Test("rows are padded to a power of two up to 64, then to a multiple of 64")
     func padding() {
-        let expected: [(rows: Int, padded: Int)] = [(1, 1), (2, 2), (3, 4), (5, 8), (33, 64), (64, 64), (65, 128), (128, 128), (129, 192), (1000, 1024)]
+        let expected: [(rows: Int, padded: Int)] = [
+            (1, 1), (2, 2), (3, 4), (5, 8), (33, 64), (64, 64), (65, 128), (128, 128), (129, 192), (1000, 1024),
+        ]
         for (rows, padded) in expected {
             #expect(ValuesList(rows: rows, columns: 3).paddedRows == padded, "\(rows) rows")
         }

@@ -26,7 +26,9 @@ public actor RestartableServer {
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = try await FerryServerApplication.make(
             configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: TestServer.secret, rateLimit: nil),
-            storage: storage, logger: logger, onServerRunning: { port in portContinuation.yield(port) }
+            storage: storage,
+            logger: logger,
+            onServerRunning: { port in portContinuation.yield(port) }
         )
         let group = ServiceGroup(services: [app], logger: logger)
         running = Task {

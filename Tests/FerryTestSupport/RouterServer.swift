@@ -15,14 +15,18 @@ public struct RouterServer: ServerEndpoint {
     /// Runs `body` against a fresh application; `rateLimiter` replaces the in-process limiter
     /// that `rateLimit` would make.
     public static func run<T: Sendable>(
-        storage: (any SyncStorage)? = nil, rateLimit: RateLimitPolicy? = nil, rateLimiter: (any RateLimiter)? = nil,
+        storage: (any SyncStorage)? = nil,
+        rateLimit: RateLimitPolicy? = nil,
+        rateLimiter: (any RateLimiter)? = nil,
         _ body: @escaping @Sendable (RouterServer) async throws -> T
     ) async throws -> T {
         var logger = Logger(label: "ferry.test.router")
         logger.logLevel = .error
         let app = try await FerryServerApplication.make(
             configuration: ServerConfiguration(jwtSecret: TestServer.secret, rateLimit: rateLimit),
-            storage: try storage ?? SQLiteSyncStorage(path: nil), rateLimiter: rateLimiter, logger: logger
+            storage: try storage ?? SQLiteSyncStorage(path: nil),
+            rateLimiter: rateLimiter,
+            logger: logger
         )
         return try await app.test(.router) { client in try await body(RouterServer(client: client)) }
     }
@@ -34,10 +38,14 @@ public struct RouterServer: ServerEndpoint {
             fields.append(HTTPField(name: name, value: value))
         }
         let response = try await client.execute(
-            uri: path, method: HTTPRequest.Method(method.rawValue)!, headers: fields, body: body.map { ByteBuffer(bytes: $0) }
+            uri: path,
+            method: HTTPRequest.Method(method.rawValue)!,
+            headers: fields,
+            body: body.map { ByteBuffer(bytes: $0) }
         )
         return Reply(
-            status: response.status.code, headers: HTTPHeaders(response.headers.map { ($0.name.rawName, $0.value) }),
+            status: response.status.code,
+            headers: HTTPHeaders(response.headers.map { ($0.name.rawName, $0.value) }),
             body: Data(response.body.readableBytesView)
         )
     }

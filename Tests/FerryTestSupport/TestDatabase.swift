@@ -86,8 +86,12 @@ public enum TestPostgres {
     @discardableResult
     public static func withConnection<T: Sendable>(to location: PostgresLocation, _ body: (PostgresConnection) async throws -> T) async throws -> T {
         let configuration = PostgresConnection.Configuration(
-            host: location.host, port: location.port, username: location.username, password: location.password,
-            database: location.database, tls: .disable
+            host: location.host,
+            port: location.port,
+            username: location.username,
+            password: location.password,
+            database: location.database,
+            tls: .disable
         )
         let connection: PostgresConnection
         do {

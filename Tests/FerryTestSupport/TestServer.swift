@@ -38,7 +38,12 @@ public struct TestServer: HTTPServerEndpoint {
         let storage = try await database.open()
         let rateLimiter = rateLimiter ?? rateLimit.flatMap { Self.limiter($0, storage: storage, clock: rateLimitClock) }
         return try await FerryTestServer.run(
-            storage: storage, secret: secret, rateLimit: rateLimit, rateLimiter: rateLimiter, metrics: metrics, logger: logger,
+            storage: storage,
+            secret: secret,
+            rateLimit: rateLimit,
+            rateLimiter: rateLimiter,
+            metrics: metrics,
+            logger: logger,
             idleTimeout: idleTimeout
         ) { server in
             try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage))
@@ -64,14 +69,24 @@ public struct TestServer: HTTPServerEndpoint {
         TestDirectory.make("server").appendingPathComponent("server.sqlite").path
     }
 
-    public static func token(for user: String, secret: String = secret, now: Date = Date(), ttl: Duration = .seconds(3600)) async throws
+    public static func token(
+        for user: String,
+        secret: String = secret,
+        now: Date = Date(),
+        ttl: Duration = .seconds(3600)
+    ) async throws
         -> String
     {
         try await TokenAuthority(secret: secret).issue(userID: user, ttl: ttl, now: now)
     }
 
     /// Signs arbitrary header and claims with HS256, to build tokens the issuer would never make.
-    public static func handMadeToken(header: [String: Any], claims: [String: Any], secret: String = secret, signature: Bool = true)
+    public static func handMadeToken(
+        header: [String: Any],
+        claims: [String: Any],
+        secret: String = secret,
+        signature: Bool = true
+    )
         throws -> String
     {
         func part(_ object: [String: Any]) throws -> String {
@@ -131,7 +146,11 @@ extension HTTPServerEndpoint {
 extension ServerEndpoint {
     /// Sends a request with `token` as its bearer token and a JSON `body`.
     public func send(
-        _ method: HTTPMethod, _ path: String, token: String? = nil, headers: [(String, String)] = [], body: Data? = nil
+        _ method: HTTPMethod,
+        _ path: String,
+        token: String? = nil,
+        headers: [(String, String)] = [],
+        body: Data? = nil
     ) async throws -> Reply {
         var all: [(String, String)] = []
         if let token { all.append(("Authorization", "Bearer \(token)")) }

@@ -26,7 +26,8 @@ struct AppSyncTests {
             defer { try? FileManager.default.removeItem(at: directory) }
             let session = SyncSession(
                 configuration: SessionConfiguration(storeDirectory: directory, tables: [Self.events], schema: Self.schema),
-                transport: network, token: { user in try await server.token(for: user) },
+                transport: network,
+                token: { user in try await server.token(for: user) },
                 clock: VirtualClock()  // retries and settle windows pass at once
             )
 
@@ -106,13 +107,17 @@ struct AppSyncTests {
             }
         }
         let url = try #require(stoppedURL)
-        await #expect(throws: (any Error).self) { _ = try await URLSessionTransport(baseURL: url).send(TransportRequest(method: "GET", path: "/v1/health")) }
+        await #expect(throws: (any Error).self) {
+            _ = try await URLSessionTransport(baseURL: url).send(TransportRequest(method: "GET", path: "/v1/health"))
+        }
 
         try await FerryTestServer.run(secret: "one-secret-of-at-least-thirty-two-bytes!") { server in
             let other = try await FerryTestServer.start(secret: "another-secret-of-at-least-32-bytes!!")
             let foreign = try await other.token(for: "dave")
             try await other.stop()
-            let response = try await server.transport().send(TransportRequest(method: "GET", path: "/v1/pull", headers: ["Authorization": "Bearer \(foreign)"]))
+            let response = try await server.transport().send(
+                TransportRequest(method: "GET", path: "/v1/pull", headers: ["Authorization": "Bearer \(foreign)"])
+            )
             #expect(response.status == 401)
         }
     }
@@ -123,7 +128,8 @@ struct AppSyncTests {
         let article = try String(
             contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent(
                 "../../Sources/FerryTesting/FerryTesting.docc/TestingYourAppsSync.md"
-            ).standardized, encoding: .utf8
+            ).standardized,
+            encoding: .utf8
         )
         let start = try #require(source.range(of: "    @Test(\"my app survives"))
         let end = try #require(source.range(of: "    @Test(\"scripted faults"))

@@ -13,10 +13,12 @@ struct ClientFixture {
     static func schema() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("app-v1") { db in
-            try db.execute(sql: """
-                CREATE TABLE events (id TEXT PRIMARY KEY NOT NULL, kind TEXT, value INTEGER, hk TEXT);
-                CREATE TABLE notes (id TEXT PRIMARY KEY NOT NULL, body TEXT);
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE events (id TEXT PRIMARY KEY NOT NULL, kind TEXT, value INTEGER, hk TEXT);
+                    CREATE TABLE notes (id TEXT PRIMARY KEY NOT NULL, body TEXT);
+                    """
+            )
         }
         return migrator
     }
@@ -30,13 +32,21 @@ struct ClientFixture {
     }
 
     static func client(
-        store: FerryStore, server: TestServer, user: String = "alice", transport: (any SyncTransport)? = nil,
-        configuration: SyncConfiguration = SyncConfiguration(), clock: any Clock<Duration> = ImmediateClock()
+        store: FerryStore,
+        server: TestServer,
+        user: String = "alice",
+        transport: (any SyncTransport)? = nil,
+        configuration: SyncConfiguration = SyncConfiguration(),
+        clock: any Clock<Duration> = ImmediateClock()
     ) -> FerryClient {
         let real = URLSessionTransport(baseURL: URL(string: server.baseURL)!)
         return FerryClient(
-            store: store, transport: transport ?? real, token: { try await TestServer.token(for: user) },
-            clock: clock, configuration: configuration, jitterSeed: 42
+            store: store,
+            transport: transport ?? real,
+            token: { try await TestServer.token(for: user) },
+            clock: clock,
+            configuration: configuration,
+            jitterSeed: 42
         )
     }
 }

@@ -10,7 +10,11 @@ struct ConnectivityTests {
     func healthProbe() async throws {
         let clock = TestClock()
         let states = try await TestServer.run { server in
-            let monitor = HealthProbeMonitor(transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!), clock: clock, interval: .seconds(30))
+            let monitor = HealthProbeMonitor(
+                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                clock: clock,
+                interval: .seconds(30)
+            )
             let states = monitor.states()
             var iterator = states.makeAsyncIterator()
             #expect(await iterator.next() == true)
@@ -32,9 +36,15 @@ struct ConnectivityTests {
                 func states() -> AsyncStream<Bool> { stream }
             }
             let session = SyncSession(
-                configuration: SessionConfiguration(storeDirectory: TestDirectory.make("session"), tables: [ClientFixture.events], schema: ClientFixture.schema()),
+                configuration: SessionConfiguration(
+                    storeDirectory: TestDirectory.make("session"),
+                    tables: [ClientFixture.events],
+                    schema: ClientFixture.schema()
+                ),
                 transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
-                token: { try await TestServer.token(for: $0) }, connectivity: Scripted(stream: states), clock: clock
+                token: { try await TestServer.token(for: $0) },
+                connectivity: Scripted(stream: states),
+                clock: clock
             )
             try await session.signIn("alice")
             let scheduler = try #require(await session.engine?.scheduler)

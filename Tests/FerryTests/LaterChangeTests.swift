@@ -24,14 +24,25 @@ struct LaterChangeTests {
     func mergeThenBothEdited() async throws {
         // The merged record edited last, or the record it merges into edited last.
         for (statements, last) in [
-            (["INSERT INTO events (id, value, hk) VALUES ('x', 5, 'hk-1')", "UPDATE events SET value = 7 WHERE id = 'c'", "UPDATE events SET value = 8 WHERE id = 'x'"], Int64(8)),
+            (
+                [
+                    "INSERT INTO events (id, value, hk) VALUES ('x', 5, 'hk-1')", "UPDATE events SET value = 7 WHERE id = 'c'",
+                    "UPDATE events SET value = 8 WHERE id = 'x'",
+                ], Int64(8)
+            ),
             (["INSERT INTO events (id, value, hk) VALUES ('x', 5, 'hk-1')", "UPDATE events SET value = 7 WHERE id = 'c'"], Int64(7)),
         ] {
             try await TestServer.run { server in
                 let token = try await TestServer.token(for: "alice")
-                _ = try await server.pushOK(PushRequest(clientID: "watch", mutations: [
-                    .upsert(id: 1, entity: "events", entityID: "c", data: ["value": .integer(1)], naturalKey: "hk-1"),
-                ]), token: token)
+                _ = try await server.pushOK(
+                    PushRequest(
+                        clientID: "watch",
+                        mutations: [
+                            .upsert(id: 1, entity: "events", entityID: "c", data: ["value": .integer(1)], naturalKey: "hk-1")
+                        ]
+                    ),
+                    token: token
+                )
                 let store = try ClientFixture.openStore(at: ClientFixture.storePath())
                 let client = ClientFixture.client(store: store, server: server, configuration: Self.oneAtATime())
                 try await client.sync()
@@ -80,9 +91,15 @@ struct LaterChangeTests {
         for keeps in [false, true] {
             try await TestServer.run { server in
                 let token = try await TestServer.token(for: "alice")
-                _ = try await server.pushOK(PushRequest(clientID: "laptop", mutations: [
-                    .upsert(id: 1, entity: "notes", entityID: "n", data: ["body": .string("server")]),
-                ]), token: token)
+                _ = try await server.pushOK(
+                    PushRequest(
+                        clientID: "laptop",
+                        mutations: [
+                            .upsert(id: 1, entity: "notes", entityID: "n", data: ["body": .string("server")])
+                        ]
+                    ),
+                    token: token
+                )
                 let seen = Mutex<[String]>([])
                 var configuration = Self.oneAtATime()
                 configuration.conflictPolicy = ConflictPolicy { conflict in

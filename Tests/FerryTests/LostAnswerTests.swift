@@ -1,9 +1,10 @@
-@testable import Ferry
 import FerryProtocol
 import FerryTestSupport
 import Foundation
 import GRDB
 import Testing
+
+@testable import Ferry
 
 /// Passes requests to a real server, but loses the answer to push number `lostPush` after the
 /// server has committed it; `meanwhile` runs before the client hears anything (another device
@@ -23,7 +24,12 @@ final class LostAnswerTransport: SyncTransport, @unchecked Sendable {
     }
 
     func send(_ request: TransportRequest) async throws -> TransportResponse {
-        let number = request.path == "/v1/push" ? lock.withLock { pushes += 1; return pushes } : 0
+        let number =
+            request.path == "/v1/push"
+            ? lock.withLock {
+                pushes += 1
+                return pushes
+            } : 0
         let response = try await base.send(request)
         guard number == lostPush else { return response }
         try await meanwhile()
@@ -99,19 +105,29 @@ struct LostAnswerTests {
         }
     }
 
-    @Test("a crash with two batches on the server and neither answer applied: the resend learns both results, merges re-key, nothing is applied twice")
+    @Test(
+        "a crash with two batches on the server and neither answer applied: the resend learns both results, merges re-key, nothing is applied twice"
+    )
     func twoBatchesResent() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
             // Another device already has 50 of the samples, under its own ids.
-            _ = try await server.pushOK(PushRequest(clientID: "watch", mutations: (0..<50).map {
-                .upsert(id: Int64($0 + 1), entity: "events", entityID: "watch-\($0)", data: .value(0), naturalKey: "hk:\($0 * 4)")
-            }), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "watch",
+                    mutations: (0..<50).map {
+                        .upsert(id: Int64($0 + 1), entity: "events", entityID: "watch-\($0)", data: .value(0), naturalKey: "hk:\($0 * 4)")
+                    }
+                ),
+                token: token
+            )
             let path = ClientFixture.storePath()
             do {
                 let store = try ClientFixture.openStore(at: path)
                 try await store.database.write { db in
-                    for index in 0..<200 { try db.execute(sql: "INSERT INTO events (id, value, hk) VALUES (?, ?, ?)", arguments: ["e-\(index)", index, "hk:\(index)"]) }
+                    for index in 0..<200 {
+                        try db.execute(sql: "INSERT INTO events (id, value, hk) VALUES (?, ?, ?)", arguments: ["e-\(index)", index, "hk:\(index)"])
+                    }
                 }
                 // As the uploader does: the second batch is read and sent while the first answer
                 // waits to be applied; then the process dies holding both answers.
@@ -161,7 +177,9 @@ struct LostAnswerTests {
         }
     }
 
-    @Test("an edit whose answer was lost, then another edit: the second is sent over the first's version, not judged a conflict with the device's own write")
+    @Test(
+        "an edit whose answer was lost, then another edit: the second is sent over the first's version, not judged a conflict with the device's own write"
+    )
     func editAfterLostEdit() async throws {
         try await TestServer.run { server in
             let store = try ClientFixture.openStore(at: ClientFixture.storePath())
@@ -182,7 +200,9 @@ struct LostAnswerTests {
         }
     }
 
-    @Test("a crash with a batch answered and the next read ahead, with a delete of a record the first created queued: after recovery the delete reaches the server")
+    @Test(
+        "a crash with a batch answered and the next read ahead, with a delete of a record the first created queued: after recovery the delete reaches the server"
+    )
     func deleteReadAheadBeforeCrash() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")

@@ -1,10 +1,11 @@
-@testable import Ferry
 import FerryProtocol
 import FerryServer
 import FerryTestSupport
 import Foundation
 import GRDB
 import Testing
+
+@testable import Ferry
 
 /// The server skips any mutation id at or below the highest it has seen from a client, so
 /// outbox ids must keep increasing for the life of the file, even when the outbox empties.
@@ -39,18 +40,20 @@ struct MutationIDTests {
         // The file as ferry-v2 left it: 40 ids spent and acknowledged, one dead letter at 7.
         let old = try DatabaseQueue(path: path)
         try await old.write { db in
-            try db.execute(sql: """
-                CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
-                INSERT INTO grdb_migrations VALUES ('ferry-v1'), ('ferry-v2');
-                CREATE TABLE ferry_meta (id INTEGER PRIMARY KEY CHECK (id = 1), client_id TEXT NOT NULL, capturing INTEGER NOT NULL, cursor TEXT, last_synced_at REAL);
-                INSERT INTO ferry_meta (id, client_id, capturing) VALUES (1, 'c-old', 1);
-                CREATE TABLE ferry_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, entity TEXT NOT NULL, entity_id TEXT NOT NULL, op TEXT NOT NULL, data TEXT, natural_key TEXT, state INTEGER NOT NULL DEFAULT 0, error TEXT);
-                CREATE INDEX ferry_outbox_by_record ON ferry_outbox (entity, entity_id);
-                CREATE TABLE ferry_versions (entity TEXT NOT NULL, entity_id TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (entity, entity_id)) WITHOUT ROWID;
-                CREATE TABLE ferry_journal (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, event TEXT NOT NULL);
-                INSERT INTO ferry_outbox (id, entity, entity_id, op, state, error) VALUES (7, 'events', 'x', 'upsert', 2, 'rejected'), (40, 'events', 'y', 'upsert', 0, NULL);
-                DELETE FROM ferry_outbox WHERE id = 40;
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
+                    INSERT INTO grdb_migrations VALUES ('ferry-v1'), ('ferry-v2');
+                    CREATE TABLE ferry_meta (id INTEGER PRIMARY KEY CHECK (id = 1), client_id TEXT NOT NULL, capturing INTEGER NOT NULL, cursor TEXT, last_synced_at REAL);
+                    INSERT INTO ferry_meta (id, client_id, capturing) VALUES (1, 'c-old', 1);
+                    CREATE TABLE ferry_outbox (id INTEGER PRIMARY KEY AUTOINCREMENT, entity TEXT NOT NULL, entity_id TEXT NOT NULL, op TEXT NOT NULL, data TEXT, natural_key TEXT, state INTEGER NOT NULL DEFAULT 0, error TEXT);
+                    CREATE INDEX ferry_outbox_by_record ON ferry_outbox (entity, entity_id);
+                    CREATE TABLE ferry_versions (entity TEXT NOT NULL, entity_id TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (entity, entity_id)) WITHOUT ROWID;
+                    CREATE TABLE ferry_journal (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, event TEXT NOT NULL);
+                    INSERT INTO ferry_outbox (id, entity, entity_id, op, state, error) VALUES (7, 'events', 'x', 'upsert', 2, 'rejected'), (40, 'events', 'y', 'upsert', 0, NULL);
+                    DELETE FROM ferry_outbox WHERE id = 40;
+                    """
+            )
         }
         try old.close()
 
@@ -64,6 +67,8 @@ struct MutationIDTests {
     }
 
     private static func queuedIDs(_ store: FerryStore) async throws -> [Int64] {
-        try await store.database.read { db in try Int64.fetchAll(db, sql: "SELECT id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) ORDER BY id") }
+        try await store.database.read { db in
+            try Int64.fetchAll(db, sql: "SELECT id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) ORDER BY id")
+        }
     }
 }

@@ -32,7 +32,9 @@ struct ProcessCrashTests {
         }
     }
 
-    @Test("ferry serve killed with SIGKILL five times during a 20,000-record sync: every batch applied whole or not at all, the database intact, each record once")
+    @Test(
+        "ferry serve killed with SIGKILL five times during a 20,000-record sync: every batch applied whole or not at all, the database intact, each record once"
+    )
     func serverKilledMidPush() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: FerryProcess.binary.path), "build the ferry executable first (swift build)")
         let directory = TestDirectory.make("server-crash")
@@ -51,7 +53,9 @@ struct ProcessCrashTests {
         configuration.retry = RetryPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(100), maximumAttempts: 100_000)
         let token = try await TestServer.token(for: "alice")
         let client = FerryClient(
-            store: store, transport: URLSessionTransport(baseURL: URL(string: "http://127.0.0.1:\(port)")!), token: { token },
+            store: store,
+            transport: URLSessionTransport(baseURL: URL(string: "http://127.0.0.1:\(port)")!),
+            token: { token },
             configuration: configuration
         )
         let sync = Task { try await client.sync() }
@@ -59,13 +63,18 @@ struct ProcessCrashTests {
         for kill in 1...5 {
             // Kill once the server has taken a few more batches.
             let target = Self.records - kill * 3_000
-            while try await store.database.read({ db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state IN (0, 1)") ?? 0 }) > target {
+            while try await store.database.read({ db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state IN (0, 1)") ?? 0 })
+                > target
+            {
                 try await Task.sleep(for: .milliseconds(5))
             }
             await server.killHard()
             let state = try Self.serverState(database)
             #expect(state.integrity == "ok", "kill \(kill)")
-            #expect(state.records % configuration.batchSize == 0, "kill \(kill): \(state.records) records, not whole batches of \(configuration.batchSize)")
+            #expect(
+                state.records % configuration.batchSize == 0,
+                "kill \(kill): \(state.records) records, not whole batches of \(configuration.batchSize)"
+            )
             #expect(state.records == state.lastMutationID, "kill \(kill): the client's high-water mark and its records moved together")
             #expect(state.versions.map { $0 == 1...1 } ?? true, "kill \(kill): a record applied twice")
             server = try Self.serve(database, port: port, in: directory)
@@ -78,7 +87,10 @@ struct ProcessCrashTests {
         #expect(state.records == Self.records)
         #expect(state.versions == 1...1, "each record applied exactly once")
         let local = try await store.database.read { db in
-            (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state IN (0, 1)") ?? -1, try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events") ?? -1)
+            (
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state IN (0, 1)") ?? -1,
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events") ?? -1
+            )
         }
         #expect(local.0 == 0, "nothing queued or in flight")
         #expect(local.1 == Self.records)

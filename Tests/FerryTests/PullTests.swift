@@ -11,11 +11,17 @@ struct ClientPullTests {
     func remoteChanges() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "web", mutations: [
-                .upsert(id: 1, entity: "events", entityID: "a", data: ["kind": .string("run"), "value": .integer(1)], naturalKey: "hk:a"),
-                .upsert(id: 2, entity: "events", entityID: "b", data: ["kind": .string("walk"), "value": .integer(2)]),
-                .upsert(id: 3, entity: "events", entityID: "c", data: ["kind": .string("swim"), "value": .integer(3)]),
-            ]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "web",
+                    mutations: [
+                        .upsert(id: 1, entity: "events", entityID: "a", data: ["kind": .string("run"), "value": .integer(1)], naturalKey: "hk:a"),
+                        .upsert(id: 2, entity: "events", entityID: "b", data: ["kind": .string("walk"), "value": .integer(2)]),
+                        .upsert(id: 3, entity: "events", entityID: "c", data: ["kind": .string("swim"), "value": .integer(3)]),
+                    ]
+                ),
+                token: token
+            )
             let store = try ClientFixture.openStore(at: ClientFixture.storePath())
             let client = ClientFixture.client(store: store, server: server)
             var report = try await client.sync()
@@ -28,15 +34,23 @@ struct ClientPullTests {
             #expect(row == ["run", "hk:a"])
 
             // Remote: update a, delete b. Local: edit c, still queued when the pull comes.
-            _ = try await server.pushOK(PushRequest(clientID: "web", mutations: [
-                .upsert(id: 4, entity: "events", entityID: "a", data: ["kind": .string("run"), "value": .integer(10)], naturalKey: "hk:a"),
-                .delete(id: 5, entity: "events", entityID: "b"),
-                .upsert(id: 6, entity: "events", entityID: "c", data: ["kind": .string("swim"), "value": .integer(30)]),
-            ]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "web",
+                    mutations: [
+                        .upsert(id: 4, entity: "events", entityID: "a", data: ["kind": .string("run"), "value": .integer(10)], naturalKey: "hk:a"),
+                        .delete(id: 5, entity: "events", entityID: "b"),
+                        .upsert(id: 6, entity: "events", entityID: "c", data: ["kind": .string("swim"), "value": .integer(30)]),
+                    ]
+                ),
+                token: token
+            )
             try await store.database.write { db in try db.execute(sql: "UPDATE events SET value = 300 WHERE id = 'c'") }
             report = try await client.sync()
             let rows = try await store.database.read { db in
-                try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT id, value FROM events").map { ($0["id"] as String, $0["value"] as Int) })
+                try Dictionary(
+                    uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT id, value FROM events").map { ($0["id"] as String, $0["value"] as Int) }
+                )
             }
             #expect(rows["a"] == 10)
             #expect(rows["b"] == nil)
@@ -59,7 +73,10 @@ struct ClientPullTests {
                 try await store.database.write { db in try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n', 'first')") }
                 try await client.sync()
                 // Another device changes the note; this one edits it before hearing of that.
-                _ = try await server.pushOK(PushRequest(clientID: "web", mutations: [.upsert(id: 1, entity: "notes", entityID: "n", data: ["body": .string("theirs")])]), token: token)
+                _ = try await server.pushOK(
+                    PushRequest(clientID: "web", mutations: [.upsert(id: 1, entity: "notes", entityID: "n", data: ["body": .string("theirs")])]),
+                    token: token
+                )
                 try await store.database.write { db in try db.execute(sql: "UPDATE notes SET body = 'mine' WHERE id = 'n'") }
                 let report = try await client.sync()
                 #expect(report.upload.conflicts == 1)

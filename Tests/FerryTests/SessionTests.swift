@@ -1,11 +1,12 @@
 import Clocks
 import ConcurrencyExtras
-@testable import Ferry
 import FerryProtocol
 import FerryTestSupport
 import Foundation
 import GRDB
 import Testing
+
+@testable import Ferry
 
 /// Holds every push until the test opens the gate, or the task is cancelled.
 final class GatedTransport: SyncTransport, @unchecked Sendable {
@@ -36,8 +37,18 @@ final class GatedTransport: SyncTransport, @unchecked Sendable {
 
 @Suite("Session", .timeLimit(.minutes(1)))
 struct SessionTests {
-    static func session(server: TestServer, directory: URL, policy: SignOutPolicy = .keepPendingChanges, transport: (any SyncTransport)? = nil, clock: TestClock<Duration>) -> SyncSession {
-        var configuration = SessionConfiguration(storeDirectory: directory, tables: [ClientFixture.events, ClientFixture.notes], schema: ClientFixture.schema())
+    static func session(
+        server: TestServer,
+        directory: URL,
+        policy: SignOutPolicy = .keepPendingChanges,
+        transport: (any SyncTransport)? = nil,
+        clock: TestClock<Duration>
+    ) -> SyncSession {
+        var configuration = SessionConfiguration(
+            storeDirectory: directory,
+            tables: [ClientFixture.events, ClientFixture.notes],
+            schema: ClientFixture.schema()
+        )
         configuration.signOutPolicy = policy
         return SyncSession(
             configuration: configuration,
@@ -93,7 +104,12 @@ struct SessionTests {
 
             try await session.signOut()
             let file = try DatabaseQueue(path: directory.appendingPathComponent(StoreLocation.fileName(forUser: "alice")).path)
-            let states = try await file.read { db in try [Int: Int](uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox WHERE state IN (0, 1) GROUP BY state").map { ($0["state"], $0["n"]) }) }
+            let states = try await file.read { db in
+                try [Int: Int](
+                    uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox WHERE state IN (0, 1) GROUP BY state")
+                        .map { ($0["state"], $0["n"]) }
+                )
+            }
             #expect(states == [0: 20], "all pending, none in flight: \(states)")
             #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).isEmpty)
         }

@@ -1,10 +1,11 @@
 import Clocks
 import ConcurrencyExtras
-@testable import Ferry
 import FerryTestSupport
 import Foundation
 import GRDB
 import Testing
+
+@testable import Ferry
 
 struct StepFailure: Error, CustomStringConvertible {
     var description: String { "cache server unreachable" }
@@ -41,14 +42,17 @@ struct StartupPipelineTests {
     @Test("steps run in order; progress moves by the steps' weights and the steps' own reports")
     func orderAndProgress() async throws {
         let order = LockIsolated<[String]>([])
-        let pipeline = StartupPipeline(steps: [
-            .blocking("auth") { _ in order.withValue { $0.append("auth") } },
-            .optional("cache", weight: 2) { context in
-                order.withValue { $0.append("cache") }
-                await context.report("Downloading the cache", fraction: 0.5)
-            },
-            .optional("sync") { _ in order.withValue { $0.append("sync") } },
-        ], clock: TestClock())
+        let pipeline = StartupPipeline(
+            steps: [
+                .blocking("auth") { _ in order.withValue { $0.append("auth") } },
+                .optional("cache", weight: 2) { context in
+                    order.withValue { $0.append("cache") }
+                    await context.report("Downloading the cache", fraction: 0.5)
+                },
+                .optional("sync") { _ in order.withValue { $0.append("sync") } },
+            ],
+            clock: TestClock()
+        )
         let follower = await Self.follow(pipeline)
         await pipeline.start()
         let result = await pipeline.completion()
@@ -66,14 +70,17 @@ struct StartupPipelineTests {
     func optionalFailuresAreSkipped() async throws {
         let clock = TestClock()
         let ran = LockIsolated(false)
-        let pipeline = StartupPipeline(steps: [
-            .optional("permission", timeout: .seconds(30)) { _ in
-                // A permission dialog nobody answers, and that ignores cancellation.
-                await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }
-            },
-            .optional("cache") { _ in throw StepFailure() },
-            .blocking("last") { _ in ran.setValue(true) },
-        ], clock: clock)
+        let pipeline = StartupPipeline(
+            steps: [
+                .optional("permission", timeout: .seconds(30)) { _ in
+                    // A permission dialog nobody answers, and that ignores cancellation.
+                    await withCheckedContinuation { (_: CheckedContinuation<Void, Never>) in }
+                },
+                .optional("cache") { _ in throw StepFailure() },
+                .blocking("last") { _ in ran.setValue(true) },
+            ],
+            clock: clock
+        )
         await pipeline.start()
         await clock.untilSomeoneSleeps()
         await clock.advance(by: .seconds(29))
@@ -91,13 +98,16 @@ struct StartupPipelineTests {
     func blockingFailureStops() async throws {
         let attempts = LockIsolated(0)
         let after = LockIsolated(0)
-        let pipeline = StartupPipeline(steps: [
-            .blocking("auth") { _ in
-                attempts.withValue { $0 += 1 }
-                if attempts.value == 1 { throw StepFailure() }
-            },
-            .optional("after") { _ in after.withValue { $0 += 1 } },
-        ], clock: TestClock())
+        let pipeline = StartupPipeline(
+            steps: [
+                .blocking("auth") { _ in
+                    attempts.withValue { $0 += 1 }
+                    if attempts.value == 1 { throw StepFailure() }
+                },
+                .optional("after") { _ in after.withValue { $0 += 1 } },
+            ],
+            clock: TestClock()
+        )
         await pipeline.start()
         #expect(await pipeline.completion().phase == .failed(step: "auth", reason: "cache server unreachable"))
         #expect(after.value == 0)
@@ -112,12 +122,18 @@ struct StartupPipelineTests {
         let clock = TestClock()
         let first = LockIsolated(0)
         let (cancellations, cancelled) = AsyncStream.makeStream(of: Void.self)
-        let pipeline = StartupPipeline(steps: [
-            .optional("first") { _ in first.withValue { $0 += 1 } },
-            .optional("slow") { _ in
-                do { try await clock.sleep(for: .seconds(3600)) } catch { cancelled.yield(); throw error }
-            },
-        ], clock: clock)
+        let pipeline = StartupPipeline(
+            steps: [
+                .optional("first") { _ in first.withValue { $0 += 1 } },
+                .optional("slow") { _ in
+                    do { try await clock.sleep(for: .seconds(3600)) } catch {
+                        cancelled.yield()
+                        throw error
+                    }
+                },
+            ],
+            clock: clock
+        )
         await pipeline.start()
         await pipeline.start()
         await clock.untilSomeoneSleeps()
@@ -140,9 +156,15 @@ struct StartupPipelineTests {
     func signInAndInitialSync() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(.init(clientID: "web", mutations: (1...30).map {
-                .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: .value(Int64($0)))
-            }), token: token)
+            _ = try await server.pushOK(
+                .init(
+                    clientID: "web",
+                    mutations: (1...30).map {
+                        .upsert(id: Int64($0), entity: "events", entityID: "e-\($0)", data: .value(Int64($0)))
+                    }
+                ),
+                token: token
+            )
             let clock = TestClock()
             let session = SessionTests.session(server: server, directory: TestDirectory.make("session"), clock: clock)
             let pipeline = StartupPipeline(steps: [.signedIn(session), .initialSync(session, weight: 3)], clock: clock)

@@ -1,9 +1,10 @@
-@testable import Ferry
 import FerryProtocol
 import FerryTestSupport
 import Foundation
 import GRDB
 import Testing
+
+@testable import Ferry
 
 @Suite("Store", .timeLimit(.minutes(1)))
 struct StoreTests {
@@ -20,7 +21,9 @@ struct StoreTests {
         return migrator
     }
 
-    @Test("an app migration drops a column of a synced table and rewrites its rows: the store opens, the rewrite is not uploaded, later writes are captured without the column")
+    @Test(
+        "an app migration drops a column of a synced table and rewrites its rows: the store opens, the rewrite is not uploaded, later writes are captured without the column"
+    )
     func appMigrationOnSyncedTable() async throws {
         let path = ClientFixture.storePath()
         do {
@@ -90,7 +93,7 @@ struct StoreTests {
         let bob = try StoreLocation.path(forUser: "Bob", in: directory)
         let lowercaseBob = try StoreLocation.path(forUser: "bob", in: directory)
         #expect(bob.lastPathComponent.lowercased() != lowercaseBob.lastPathComponent.lowercased())
-        #expect(StoreLocation.fileName(forUser: "a/../../etc") .allSatisfy { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." })
+        #expect(StoreLocation.fileName(forUser: "a/../../etc").allSatisfy { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." })
 
         // A store of an earlier version, named after the id, with a change still queued.
         let legacy = directory.appendingPathComponent("carol%40example%2Ecom.sqlite").path
@@ -138,7 +141,9 @@ struct StoreTests {
             }
             for result in opened {
                 let store = try result.get()
-                #expect(try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 0") } == 2000)
+                #expect(
+                    try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 0") } == 2000
+                )
                 #expect(try await store.database.read { db in try db.indexes(on: "ferry_outbox").map(\.name) } == ["ferry_outbox_by_record"])
                 try await store.close()
             }

@@ -1,10 +1,11 @@
 import Clocks
-@testable import Ferry
 import FerryProtocol
 import FerryTestSupport
 import Foundation
 import GRDB
 import Testing
+
+@testable import Ferry
 
 /// One client syncs a store at a time, across processes: each `FerryStore` here is opened on
 /// its own, with its own connections, as an app and its extension open one App Group file.

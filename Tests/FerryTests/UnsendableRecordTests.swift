@@ -45,7 +45,9 @@ struct UnsendableRecordTests {
         }
     }
 
-    @Test("a batch refused whole (413 from a proxy) is split down to the one record at fault, dead-lettered with the server's reason; the rest arrive")
+    @Test(
+        "a batch refused whole (413 from a proxy) is split down to the one record at fault, dead-lettered with the server's reason; the rest arrive"
+    )
     func splitToTheCulprit() async throws {
         try await TestServer.run { server in
             let store = try ClientFixture.openStore(at: ClientFixture.storePath())

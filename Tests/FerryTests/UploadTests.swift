@@ -1,4 +1,3 @@
-@testable import Ferry
 import FerryProtocol
 import FerryServer
 import FerryTestSupport
@@ -7,21 +6,40 @@ import Foundation
 import GRDB
 import Testing
 
+@testable import Ferry
+
 @Suite("Upload", .timeLimit(.minutes(1)))
 struct UploadTests {
-    @Test("5,000 queued events in batches of 500, 167 already on the server by natural key, 300/min: ≤10 pushes, no 429, re-keyed, nothing left, progress at every push")
+    @Test(
+        "5,000 queued events in batches of 500, 167 already on the server by natural key, 300/min: ≤10 pushes, no 429, re-keyed, nothing left, progress at every push"
+    )
     func fiveThousandEvents() async throws {
         try await TestServer.run(rateLimit: .default) { server in
             let token = try await TestServer.token(for: "alice")
             // Another device already uploaded 167 of the samples, under its own ids.
-            _ = try await server.pushOK(PushRequest(clientID: "other-device", mutations: (0..<167).map {
-                .upsert(id: Int64($0 + 1), entity: "events", entityID: "server-\($0)", data: ["kind": .string("steps"), "value": .integer(0)], naturalKey: "hk:\($0 * 30)")
-            }), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "other-device",
+                    mutations: (0..<167).map {
+                        .upsert(
+                            id: Int64($0 + 1),
+                            entity: "events",
+                            entityID: "server-\($0)",
+                            data: ["kind": .string("steps"), "value": .integer(0)],
+                            naturalKey: "hk:\($0 * 30)"
+                        )
+                    }
+                ),
+                token: token
+            )
 
             let store = try ClientFixture.openStore(at: ClientFixture.storePath())
             try await store.database.write { db in
                 for index in 0..<5000 {
-                    try db.execute(sql: "INSERT INTO events (id, kind, value, hk) VALUES (?, 'steps', ?, ?)", arguments: ["local-\(index)", index, "hk:\(index)"])
+                    try db.execute(
+                        sql: "INSERT INTO events (id, kind, value, hk) VALUES (?, 'steps', ?, ?)",
+                        arguments: ["local-\(index)", index, "hk:\(index)"]
+                    )
                 }
             }
             let transport = CountingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
@@ -103,16 +121,32 @@ struct UploadTests {
     func mergeIntoPulledRecord() async throws {
         try await TestServer.run { server in
             let token = try await TestServer.token(for: "alice")
-            _ = try await server.pushOK(PushRequest(clientID: "phone", mutations: [
-                .upsert(id: 1, entity: "events", entityID: "server-1", data: ["kind": .string("steps"), "value": .integer(1)], naturalKey: "hk:1"),
-            ]), token: token)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "phone",
+                    mutations: [
+                        .upsert(
+                            id: 1,
+                            entity: "events",
+                            entityID: "server-1",
+                            data: ["kind": .string("steps"), "value": .integer(1)],
+                            naturalKey: "hk:1"
+                        )
+                    ]
+                ),
+                token: token
+            )
             let store = try ClientFixture.openStore(at: ClientFixture.storePath())
             let client = ClientFixture.client(store: store, server: server)
             try await client.sync()
-            try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, kind, value, hk) VALUES ('local-1', 'steps', 99, 'hk:1')") }
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO events (id, kind, value, hk) VALUES ('local-1', 'steps', 99, 'hk:1')")
+            }
             let report = try await client.sync()
             #expect(report.upload.merged == 1)
-            let rows = try await store.database.read { db in try Row.fetchAll(db, sql: "SELECT id, value FROM events").map { "\($0["id"] as String)=\($0["value"] as Int)" } }
+            let rows = try await store.database.read { db in
+                try Row.fetchAll(db, sql: "SELECT id, value FROM events").map { "\($0["id"] as String)=\($0["value"] as Int)" }
+            }
             #expect(rows == ["server-1=99"])
             #expect(try await server.pullAll(token: token)["events/server-1"]?.data?["value"] == .integer(99))
         }
@@ -136,7 +170,11 @@ struct UploadTests {
             try await laptopClient.sync()
 
             func rows(_ store: FerryStore) async throws -> [String] {
-                try await store.database.read { db in try Row.fetchAll(db, sql: "SELECT id, value, hk FROM events ORDER BY id").map { "\($0["id"] as String)=\($0["value"] as Int)/\($0["hk"] as String? ?? "-")" } }
+                try await store.database.read { db in
+                    try Row.fetchAll(db, sql: "SELECT id, value, hk FROM events ORDER BY id").map {
+                        "\($0["id"] as String)=\($0["value"] as Int)/\($0["hk"] as String? ?? "-")"
+                    }
+                }
             }
             let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
             let live = remote.values.filter { $0.op == .upsert }.map { "\($0.entityID)=\($0.data?["value"].map { "\($0)" } ?? "")" }
@@ -224,7 +262,11 @@ struct UploadTests {
             #expect(remote.count == 5)
             #expect(remote["notes/n1"]?.version == 2)
             #expect(remote["notes/n1"]?.data == ["body": .string("second")])
-            #expect(try await store.database.read { db in try Int64.fetchAll(db, sql: "SELECT version FROM ferry_versions WHERE entity = 'notes' ORDER BY entity_id") } == [2, 1, 1, 1, 1])
+            #expect(
+                try await store.database.read { db in
+                    try Int64.fetchAll(db, sql: "SELECT version FROM ferry_versions WHERE entity = 'notes' ORDER BY entity_id")
+                } == [2, 1, 1, 1, 1]
+            )
         }
     }
 
@@ -284,7 +326,12 @@ struct UploadTests {
                 let lease = SyncLease(store: store, duration: 60)
                 #expect(try await lease.acquire() == nil)
                 let batch = try #require(try await Outbox(store: store, lease: lease).nextBatch(limit: 500))
-                let sent = try await server.send(.POST, "/v1/push", token: try await TestServer.token(for: "alice"), body: batch.requestBody(clientID: store.clientID))
+                let sent = try await server.send(
+                    .POST,
+                    "/v1/push",
+                    token: try await TestServer.token(for: "alice"),
+                    body: batch.requestBody(clientID: store.clientID)
+                )
                 #expect(sent.status == 200)
                 let inFlight = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 1") }
                 #expect(inFlight == 500)

@@ -41,7 +41,11 @@ public struct Journal: Sendable {
     /// The most recent `limit` events, oldest first.
     public func events(limit: Int = 10_000) async throws -> [JournalEvent] {
         let lines = try await database.read { db in
-            try String.fetchAll(db, sql: "SELECT event FROM (SELECT id, event FROM ferry_journal ORDER BY id DESC LIMIT ?) ORDER BY id", arguments: [limit])
+            try String.fetchAll(
+                db,
+                sql: "SELECT event FROM (SELECT id, event FROM ferry_journal ORDER BY id DESC LIMIT ?) ORDER BY id",
+                arguments: [limit]
+            )
         }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in

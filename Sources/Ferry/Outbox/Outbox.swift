@@ -24,7 +24,8 @@ struct Outbox: Sendable {
     static func counts(in store: FerryStore) async throws -> (pending: Int, deadLettered: Int) {
         try await store.database.read { db in
             let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE \(OutboxState.queuedCondition)") ?? 0
-            let dead = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue]) ?? 0
+            let dead =
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue]) ?? 0
             return (pending, dead)
         }
     }
@@ -46,7 +47,8 @@ struct Outbox: Sendable {
         try await store.database.write { db in
             try lease.confirm(db)
             var rows = try Row.fetchAll(
-                db, sql: "SELECT id, entity, entity_id, op, data, natural_key, sent FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
+                db,
+                sql: "SELECT id, entity, entity_id, op, data, natural_key, sent FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
                 arguments: [OutboxState.pending.rawValue, limit]
             )
             guard !rows.isEmpty else { return nil }
@@ -58,7 +60,8 @@ struct Outbox: Sendable {
                 let sent = (row[6] as Bool?) ?? false
                 // Ids and keys as the body writes them, escapes included: ids full of quotes
                 // or backslashes took a batch of 1,000 past the limit.
-                bytes += OutgoingMutation.envelopeBytes + ((row[4] as String?)?.utf8.count ?? 0) + JSONTextWriter.encodedLength(of: record.entityID)
+                bytes +=
+                    OutgoingMutation.envelopeBytes + ((row[4] as String?)?.utf8.count ?? 0) + JSONTextWriter.encodedLength(of: record.entityID)
                     + ((row[5] as String?).map(JSONTextWriter.encodedLength(of:)) ?? 0)
                 // An entry sent before stands for exactly one mutation (the entries coalesced
                 // into it were folded into it when it was sent): it goes out again alone, as
@@ -224,7 +227,13 @@ struct Outbox: Sendable {
         let queued = try Self.queuedRecords(among: states.map(\.record), db: db)
         var writer = RecordWriter(store: store)
         for (record, state) in states where !queued.contains(record) {
-            try writer.write(entity: record.entity, entityID: record.entityID, data: state.deleted ? nil : (state.data ?? [:]), naturalKey: state.naturalKey, db: db)
+            try writer.write(
+                entity: record.entity,
+                entityID: record.entityID,
+                data: state.deleted ? nil : (state.data ?? [:]),
+                naturalKey: state.naturalKey,
+                db: db
+            )
             versions.set(state.version, of: record)
         }
     }
@@ -330,7 +339,12 @@ struct Outbox: Sendable {
     /// state, and its decision replaces them all (else they would be sent over the server's
     /// version afterwards and silently undo an accepted server state or a merge).
     private func resolve(
-        _ mutation: OutgoingMutation, current: RecordState?, policy: ConflictPolicy, later: inout LaterChanges, versions: inout KnownVersions, db: Database
+        _ mutation: OutgoingMutation,
+        current: RecordState?,
+        policy: ConflictPolicy,
+        later: inout LaterChanges,
+        versions: inout KnownVersions,
+        db: Database
     ) throws {
         var local = try mutation.data()
         var writer = RecordWriter(store: store)
@@ -346,8 +360,11 @@ struct Outbox: Sendable {
         switch policy.resolve(Conflict(entity: mutation.entity, entityID: mutation.entityID, local: local, server: current)) {
         case .acceptServer:
             try writer.write(
-                entity: mutation.entity, entityID: mutation.entityID,
-                data: current?.deleted == false ? current?.data : nil, naturalKey: mutation.naturalKey, db: db
+                entity: mutation.entity,
+                entityID: mutation.entityID,
+                data: current?.deleted == false ? current?.data : nil,
+                naturalKey: mutation.naturalKey,
+                db: db
             )
             if let current { versions.set(current.version, of: record) }
         case .keep(let data):

@@ -60,8 +60,11 @@ public actor SyncSession {
     }
 
     public init<C: Clock>(
-        configuration: SessionConfiguration, transport: any SyncTransport, token: @escaping UserTokenProvider,
-        connectivity: (any ConnectivityMonitor)? = nil, clock: C
+        configuration: SessionConfiguration,
+        transport: any SyncTransport,
+        token: @escaping UserTokenProvider,
+        connectivity: (any ConnectivityMonitor)? = nil,
+        clock: C
     ) where C.Duration == Duration {
         self.configuration = configuration
         self.transport = transport
@@ -129,7 +132,11 @@ public actor SyncSession {
         let store = try FerryStore(path: path.path, schema: configuration.schema, tables: configuration.tables)
         let token = self.token
         let client = FerryClient(
-            store: store, transport: transport, token: { try await token(userID) }, clock: clientClock, configuration: configuration.sync
+            store: store,
+            transport: transport,
+            token: { try await token(userID) },
+            clock: clientClock,
+            configuration: configuration.sync
         )
         let scheduler = makeScheduler { kind in try await client.sync(full: kind == .full) }
         let journal = client.journal
@@ -180,7 +187,12 @@ extension SyncScheduler.Event {
     func journalEvent(at: Date) -> JournalEvent {
         switch self {
         case .trigger(let trigger, let fate):
-            JournalEvent(at: at, kind: "trigger", message: "\(trigger.rawValue): \(fate.description)", details: ["trigger": trigger.rawValue, "fate": fate.name])
+            JournalEvent(
+                at: at,
+                kind: "trigger",
+                message: "\(trigger.rawValue): \(fate.description)",
+                details: ["trigger": trigger.rawValue, "fate": fate.name]
+            )
         case .runStarted(let number, let kind):
             JournalEvent(at: at, kind: "scheduler.run", message: "run \(number) started (\(kind.rawValue))", details: ["run": "\(number)"])
         case .runFinished(let number, let succeeded):

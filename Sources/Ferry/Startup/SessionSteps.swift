@@ -11,7 +11,12 @@ extension StartupStep {
     /// Optional: the signed-in user's initial full sync, through their scheduler, so it
     /// joins the launch run rather than adding one. The step's message follows the sync's
     /// progress ("Synced 2,500 of 5,000 (50%)").
-    public static func initialSync(_ session: SyncSession, name: String = "Syncing", weight: Double = 1, timeout: Duration? = nil)
+    public static func initialSync(
+        _ session: SyncSession,
+        name: String = "Syncing",
+        weight: Double = 1,
+        timeout: Duration? = nil
+    )
         -> StartupStep
     {
         .optional(name, weight: weight, timeout: timeout) { context in

@@ -7,7 +7,10 @@ import GRDB
 enum ChangeCapture {
     /// Drops every capture trigger of the store, for the app's migrations (`FerryStore.init`).
     static func uninstallAll(_ db: Database) throws {
-        for trigger in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'ferry\\_capture\\_%' ESCAPE '\\'") {
+        for trigger in try String.fetchAll(
+            db,
+            sql: "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'ferry\\_capture\\_%' ESCAPE '\\'"
+        ) {
             try db.execute(sql: "DROP TRIGGER \(trigger.quotedDatabaseIdentifier)")
         }
     }
@@ -57,7 +60,9 @@ private struct Expressions {
 
     init(table: SyncedTable, db: Database) throws {
         guard try db.tableExists(table.table) else {
-            throw FerryError.invalidTable("table \(table.table) does not exist; create it (for example in the schema migrator) before opening the store")
+            throw FerryError.invalidTable(
+                "table \(table.table) does not exist; create it (for example in the schema migrator) before opening the store"
+            )
         }
         let columns = try db.columns(in: table.table).map(\.name)
         for required in [table.primaryKey] + [table.naturalKey, table.entityColumn].compactMap({ $0 }) where !columns.contains(required) {

@@ -26,6 +26,7 @@ public final class FerryStore: Sendable {
     /// calls `FerryStore.queueUpload(of:where:arguments:in:)`.
     ///
     /// - Parameters:
+    ///   - path: the store's file; created with its folder's permissions if it does not exist.
     ///   - schema: the app's own migrations, run before the synced tables are checked.
     ///   - tables: the tables to sync; each must exist with a TEXT primary key column.
     /// - Throws: `FerryError.unreadableStore` for a file that is not a Ferry store (nothing in
@@ -214,7 +215,8 @@ public final class FerryStore: Sendable {
     /// Queues an upload of the current state of `table`'s rows matching `condition` (all rows
     /// without one), as if each had just been written. For an app migration whose writes
     /// should reach the server: migrations run with change capture off.
-    public static func queueUpload(of table: SyncedTable, where condition: String? = nil, arguments: StatementArguments = [], in db: Database) throws {
+    public static func queueUpload(of table: SyncedTable, where condition: String? = nil, arguments: StatementArguments = [], in db: Database) throws
+    {
         try ChangeCapture.queueUpserts(of: table, where: condition, arguments: arguments, in: db)
     }
 

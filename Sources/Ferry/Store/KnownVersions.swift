@@ -17,7 +17,9 @@ struct KnownVersions {
         // canonically equivalent names).
         let byEntity = Dictionary(grouping: records) { Array($0.entity.utf8) }
         var versions: [RecordRef: Int64] = [:]
-        let select = try db.cachedStatement(sql: "SELECT entity_id, version FROM ferry_versions WHERE entity = ? AND entity_id IN (SELECT value FROM json_each(?))")
+        let select = try db.cachedStatement(
+            sql: "SELECT entity_id, version FROM ferry_versions WHERE entity = ? AND entity_id IN (SELECT value FROM json_each(?))"
+        )
         for records in byEntity.values {
             let entity = records[0].entity
             var ids = JSONTextWriter(capacity: 2 + records.count * 16)

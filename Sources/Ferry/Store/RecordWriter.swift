@@ -23,7 +23,9 @@ struct RecordWriter {
         guard let table = store.table(forEntity: entity) else { return }
         guard let data else {
             let row = table.rowCondition(entity: entity, entityID: entityID)
-            try db.cachedStatement(sql: "DELETE FROM \(table.table.quotedDatabaseIdentifier) WHERE \(row.sql)").execute(arguments: StatementArguments(row.arguments))
+            try db.cachedStatement(sql: "DELETE FROM \(table.table.quotedDatabaseIdentifier) WHERE \(row.sql)").execute(
+                arguments: StatementArguments(row.arguments)
+            )
             return
         }
         var columns = [table.primaryKey]

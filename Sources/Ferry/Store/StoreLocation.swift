@@ -39,7 +39,7 @@ public enum StoreLocation {
         guard !files.fileExists(atPath: legacy.path + "-wal") else { return legacy }
         do {
             try files.moveItem(at: legacy, to: path)
-        } catch where files.fileExists(atPath: path.path) {
+        } catch  where files.fileExists(atPath: path.path) {
             return path  // another process moved it first
         }
         for suffix in ["-wal", "-shm"] where files.fileExists(atPath: legacy.path + suffix) {

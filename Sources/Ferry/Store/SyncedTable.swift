@@ -32,8 +32,12 @@ public struct SyncedTable: Sendable, Hashable {
     public var detectsConflicts: Bool
 
     public init(
-        table: String, entity: String? = nil, primaryKey: String = "id", naturalKey: String? = nil,
-        layout: Layout = .columns, detectsConflicts: Bool = false
+        table: String,
+        entity: String? = nil,
+        primaryKey: String = "id",
+        naturalKey: String? = nil,
+        layout: Layout = .columns,
+        detectsConflicts: Bool = false
     ) {
         self.table = table
         self.entity = entity ?? table
@@ -45,7 +49,10 @@ public struct SyncedTable: Sendable, Hashable {
 
     /// A table holding records of any entity, keyed by (`entityColumn`, `primaryKey`).
     public static func multiEntity(
-        table: String, entityColumn: String = "entity", primaryKey: String = "id", naturalKey: String? = nil,
+        table: String,
+        entityColumn: String = "entity",
+        primaryKey: String = "id",
+        naturalKey: String? = nil,
         layout: Layout = .columns
     ) -> SyncedTable {
         var synced = SyncedTable(table: table, primaryKey: primaryKey, naturalKey: naturalKey, layout: layout)

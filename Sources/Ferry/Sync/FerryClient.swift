@@ -58,16 +58,22 @@ public actor FerryClient {
     private var currentRun: Task<SyncReport, any Error>?
 
     public init(
-        store: FerryStore, transport: any SyncTransport, token: @escaping TokenProvider,
-        clock: any Clock<Duration> = ContinuousClock(), configuration: SyncConfiguration = SyncConfiguration()
+        store: FerryStore,
+        transport: any SyncTransport,
+        token: @escaping TokenProvider,
+        clock: any Clock<Duration> = ContinuousClock(),
+        configuration: SyncConfiguration = SyncConfiguration()
     ) {
         self.init(store: store, transport: transport, token: token, clock: clock, configuration: configuration, jitterSeed: nil)
     }
 
     /// With `jitterSeed`, retry delays repeat from run to run: what seeded fault schedules replay.
     package init(
-        store: FerryStore, transport: any SyncTransport, token: @escaping TokenProvider,
-        clock: any Clock<Duration> = ContinuousClock(), configuration: SyncConfiguration = SyncConfiguration(),
+        store: FerryStore,
+        transport: any SyncTransport,
+        token: @escaping TokenProvider,
+        clock: any Clock<Duration> = ContinuousClock(),
+        configuration: SyncConfiguration = SyncConfiguration(),
         jitterSeed: UInt64?
     ) {
         self.store = store
@@ -76,8 +82,14 @@ public actor FerryClient {
         self.clock = clock
         self.lease = SyncLease(store: store, duration: configuration.leaseDuration.seconds)
         self.connection = SyncConnection(
-            transport: transport, token: token, clock: clock, retry: configuration.retry, journal: journal,
-            status: statusCenter, random: jitterSeed.map { JitterGenerator(seed: $0) } ?? JitterGenerator(), clientID: store.clientID
+            transport: transport,
+            token: token,
+            clock: clock,
+            retry: configuration.retry,
+            journal: journal,
+            status: statusCenter,
+            random: jitterSeed.map { JitterGenerator(seed: $0) } ?? JitterGenerator(),
+            clientID: store.clientID
         )
     }
 
@@ -108,7 +120,11 @@ public actor FerryClient {
         currentRun = run
         defer { currentRun = nil }
         // Cancelling the caller that started the run (a sign-out) cancels the run itself.
-        return try await withTaskCancellationHandler { try await run.value } onCancel: { run.cancel() }
+        return try await withTaskCancellationHandler {
+            try await run.value
+        } onCancel: {
+            run.cancel()
+        }
     }
 
     /// The upload step of `sync()` on its own, without the pull (`ferry bench` measures it).
@@ -119,8 +135,13 @@ public actor FerryClient {
 
     private func upload() async throws -> UploadSummary {
         try await Uploader(
-            outbox: Outbox(store: store, lease: lease), connection: connection, journal: journal, status: statusCenter, clientID: store.clientID,
-            conflictPolicy: configuration.conflictPolicy, maximumBatchSize: configuration.batchSize
+            outbox: Outbox(store: store, lease: lease),
+            connection: connection,
+            journal: journal,
+            status: statusCenter,
+            clientID: store.clientID,
+            conflictPolicy: configuration.conflictPolicy,
+            maximumBatchSize: configuration.batchSize
         ).drain()
     }
 
@@ -132,7 +153,9 @@ public actor FerryClient {
         while let holder = try await lease.acquire() {
             if waitingFor != holder {
                 waitingFor = holder
-                await journal.record(JournalEvent(kind: "lease.wait", message: "another client is syncing this store (\(holder)); waiting for it to finish"))
+                await journal.record(
+                    JournalEvent(kind: "lease.wait", message: "another client is syncing this store (\(holder)); waiting for it to finish")
+                )
                 await statusCenter.update { $0.phase = waiting }
             }
             try await clock.sleep(for: configuration.leaseRetryInterval)
@@ -169,12 +192,21 @@ public actor FerryClient {
         var report = SyncReport()
         do {
             report.upload = try await upload()
-            report.pull = try await Puller(store: store, lease: lease, connection: connection, status: statusCenter, pageSize: configuration.pullPageSize)
-                .pullUntilCaughtUp()
+            report.pull = try await Puller(
+                store: store,
+                lease: lease,
+                connection: connection,
+                status: statusCenter,
+                pageSize: configuration.pullPageSize
+            )
+            .pullUntilCaughtUp()
         } catch {
             let why = (error as? FerryError)?.description ?? "\(error)"
             await journal.record(JournalEvent(kind: "run.finished", message: "sync failed: \(why)"))
-            await statusCenter.update { $0.phase = .failed(why); $0.lastError = why }
+            await statusCenter.update {
+                $0.phase = .failed(why)
+                $0.lastError = why
+            }
             await refreshCounts()
             throw error
         }
@@ -184,11 +216,21 @@ public actor FerryClient {
         try await store.database.write { db in
             try db.execute(sql: "UPDATE ferry_meta SET last_synced_at = ?", arguments: [now.timeIntervalSince1970])
         }
-        await journal.record(JournalEvent(
-            kind: "run.finished", message: "sync finished",
-            details: ["pushed": "\(report.upload.acknowledged)", "merged": "\(report.upload.merged)", "pulled": "\(report.pull.received)", "requests": "\(report.requests)"]
-        ))
-        await statusCenter.update { $0.phase = .idle; $0.lastSyncedAt = now; $0.lastError = nil }
+        await journal.record(
+            JournalEvent(
+                kind: "run.finished",
+                message: "sync finished",
+                details: [
+                    "pushed": "\(report.upload.acknowledged)", "merged": "\(report.upload.merged)", "pulled": "\(report.pull.received)",
+                    "requests": "\(report.requests)",
+                ]
+            )
+        )
+        await statusCenter.update {
+            $0.phase = .idle
+            $0.lastSyncedAt = now
+            $0.lastError = nil
+        }
         await refreshCounts()
         return report
     }
@@ -208,18 +250,33 @@ public actor FerryClient {
 
     public func deadLetters() async throws -> [DeadLetter] {
         try await store.database.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, entity, entity_id, op, error FROM ferry_outbox WHERE state = ? ORDER BY id", arguments: [OutboxState.deadLettered.rawValue])
-                .map { DeadLetter(id: $0["id"], entity: $0["entity"], entityID: $0["entity_id"], op: MutationOp(rawValue: $0["op"]) ?? .upsert, reason: $0["error"] ?? "") }
+            try Row.fetchAll(
+                db,
+                sql: "SELECT id, entity, entity_id, op, error FROM ferry_outbox WHERE state = ? ORDER BY id",
+                arguments: [OutboxState.deadLettered.rawValue]
+            )
+            .map {
+                DeadLetter(
+                    id: $0["id"],
+                    entity: $0["entity"],
+                    entityID: $0["entity_id"],
+                    op: MutationOp(rawValue: $0["op"]) ?? .upsert,
+                    reason: $0["error"] ?? ""
+                )
+            }
         }
     }
 
     /// Queues dead-lettered entries again as new entries (new ids: the server has spent the old ones).
     public func retryDeadLetters() async throws {
         try await store.database.write { db in
-            try db.execute(sql: """
-                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key)
-                SELECT entity, entity_id, op, data, natural_key FROM ferry_outbox WHERE state = ? ORDER BY id
-                """, arguments: [OutboxState.deadLettered.rawValue])
+            try db.execute(
+                sql: """
+                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key)
+                    SELECT entity, entity_id, op, data, natural_key FROM ferry_outbox WHERE state = ? ORDER BY id
+                    """,
+                arguments: [OutboxState.deadLettered.rawValue]
+            )
             try db.execute(sql: "DELETE FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue])
         }
         await refreshCounts()

@@ -81,8 +81,11 @@ struct Puller: Sendable {
                     if let version = known[record], version >= change.version { continue }
                     if queued.contains(record) { continue }
                     try writer.write(
-                        entity: change.entity, entityID: change.entityID,
-                        data: change.op == .delete ? nil : (change.data ?? [:]), naturalKey: change.naturalKey, db: db
+                        entity: change.entity,
+                        entityID: change.entityID,
+                        data: change.op == .delete ? nil : (change.data ?? [:]),
+                        naturalKey: change.naturalKey,
+                        db: db
                     )
                     learned.set(change.version, of: record)
                     applied += 1

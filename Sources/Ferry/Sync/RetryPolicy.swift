@@ -1,4 +1,5 @@
 import FerryProtocol
+
 /// Capped exponential backoff with full jitter for transient failures.
 public struct RetryPolicy: Sendable {
     public var initialDelay: Duration

@@ -25,8 +25,14 @@ actor SyncConnection {
     private(set) var requestCount = 0
 
     init(
-        transport: any SyncTransport, token: @escaping TokenProvider, clock: any Clock<Duration>, retry: RetryPolicy,
-        journal: Journal, status: StatusCenter, random: JitterGenerator = JitterGenerator(), clientID: String
+        transport: any SyncTransport,
+        token: @escaping TokenProvider,
+        clock: any Clock<Duration>,
+        retry: RetryPolicy,
+        journal: Journal,
+        status: StatusCenter,
+        random: JitterGenerator = JitterGenerator(),
+        clientID: String
     ) {
         self.clientID = clientID
         self.transport = transport
@@ -57,15 +63,26 @@ actor SyncConnection {
             } catch is CancellationError {
                 throw CancellationError()
             } catch {
-                await journal.record(JournalEvent(kind: "request", message: "\(request.method) \(request.path) failed: \(error)", details: ["bytes": "\(request.body?.count ?? 0)", "attempt": "\(attempt)"]))
+                await journal.record(
+                    JournalEvent(
+                        kind: "request",
+                        message: "\(request.method) \(request.path) failed: \(error)",
+                        details: ["bytes": "\(request.body?.count ?? 0)", "attempt": "\(attempt)"]
+                    )
+                )
                 try await backOff(attempt: attempt, reason: "network error: \(error)")
                 continue
             }
             let milliseconds = started.duration(to: .now).milliseconds
-            await journal.record(JournalEvent(
-                kind: "request", message: "\(request.method) \(request.path) → \(response.status)",
-                details: ["bytes": "\(request.body?.count ?? 0)", "status": "\(response.status)", "ms": "\(milliseconds)", "attempt": "\(attempt)"]
-            ))
+            await journal.record(
+                JournalEvent(
+                    kind: "request",
+                    message: "\(request.method) \(request.path) → \(response.status)",
+                    details: [
+                        "bytes": "\(request.body?.count ?? 0)", "status": "\(response.status)", "ms": "\(milliseconds)", "attempt": "\(attempt)",
+                    ]
+                )
+            )
             switch response.status {
             case 200..<300:
                 try await pace(after: response)
@@ -74,7 +91,10 @@ actor SyncConnection {
                 if response.status == 429 { rateLimitedCount += 1 }
                 let seconds = max(1, response.integerHeader("Retry-After") ?? 1)
                 guard attempt < retry.maximumAttempts * 4 else { throw FerryError.unreachable("still \(response.status) after \(attempt) attempts") }
-                try await wait(.seconds(seconds), reason: response.status == 429 ? "rate limited (Retry-After \(seconds) s)" : "server unavailable (Retry-After \(seconds) s)")
+                try await wait(
+                    .seconds(seconds),
+                    reason: response.status == 429 ? "rate limited (Retry-After \(seconds) s)" : "server unavailable (Retry-After \(seconds) s)"
+                )
             case 401:
                 throw FerryError.unauthorized(Self.message(in: response))
             case 400..<500:

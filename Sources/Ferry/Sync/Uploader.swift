@@ -23,7 +23,10 @@ struct Uploader: Sendable {
         var summary = UploadSummary()
         var batchSize = maximumBatchSize
         let total = try await Outbox.counts(in: outbox.store).pending
-        await status.update { $0.phase = .uploading(done: 0, total: total); $0.pending = total }
+        await status.update {
+            $0.phase = .uploading(done: 0, total: total)
+            $0.pending = total
+        }
         var current = try await read(limit: batchSize, into: &summary)
         // `current`'s answer and the batch after it, when both came while the batch before was applied.
         var ahead: (response: TransportResponse, next: OutboxBatch?)?
@@ -33,7 +36,8 @@ struct Uploader: Sendable {
             summary.requests += 1
             // Refused whole: a 413, or a 400 in the protocol's own words (one from a proxy or a
             // firewall may pass, so it is retried like any failure).
-            let refusedWhole = response.status == 413
+            let refusedWhole =
+                response.status == 413
                 || (response.status == 400 && (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body))?.code == .badRequest)
             switch response.status {
             case 200:
@@ -84,10 +88,13 @@ struct Uploader: Sendable {
                     try await outbox.deadLetter(batch, reason: reason)
                     let entries = batch.entries.values.reduce(0) { $0 + $1.count }
                     summary.deadLettered += entries
-                    await journal.record(JournalEvent(
-                        kind: "deadLettered", message: "mutation \(batch.mutations[0].id) refused: \(reason)",
-                        details: ["id": "\(batch.mutations[0].id)", "entries": "\(entries)"]
-                    ))
+                    await journal.record(
+                        JournalEvent(
+                            kind: "deadLettered",
+                            message: "mutation \(batch.mutations[0].id) refused: \(reason)",
+                            details: ["id": "\(batch.mutations[0].id)", "entries": "\(entries)"]
+                        )
+                    )
                 }
                 current = try await read(limit: batchSize, into: &summary)
                 await report(summary, total: total)
@@ -100,7 +107,11 @@ struct Uploader: Sendable {
     }
 
     /// Sends `batch` and reads the batch after it while waiting for the answer.
-    private func sendReadingAhead(_ batch: OutboxBatch, limit: Int, into summary: inout UploadSummary) async throws -> (response: TransportResponse, next: OutboxBatch?) {
+    private func sendReadingAhead(
+        _ batch: OutboxBatch,
+        limit: Int,
+        into summary: inout UploadSummary
+    ) async throws -> (response: TransportResponse, next: OutboxBatch?) {
         async let response = send(batch)
         let following = await attempt { try await read(limit: limit, while: batch) }
         let answer: Result<TransportResponse, any Error>
@@ -155,10 +166,13 @@ struct Uploader: Sendable {
         summary.acknowledged += reading.cancelledOut
         for refused in reading.refused {
             summary.deadLettered += refused.entries.count
-            await journal.record(JournalEvent(
-                kind: "deadLettered", message: "mutation \(refused.id) not sent: \(refused.reason)",
-                details: ["id": "\(refused.id)", "entries": "\(refused.entries.count)"]
-            ))
+            await journal.record(
+                JournalEvent(
+                    kind: "deadLettered",
+                    message: "mutation \(refused.id) not sent: \(refused.reason)",
+                    details: ["id": "\(refused.id)", "entries": "\(refused.entries.count)"]
+                )
+            )
         }
     }
 
@@ -173,7 +187,9 @@ struct Uploader: Sendable {
     /// Sends a batch; on failure its entries go back to pending.
     private func send(_ batch: OutboxBatch) async throws -> TransportResponse {
         do {
-            return try await connection.send(TransportRequest(method: "POST", path: "/v1/push", body: batch.body ?? batch.requestBody(clientID: clientID)))
+            return try await connection.send(
+                TransportRequest(method: "POST", path: "/v1/push", body: batch.body ?? batch.requestBody(clientID: clientID))
+            )
         } catch {
             await returnToQueue(batch)
             throw error
@@ -194,7 +210,9 @@ struct Uploader: Sendable {
         summary.add(outcome)
         guard outcome.deadLettered > 0 else { return }
         for result in push.results where result.status == .rejected {
-            await journal.record(JournalEvent(kind: "deadLettered", message: "mutation \(result.id) rejected: \(result.error ?? "")", details: ["id": "\(result.id)"]))
+            await journal.record(
+                JournalEvent(kind: "deadLettered", message: "mutation \(result.id) rejected: \(result.error ?? "")", details: ["id": "\(result.id)"])
+            )
         }
     }
 

@@ -28,7 +28,10 @@ struct BenchMeasurement: Sendable {
         let start = ContinuousClock.now
         let (requests, simulated) = try await body()
         return BenchMeasurement(
-            seconds: (ContinuousClock.now - start).seconds, items: items, requests: requests, simulatedSeconds: simulated,
+            seconds: (ContinuousClock.now - start).seconds,
+            items: items,
+            requests: requests,
+            simulatedSeconds: simulated,
             peakMemoryMB: PeakMemory.megabytes()
         )
     }

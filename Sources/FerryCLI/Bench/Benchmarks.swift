@@ -60,7 +60,10 @@ struct Benchmarks {
 
     static func mutation(_ index: Int, prefix: String = "e") -> Mutation {
         .upsert(
-            id: Int64(index + 1), entity: "events", entityID: "\(prefix)-\(index)", data: ["kind": .string("steps"), "value": .integer(Int64(index))],
+            id: Int64(index + 1),
+            entity: "events",
+            entityID: "\(prefix)-\(index)",
+            data: ["kind": .string("steps"), "value": .integer(Int64(index))],
             naturalKey: "hk:\(index)"
         )
     }
@@ -78,26 +81,33 @@ struct Benchmarks {
         for round in 1...captureRounds {
             let folder = try folder("capture-\(round)")
             let store = try FerryStore(path: folder.appendingPathComponent("captured.sqlite").path, schema: Self.schema(), tables: [Self.table])
-            captured.append(try await BenchMeasurement.measure(items: records) {
-                try await Self.writeEvents(records, into: store.database)
-                return (nil, nil)
-            })
+            captured.append(
+                try await BenchMeasurement.measure(items: records) {
+                    try await Self.writeEvents(records, into: store.database)
+                    return (nil, nil)
+                }
+            )
             let queued = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 0") ?? 0 }
             guard queued == records else { throw CommandFailure("capture queued \(queued) of \(records) writes") }
             try await store.close()
             let database = try DatabasePool(path: folder.appendingPathComponent("plain.sqlite").path)
             try Self.schema().migrate(database)
-            plain.append(try await BenchMeasurement.measure(items: records) {
-                try await Self.writeEvents(records, into: database)
-                return (nil, nil)
-            })
+            plain.append(
+                try await BenchMeasurement.measure(items: records) {
+                    try await Self.writeEvents(records, into: database)
+                    return (nil, nil)
+                }
+            )
             try database.close()
         }
         let ferry = BenchMeasurement.median(captured)
         let baseline = BenchMeasurement.median(plain)
         return BenchResult(
-            name: "capture", what: "\(records.formatted()) writes to a synced table, captured into the outbox (median of \(captureRounds))",
-            ferry: ferry, baselineName: "the same writes, no capture", baseline: baseline,
+            name: "capture",
+            what: "\(records.formatted()) writes to a synced table, captured into the outbox (median of \(captureRounds))",
+            ferry: ferry,
+            baselineName: "the same writes, no capture",
+            baseline: baseline,
             comparison: String(format: "%.2fx the time of uncaptured writes", ferry.seconds / baseline.seconds)
         )
     }
@@ -151,8 +161,12 @@ struct Benchmarks {
         let engine = postgres == nil ? "SQLiteSyncStorage" : "PostgresSyncStorage"
         var results = [
             againstFloor(
-                name: "drain", what: "\(records.formatted()) pending mutations pushed to a ferry serve process on \(postgres?.description ?? "SQLite"), no rate limit",
-                ferry: drain, floorName: "storage floor: \(engine).push, \(Self.batchSize) a batch", floor: pushFloor
+                name: "drain",
+                what:
+                    "\(records.formatted()) pending mutations pushed to a ferry serve process on \(postgres?.description ?? "SQLite"), no rate limit",
+                ferry: drain,
+                floorName: "storage floor: \(engine).push, \(Self.batchSize) a batch",
+                floor: pushFloor
             )
         ]
 
@@ -163,15 +177,22 @@ struct Benchmarks {
             let merge = try await measure {
                 let summary = try await copy.push()
                 guard summary.acknowledged == records, summary.merged == records, summary.rekeyed == records else {
-                    throw CommandFailure("merge acknowledged \(summary.acknowledged), merged \(summary.merged), re-keyed \(summary.rekeyed) of \(records)")
+                    throw CommandFailure(
+                        "merge acknowledged \(summary.acknowledged), merged \(summary.merged), re-keyed \(summary.rekeyed) of \(records)"
+                    )
                 }
                 return summary.requests
             }
             let floor = try await floorPush(records, user: floorUser, into: floor, prefix: "m")
-            results.append(againstFloor(
-                name: "merge", what: "a second device drains \(records.formatted()) records the server holds by natural key: each merged, re-keyed locally",
-                ferry: merge, floorName: "storage floor: \(engine).push of the same merges", floor: floor
-            ))
+            results.append(
+                againstFloor(
+                    name: "merge",
+                    what: "a second device drains \(records.formatted()) records the server holds by natural key: each merged, re-keyed locally",
+                    ferry: merge,
+                    floorName: "storage floor: \(engine).push of the same merges",
+                    floor: floor
+                )
+            )
         }
 
         if wanted.contains("sync") {
@@ -197,10 +218,15 @@ struct Benchmarks {
             floor.seconds += pullFloor.seconds
             floor.requests = (pushFloor.requests ?? 0) + (pullFloor.requests ?? 0)
             floor.peakMemoryMB = max(pushFloor.peakMemoryMB ?? 0, pullFloor.peakMemoryMB ?? 0)
-            results.append(againstFloor(
-                name: "sync", what: "one device's sync of \(records.formatted()) new records: push them, pull them back",
-                ferry: sync, floorName: "storage floor: the drain's push and the pull's pull", floor: floor
-            ))
+            results.append(
+                againstFloor(
+                    name: "sync",
+                    what: "one device's sync of \(records.formatted()) new records: push them, pull them back",
+                    ferry: sync,
+                    floorName: "storage floor: the drain's push and the pull's pull",
+                    floor: floor
+                )
+            )
         }
 
         if wanted.contains("pull") {
@@ -210,10 +236,15 @@ struct Benchmarks {
                 guard report.pull.applied == records else { throw CommandFailure("a fresh device applied \(report.pull.applied) of \(records)") }
                 return report.requests
             }
-            results.append(againstFloor(
-                name: "pull", what: "a fresh device's first pull of \(records.formatted()) records", ferry: pull,
-                floorName: "storage floor: \(engine).pull, \(Self.batchSize) a page", floor: pullFloor
-            ))
+            results.append(
+                againstFloor(
+                    name: "pull",
+                    what: "a fresh device's first pull of \(records.formatted()) records",
+                    ferry: pull,
+                    floorName: "storage floor: \(engine).pull, \(Self.batchSize) a page",
+                    floor: pullFloor
+                )
+            )
         }
         return results.filter { wanted.contains($0.name) }
     }
@@ -221,7 +252,11 @@ struct Benchmarks {
     /// A result whose baseline is a storage floor, compared by time.
     private func againstFloor(name: String, what: String, ferry: BenchMeasurement, floorName: String, floor: BenchMeasurement) -> BenchResult {
         BenchResult(
-            name: name, what: what, ferry: ferry, baselineName: floorName, baseline: floor,
+            name: name,
+            what: what,
+            ferry: ferry,
+            baselineName: floorName,
+            baseline: floor,
             comparison: String(format: "%.2fx the storage floor's time", ferry.seconds / floor.seconds)
         )
     }
@@ -243,7 +278,12 @@ struct Benchmarks {
             _ = try await floor.push(userID: user, clientID: "floor-\(prefix)", mutations: batch)
             elapsed += ContinuousClock.now - began
         }
-        return BenchMeasurement(seconds: elapsed.seconds, items: count, requests: (count + Self.batchSize - 1) / Self.batchSize, peakMemoryMB: PeakMemory.megabytes())
+        return BenchMeasurement(
+            seconds: elapsed.seconds,
+            items: count,
+            requests: (count + Self.batchSize - 1) / Self.batchSize,
+            peakMemoryMB: PeakMemory.megabytes()
+        )
     }
 
     /// The storage floor of a pull: every record of `user`, a client's page at a time.
@@ -318,8 +358,11 @@ struct Benchmarks {
         let ferry = try await run(batchSize: Self.batchSize, folder: "naive-ferry")
         let oneEach = try await run(batchSize: 1, folder: "naive-one-each")
         return BenchResult(
-            name: "naive", what: "\(count.formatted()) mutations under 300 requests per minute", ferry: ferry,
-            baselineName: "one request per mutation, honouring 429 and RateLimit-*", baseline: oneEach,
+            name: "naive",
+            what: "\(count.formatted()) mutations under 300 requests per minute",
+            ferry: ferry,
+            baselineName: "one request per mutation, honouring 429 and RateLimit-*",
+            baseline: oneEach,
             comparison: "\((oneEach.requests ?? 0) / max(1, ferry.requests ?? 1))x fewer requests, "
                 + String(format: "%.0f s vs %.0f s of simulated time", ferry.simulatedSeconds ?? 0, oneEach.simulatedSeconds ?? 0)
         )
@@ -334,7 +377,11 @@ struct Benchmarks {
         do {
             var seed: [Mutation] = []
             for (entity, count) in [("projects", 100), ("tasks", 100), ("calendar_events", 96)] {
-                for index in 0..<count { seed.append(.upsert(id: Int64(seed.count + 1), entity: entity, entityID: "\(entity)-\(index)", data: ["title": .string("\(index)")])) }
+                for index in 0..<count {
+                    seed.append(
+                        .upsert(id: Int64(seed.count + 1), entity: entity, entityID: "\(entity)-\(index)", data: ["title": .string("\(index)")])
+                    )
+                }
             }
             try await server.seed(user: "bench", client: "web", mutations: seed)
             let token = try await server.token(for: "bench")
@@ -376,8 +423,11 @@ struct Benchmarks {
             without.extra = ["runs": naiveRuns, "recordsProcessed": naiveProcessed]
             try? await server.stop()
             return BenchResult(
-                name: "launch", what: "the launch storm: 296 records on the server, 6 sync triggers within 100 ms", ferry: withScheduler,
-                baselineName: "each trigger calls sync() directly", baseline: without,
+                name: "launch",
+                what: "the launch storm: 296 records on the server, 6 sync triggers within 100 ms",
+                ferry: withScheduler,
+                baselineName: "each trigger calls sync() directly",
+                baseline: without,
                 comparison: "\(runs) run and \(processed) records processed vs \(naiveRuns) runs and \(naiveProcessed)"
             )
         } catch {

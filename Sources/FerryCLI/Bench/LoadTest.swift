@@ -38,9 +38,10 @@ struct LoadTest {
         let processes = try (0..<servers).map { index in
             try ServerProcess(
                 arguments: ["serve", "--database", database.description, "--port", "0", "--jwt-secret", secret, "--rate-limit", "1000000/60"],
-                log: folder.appendingPathComponent("serve-\(index).log"))
+                log: folder.appendingPathComponent("serve-\(index).log")
+            )
         }
-        defer { processes.forEach { $0.stop() } }
+        defer { for process in processes { process.stop() } }
         var ports: [Int] = []
         for process in processes { ports.append(try await process.port()) }
         let endpoints = ports.map { "http://127.0.0.1:\($0)" }
@@ -49,17 +50,24 @@ struct LoadTest {
         let authority = try await TokenAuthority(secret: secret)
         let run = "\(UUID().uuidString.prefix(8))"
         var tokens: [String] = []
-        for user in 0..<max(1, clients / devicesPerUser) { tokens.append(try await authority.issue(userID: "load-\(run)-\(user)", ttl: .seconds(3600))) }
+        for user in 0..<max(1, clients / devicesPerUser) {
+            tokens.append(try await authority.issue(userID: "load-\(run)-\(user)", ttl: .seconds(3600)))
+        }
 
         let http = HTTPClient(
             eventLoopGroup: HTTPClient.defaultEventLoopGroup,
-            configuration: .init(connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: clients)))
+            configuration: .init(connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: clients))
+        )
         let tickets = Tickets(total: requests, halfway: { processes.map(\.residentMB) })
         let began = ContinuousClock.now
         let outcomes = await withTaskGroup(of: ClientOutcome.self) { group in
             for client in 0..<clients {
                 let device = Device(
-                    clientID: "load-\(run)-\(client)", token: tokens[client / devicesPerUser % tokens.count], batchSize: batchSize, http: http)
+                    clientID: "load-\(run)-\(client)",
+                    token: tokens[client / devicesPerUser % tokens.count],
+                    batchSize: batchSize,
+                    http: http
+                )
                 group.addTask { await device.run(tickets: tickets, endpoints: endpoints) }
             }
             return await group.reduce(into: [ClientOutcome]()) { $0.append($1) }
@@ -128,13 +136,18 @@ struct LoadTest {
                         defer { nextID += 1 }
                         // A record is written four times on average: creates and updates.
                         return Mutation.upsert(
-                            id: nextID, entity: "samples", entityID: "\(clientID)-\(nextID % Int64(batchSize * 4 + 1))",
-                            data: ["value": .integer(nextID), "kind": .string("steps")])
+                            id: nextID,
+                            entity: "samples",
+                            entityID: "\(clientID)-\(nextID % Int64(batchSize * 4 + 1))",
+                            data: ["value": .integer(nextID), "kind": .string("steps")]
+                        )
                     }
                     request = HTTPClientRequest(url: endpoint + "/v1/push")
                     request.method = .POST
                     request.headers.add(name: "Content-Type", value: "application/json")
-                    request.body = .bytes(ByteBuffer(bytes: (try? JSONEncoder().encode(PushRequest(clientID: clientID, mutations: mutations))) ?? Data()))
+                    request.body = .bytes(
+                        ByteBuffer(bytes: (try? JSONEncoder().encode(PushRequest(clientID: clientID, mutations: mutations))) ?? Data())
+                    )
                 } else {
                     let query = "limit=500" + (cursor.map { "&cursor=\($0)" } ?? "")
                     request = HTTPClientRequest(url: endpoint + "/v1/pull?" + query)

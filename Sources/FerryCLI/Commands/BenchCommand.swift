@@ -14,12 +14,21 @@ struct BenchCommand: AsyncParsableCommand {
 
     static let names = ["capture", "drain", "merge", "sync", "pull", "naive", "launch", "load"]
 
-    @Option(help: "Records for capture, drain, merge, sync and pull; several, comma-separated (10000,100000,1000000), run each size in turn and end with a scaling table.")
+    @Option(
+        help:
+            "Records for capture, drain, merge, sync and pull; several, comma-separated (10000,100000,1000000), run each size in turn and end with a scaling table."
+    )
     var records = "100000"
-    @Option(help: "Keep the server's records for drain, merge, sync, pull and load in this PostgreSQL database (postgres://…) instead of SQLite files in a temporary folder.")
+    @Option(
+        help:
+            "Keep the server's records for drain, merge, sync, pull and load in this PostgreSQL database (postgres://…) instead of SQLite files in a temporary folder."
+    )
     var database: String?
     @Option(help: "drain, merge, sync, pull: records of other users (10,000 each) put in the server's storage first.") var otherRecords = 0
-    @Option(help: "drain, merge, sync, pull: how clients reach the server: nio (AsyncHTTPClient, as the CLI talks) or urlsession (URLSessionTransport, as apps do).")
+    @Option(
+        help:
+            "drain, merge, sync, pull: how clients reach the server: nio (AsyncHTTPClient, as the CLI talks) or urlsession (URLSessionTransport, as apps do)."
+    )
     var transport = "nio"
     @Option(help: "load: ferry serve processes sharing the database, requests sent to each in turn.") var servers = 1
     @Option(help: "load: concurrent clients, five devices to a user, each pushing a batch of 50 then pulling.") var clients = 50
@@ -33,7 +42,9 @@ struct BenchCommand: AsyncParsableCommand {
         for name in selected where !Self.names.contains(name) {
             throw ValidationError("unknown benchmark '\(name)'; choose from \(Self.names.joined(separator: ", "))")
         }
-        guard (0...100_000_000).contains(otherRecords) else { throw ValidationError("--other-records must be from 0 to 100000000, got \(otherRecords)") }
+        guard (0...100_000_000).contains(otherRecords) else {
+            throw ValidationError("--other-records must be from 0 to 100000000, got \(otherRecords)")
+        }
         guard ["nio", "urlsession"].contains(transport) else { throw ValidationError("--transport must be nio or urlsession, got '\(transport)'") }
         guard (1...16).contains(servers) else { throw ValidationError("--servers must be from 1 to 16, got \(servers)") }
         guard (1...1000).contains(clients) else { throw ValidationError("--clients must be from 1 to 1000, got \(clients)") }
@@ -45,7 +56,9 @@ struct BenchCommand: AsyncParsableCommand {
     private func postgres() throws -> PostgresLocation? {
         guard let database else { return nil }
         guard case .postgres(let location) = try? DatabaseURL(parsing: database) else {
-            throw ValidationError("--database takes a postgres://USER:PASSWORD@HOST:PORT/DATABASE URL (without it, SQLite files are used), got '\(DatabaseURLError.masked(database))'")
+            throw ValidationError(
+                "--database takes a postgres://USER:PASSWORD@HOST:PORT/DATABASE URL (without it, SQLite files are used), got '\(DatabaseURLError.masked(database))'"
+            )
         }
         return location
     }
@@ -125,10 +138,15 @@ struct BenchCommand: AsyncParsableCommand {
             var previous: (records: Int, seconds: Double)?
             for (records, results) in scaling {
                 guard let result = results.first(where: { $0.name == name }) else { continue }
-                let growth = previous.map { String(format: "%.1fx (%.0fx)", result.ferry.seconds / $0.seconds, Double(records) / Double($0.records)) } ?? ""
+                let growth =
+                    previous.map { String(format: "%.1fx (%.0fx)", result.ferry.seconds / $0.seconds, Double(records) / Double($0.records)) } ?? ""
                 let figures = String(
-                    format: "%.2f s | %.0f/s | %.2f s | %.2fx", result.ferry.seconds, result.ferry.throughput, result.baseline.seconds,
-                    result.ferry.seconds / result.baseline.seconds)
+                    format: "%.2f s | %.0f/s | %.2f s | %.2fx",
+                    result.ferry.seconds,
+                    result.ferry.throughput,
+                    result.baseline.seconds,
+                    result.ferry.seconds / result.baseline.seconds
+                )
                 printNow("| \(name) | \(records.formatted()) | \(figures) | \(growth) |")
                 previous = (records, result.ferry.seconds)
             }
@@ -136,13 +154,30 @@ struct BenchCommand: AsyncParsableCommand {
     }
 
     private func report(_ load: LoadTest.Report, of test: LoadTest) {
-        printNow("load: \(test.servers) ferry serve process\(test.servers == 1 ? "" : "es") on \(test.database), \(test.clients) clients, \(load.requests.formatted()) requests (push \(test.batchSize) mutations, then pull)")
-        printNow(String(
-            format: "  %.0f requests/s, %.0f mutations/s, p50 %.1f ms, p99 %.1f ms, %d errors in %.1f s",
-            Double(load.requests) / load.seconds, Double(load.mutations) / load.seconds, load.percentile(0.5), load.percentile(0.99),
-            load.errors, load.seconds))
+        printNow(
+            "load: \(test.servers) ferry serve process\(test.servers == 1 ? "" : "es") on \(test.database), \(test.clients) clients, \(load.requests.formatted()) requests (push \(test.batchSize) mutations, then pull)"
+        )
+        printNow(
+            String(
+                format: "  %.0f requests/s, %.0f mutations/s, p50 %.1f ms, p99 %.1f ms, %d errors in %.1f s",
+                Double(load.requests) / load.seconds,
+                Double(load.mutations) / load.seconds,
+                load.percentile(0.5),
+                load.percentile(0.99),
+                load.errors,
+                load.seconds
+            )
+        )
         for (index, memory) in load.memory.enumerated() {
-            printNow(String(format: "  server %d resident memory: %.0f MiB at start, %.0f halfway, %.0f at the end", index + 1, memory.start, memory.halfway, memory.end))
+            printNow(
+                String(
+                    format: "  server %d resident memory: %.0f MiB at start, %.0f halfway, %.0f at the end",
+                    index + 1,
+                    memory.start,
+                    memory.halfway,
+                    memory.end
+                )
+            )
         }
         if let error = load.firstError { printNow("  first error: \(error)") }
     }
@@ -168,12 +203,18 @@ struct BenchCommand: AsyncParsableCommand {
             return .object(fields)
         }
         var document: JSONObject = [
-            "machine": .object(["cores": .integer(Int64(ProcessInfo.processInfo.activeProcessorCount)),
-                                "memoryGB": .number(Double(ProcessInfo.processInfo.physicalMemory) / 1_073_741_824)]),
-            "benchmarks": .array(results.map {
-                .object(["name": .string($0.name), "what": .string($0.what), "ferry": object($0.ferry), "baselineName": .string($0.baselineName),
-                         "baseline": object($0.baseline), "comparison": .string($0.comparison)])
-            }),
+            "machine": .object([
+                "cores": .integer(Int64(ProcessInfo.processInfo.activeProcessorCount)),
+                "memoryGB": .number(Double(ProcessInfo.processInfo.physicalMemory) / 1_073_741_824),
+            ]),
+            "benchmarks": .array(
+                results.map {
+                    .object([
+                        "name": .string($0.name), "what": .string($0.what), "ferry": object($0.ferry), "baselineName": .string($0.baselineName),
+                        "baseline": object($0.baseline), "comparison": .string($0.comparison),
+                    ])
+                }
+            ),
         ]
         if let load {
             document["load"] = .object([

@@ -32,7 +32,8 @@ struct DemoCommand: AsyncParsableCommand {
 
     func run() async throws {
         let selected = Self.scenarios.filter { scenario == nil || $0.name == scenario }
-        let root = keep.map { URL(fileURLWithPath: $0) }
+        let root =
+            keep.map { URL(fileURLWithPath: $0) }
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("ferry-demo-\(UUID().uuidString.prefix(8))")
         do {
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
@@ -49,7 +50,10 @@ struct DemoCommand: AsyncParsableCommand {
         }
         let output = DemoOutput(json: json)
         if !json {
-            printNow(output.paint("Ferry demo", .bold) + ": each scenario runs an embedded `ferry serve` (SQLite, loopback) and app clients built on the Ferry library.")
+            printNow(
+                output.paint("Ferry demo", .bold)
+                    + ": each scenario runs an embedded `ferry serve` (SQLite, loopback) and app clients built on the Ferry library."
+            )
         }
         var results: [(any DemoScenario, ScenarioOutcome?)] = []
         for (index, scenario) in selected.enumerated() {
@@ -88,14 +92,20 @@ struct DemoCommand: AsyncParsableCommand {
     }
 
     private func report(_ results: [(any DemoScenario, ScenarioOutcome?)]) -> JSONObject {
-        ["scenarios": .array(results.map { scenario, outcome in
-            .object([
-                "name": .string(scenario.name),
-                "passed": .bool(outcome?.passed == true),
-                "metrics": .object(Dictionary(uniqueKeysWithValues: (outcome?.metrics.map { ($0.key, JSONValue.integer(Int64($0.value))) } ?? []))),
-                "checks": .array((outcome?.checks ?? []).map { .object(["check": .string($0.0), "held": .bool($0.1)]) }),
-            ])
-        })]
+        [
+            "scenarios": .array(
+                results.map { scenario, outcome in
+                    .object([
+                        "name": .string(scenario.name),
+                        "passed": .bool(outcome?.passed == true),
+                        "metrics": .object(
+                            Dictionary(uniqueKeysWithValues: (outcome?.metrics.map { ($0.key, JSONValue.integer(Int64($0.value))) } ?? []))
+                        ),
+                        "checks": .array((outcome?.checks ?? []).map { .object(["check": .string($0.0), "held": .bool($0.1)]) }),
+                    ])
+                }
+            )
+        ]
     }
 
     private func printSummary(_ results: [(any DemoScenario, ScenarioOutcome?)], output: DemoOutput) {

@@ -10,10 +10,12 @@ struct ServeCommand: AsyncParsableCommand {
         abstract: "Run the reference sync server (PROTOCOL.md) until SIGINT or SIGTERM."
     )
 
-    @Option(help: """
-        Where records live: sqlite:PATH, sqlite::memory:, or postgres://USER:PASSWORD@HOST:PORT/DATABASE \
-        (password also from PGPASSWORD; add ?sslmode=require or ?sslmode=verify-full for TLS).
-        """)
+    @Option(
+        help: """
+            Where records live: sqlite:PATH, sqlite::memory:, or postgres://USER:PASSWORD@HOST:PORT/DATABASE \
+            (password also from PGPASSWORD; add ?sslmode=require or ?sslmode=verify-full for TLS).
+            """
+    )
     var database = "sqlite:ferry-server.sqlite"
 
     @Option(help: "Most connections this process opens to PostgreSQL (1 to 1000); several processes share the server's max_connections.")
@@ -86,11 +88,17 @@ struct ServeCommand: AsyncParsableCommand {
 
         let (secret, demoToken) = try await resolveSecret()
         let configuration = ServerConfiguration(
-            host: host, port: port, jwtSecret: secret, rateLimit: policy, idleTimeout: .seconds(idleTimeout)
+            host: host,
+            port: port,
+            jwtSecret: secret,
+            rateLimit: policy,
+            idleTimeout: .seconds(idleTimeout)
         )
         let host = self.host
         let app = try await FerryServerApplication.make(
-            configuration: configuration, storage: storage, rateLimiter: rateLimiter,
+            configuration: configuration,
+            storage: storage,
+            rateLimiter: rateLimiter,
             onServerRunning: { port in
                 printNow("Ferry server listening on http://\(host):\(port) (database \(location), rate limit \(policy?.description ?? "off"))")
                 if let demoToken {

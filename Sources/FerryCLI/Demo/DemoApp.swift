@@ -15,12 +15,14 @@ struct DemoApp: Sendable {
     static func schema() -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("app-v1") { db in
-            try db.execute(sql: """
-                CREATE TABLE projects (id TEXT PRIMARY KEY NOT NULL, title TEXT);
-                CREATE TABLE tasks (id TEXT PRIMARY KEY NOT NULL, title TEXT);
-                CREATE TABLE calendar_events (id TEXT PRIMARY KEY NOT NULL, title TEXT);
-                CREATE TABLE health_events (id TEXT PRIMARY KEY NOT NULL, kind TEXT, value INTEGER, sample_id TEXT);
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE projects (id TEXT PRIMARY KEY NOT NULL, title TEXT);
+                    CREATE TABLE tasks (id TEXT PRIMARY KEY NOT NULL, title TEXT);
+                    CREATE TABLE calendar_events (id TEXT PRIMARY KEY NOT NULL, title TEXT);
+                    CREATE TABLE health_events (id TEXT PRIMARY KEY NOT NULL, kind TEXT, value INTEGER, sample_id TEXT);
+                    """
+            )
         }
         return migrator
     }
@@ -32,8 +34,11 @@ struct DemoApp: Sendable {
 
     /// `network` sits between the counter and the real transport (faults, a gate).
     init(
-        directory: URL, server: FerryTestServer, signOutPolicy: SignOutPolicy = .keepPendingChanges,
-        connectivity: (any ConnectivityMonitor)? = nil, sync: SyncConfiguration = SyncConfiguration(),
+        directory: URL,
+        server: FerryTestServer,
+        signOutPolicy: SignOutPolicy = .keepPendingChanges,
+        connectivity: (any ConnectivityMonitor)? = nil,
+        sync: SyncConfiguration = SyncConfiguration(),
         network: (any SyncTransport) -> any SyncTransport = { $0 }
     ) {
         var configuration = SessionConfiguration(storeDirectory: directory, tables: Self.tables, schema: Self.schema())
@@ -43,8 +48,11 @@ struct DemoApp: Sendable {
         self.wire = wire
         self.directory = directory
         self.session = SyncSession(
-            configuration: configuration, transport: wire, token: { user in try await server.token(for: user) },
-            connectivity: connectivity, clock: ContinuousClock()
+            configuration: configuration,
+            transport: wire,
+            token: { user in try await server.token(for: user) },
+            connectivity: connectivity,
+            clock: ContinuousClock()
         )
     }
 

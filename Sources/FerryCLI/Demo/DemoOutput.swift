@@ -57,7 +57,10 @@ final class DemoOutput: Sendable {
     var elapsed: Duration { ContinuousClock.now - start }
 
     enum Style: String {
-        case bold = "1", dim = "2", green = "32", red = "31"
+        case bold = "1"
+        case dim = "2"
+        case green = "32"
+        case red = "31"
     }
 
     func paint(_ text: String, _ style: Style) -> String {

@@ -25,7 +25,9 @@ extension DemoScenario {
     /// Runs `body` against a server in this process on a SQLite file in the scenario's
     /// directory, as `ferry serve` would run, and stops it however `body` ends.
     func withServer<T: Sendable>(
-        in directory: URL, rateLimit: RateLimitPolicy?, _ body: (FerryTestServer) async throws -> T
+        in directory: URL,
+        rateLimit: RateLimitPolicy?,
+        _ body: (FerryTestServer) async throws -> T
     ) async throws -> T {
         let storage = try SQLiteSyncStorage(path: directory.appendingPathComponent("server.sqlite").path)
         return try await FerryTestServer.run(storage: storage, rateLimit: rateLimit, body)

@@ -11,7 +11,10 @@ package struct TimeLimitExceeded: Error, Sendable, CustomStringConvertible {
 /// does not reach cannot hold the caller. With `awaitingCancelledWork`, cancelled work has
 /// finished unwinding (a sync has put its batch back) when this returns.
 package func withTimeLimit<T: Sendable>(
-    _ limit: Duration?, clock: any Clock<Duration>, awaitingCancelledWork: Bool = false, _ work: @escaping @Sendable () async throws -> T
+    _ limit: Duration?,
+    clock: any Clock<Duration>,
+    awaitingCancelledWork: Bool = false,
+    _ work: @escaping @Sendable () async throws -> T
 ) async throws -> T {
     let (outcomes, sink) = AsyncStream.makeStream(of: Result<T, any Error>.self)
     let running = Task {

@@ -24,7 +24,9 @@ struct SyncController: Sendable {
         try pushRequest.validateBatch()
         context.facts.client = pushRequest.clientID  // validated: A-Z a-z 0-9 _ -, at most 64
         let response = try await storage.push(
-            userID: userID, clientID: pushRequest.clientID, mutations: pushRequest.mutations.map(IncomingMutation.init)
+            userID: userID,
+            clientID: pushRequest.clientID,
+            mutations: pushRequest.mutations.map(IncomingMutation.init)
         )
         metrics.recordMutations(response.results)
         context.logger.info(

@@ -9,7 +9,9 @@ struct MetricsMiddleware: RouterMiddleware {
         let start = ContinuousClock.now
         let response = try await next(request, context)
         metrics.recordRequest(
-            endpoint: context.endpointPath ?? "unknown", status: response.status.code, duration: start.duration(to: .now)
+            endpoint: context.endpointPath ?? "unknown",
+            status: response.status.code,
+            duration: start.duration(to: .now)
         )
         return response
     }

@@ -20,7 +20,7 @@ public struct PostgresRateLimiter: RateLimiter {
     }
 
     /// The same limiter reading time from `now` instead of the database.
-    public func withClock(_ now: @escaping @Sendable () -> Double) -> PostgresRateLimiter {
+    package func withClock(_ now: @escaping @Sendable () -> Double) -> PostgresRateLimiter {
         PostgresRateLimiter(storage: storage, policy: policy, now: now)
     }
 

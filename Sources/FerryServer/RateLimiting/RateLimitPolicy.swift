@@ -1,4 +1,5 @@
 import FerryProtocol
+
 /// How many requests a user may make per window: `--rate-limit N/SECONDS`.
 public struct RateLimitPolicy: Sendable, Equatable, CustomStringConvertible {
     public var requests: Int

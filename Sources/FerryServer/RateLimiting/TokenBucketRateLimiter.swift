@@ -1,4 +1,5 @@
 import FerryProtocol
+
 /// A per-user token bucket in this process: the whole quota is available as a
 /// burst and refills continuously at `requests / window`.
 public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == Duration {

@@ -84,7 +84,8 @@ struct BatchPlanner {
         }
         return BatchPlan(
             response: PushResponse(lastMutationID: lastMutationID, results: results),
-            writes: writes, releasedNaturalKeys: released
+            writes: writes,
+            releasedNaturalKeys: released
         )
     }
 
@@ -108,7 +109,10 @@ struct BatchPlanner {
         guard let kept = replays[mutation.id], kept.status != .duplicate else { return nil }
         guard kept.answers(incoming) else {
             return PushResult(
-                id: mutation.id, status: .rejected, entityID: nil, version: nil,
+                id: mutation.id,
+                status: .rejected,
+                entityID: nil,
+                version: nil,
                 error: "this client already used mutation id \(mutation.id) for another change; ids must never be reused "
                     + "(a store copied to another device, or restored from a backup, needs a client id of its own)"
             )
@@ -129,7 +133,8 @@ struct BatchPlanner {
     private func duplicate(_ mutation: Mutation) -> PushResult {
         let record: StoredRecord?
         if let naturalKey = mutation.naturalKey {
-            record = naturalKeyHolders[NaturalKeyRef(entity: mutation.entity, naturalKey: naturalKey)].flatMap { records[$0] }
+            record =
+                naturalKeyHolders[NaturalKeyRef(entity: mutation.entity, naturalKey: naturalKey)].flatMap { records[$0] }
                 ?? records[RecordKey(entity: mutation.entity, entityID: mutation.entityID)]
         } else {
             record = records[RecordKey(entity: mutation.entity, entityID: mutation.entityID)]
@@ -151,14 +156,21 @@ struct BatchPlanner {
         if let baseVersion = mutation.baseVersion, baseVersion != (existing?.version ?? 0) {
             // A tombstone still exists (with its version), so 0 conflicts with it too.
             return PushResult(
-                id: mutation.id, status: .conflict, entityID: key.entityID, version: existing?.version,
+                id: mutation.id,
+                status: .conflict,
+                entityID: key.entityID,
+                version: existing?.version,
                 current: try? existing?.state()
             )
         }
         // Without a natural key an upsert keeps the record's own; a tombstone holds none.
         let record = StoredRecord(
-            entity: key.entity, entityID: key.entityID, version: (existing?.version ?? 0) + 1,
-            deleted: false, naturalKey: mutation.naturalKey ?? existing?.naturalKey, data: data
+            entity: key.entity,
+            entityID: key.entityID,
+            version: (existing?.version ?? 0) + 1,
+            deleted: false,
+            naturalKey: mutation.naturalKey ?? existing?.naturalKey,
+            data: data
         )
         store(record, replacing: existing, at: index)
         if merged {

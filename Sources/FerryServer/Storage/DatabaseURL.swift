@@ -78,7 +78,9 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         }
         let port = components.port ?? 5432
         guard (1...65_535).contains(port) else { throw failure("has port \(port); use 1 to 65535") }
-        guard components.fragment == nil else { throw failure("has a #fragment; a database URL has none (percent-encode a # in the password as %23)") }
+        guard components.fragment == nil else {
+            throw failure("has a #fragment; a database URL has none (percent-encode a # in the password as %23)")
+        }
         var tls = TLSMode.disable
         var seen: Set<String> = []
         for item in components.queryItems ?? [] {
@@ -94,8 +96,12 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
             }
         }
         self.init(
-            host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host, port: port, username: username,
-            password: components.password ?? environment["PGPASSWORD"], database: database, tls: tls
+            host: host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host,
+            port: port,
+            username: username,
+            password: components.password ?? environment["PGPASSWORD"],
+            database: database,
+            tls: tls
         )
     }
 

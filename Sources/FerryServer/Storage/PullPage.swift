@@ -16,7 +16,9 @@ public struct PullPage: Sendable {
 
     /// The `PullResponse` body of PROTOCOL.md, each record's stored data spliced in verbatim.
     public func responseBody() -> ByteBuffer {
-        var body = JSONTextWriter(capacity: 64 + records.reduce(0) { $0 + 96 + $1.entity.utf8.count + $1.entityID.utf8.count + ($1.data?.count ?? 0) })
+        var body = JSONTextWriter(
+            capacity: 64 + records.reduce(0) { $0 + 96 + $1.entity.utf8.count + $1.entityID.utf8.count + ($1.data?.count ?? 0) }
+        )
         body.raw("{\"changes\":[")
         for (index, record) in records.enumerated() {
             if index > 0 { body.raw(",") }

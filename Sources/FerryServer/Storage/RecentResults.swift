@@ -52,7 +52,14 @@ enum RecentResults {
                 case let other?: entityID = .some(other)
                 case nil: entityID = .some(nil)
                 }
-                kept = Kept(id: result.id, status: result.status, version: result.version, entityID: entityID, error: result.error, fingerprint: fingerprint(of: incoming))
+                kept = Kept(
+                    id: result.id,
+                    status: result.status,
+                    version: result.version,
+                    entityID: entityID,
+                    error: result.error,
+                    fingerprint: fingerprint(of: incoming)
+                )
             } else if let replayed = replays[result.id], replayed.status != .duplicate {
                 kept = replayed
             } else {
@@ -94,7 +101,11 @@ enum RecentResults {
                 guard case .array(let fields) = value, fields.count == 6, case .integer(let id) = fields[0],
                     case .string(let status) = fields[1], let status = MutationStatus(rawValue: status),
                     case .integer(let fingerprint) = fields[5]
-                else { throw StorageError.corrupt("a client's recent push results hold an entry that is not [id, status, version, entityID, error, fingerprint]") }
+                else {
+                    throw StorageError.corrupt(
+                        "a client's recent push results hold an entry that is not [id, status, version, entityID, error, fingerprint]"
+                    )
+                }
                 let entityID: String?? =
                     switch fields[3] {
                     case .string(let entityID): .some(entityID)

@@ -59,13 +59,16 @@ final class FaultSchedule {
         configuration.pullPageSize = Int.random(in: 2...12, using: &random)
         configuration.leaseRetryInterval = .seconds(2)
         // Conflicts on shared notes end either way; a merging policy keeps both bodies.
-        configuration.conflictPolicy = [
-            .serverWins, .clientWins,
-            ConflictPolicy { conflict in
-                guard case .string(let mine) = conflict.local?["body"], case .string(let theirs) = conflict.server?.data?["body"] else { return .acceptServer }
-                return .keep(["body": .string(String("\(theirs)+\(mine)".suffix(200)))])
-            },
-        ][Int.random(in: 0..<3, using: &random)]
+        configuration.conflictPolicy =
+            [
+                .serverWins, .clientWins,
+                ConflictPolicy { conflict in
+                    guard case .string(let mine) = conflict.local?["body"], case .string(let theirs) = conflict.server?.data?["body"] else {
+                        return .acceptServer
+                    }
+                    return .keep(["body": .string(String("\(theirs)+\(mine)".suffix(200)))])
+                },
+            ][Int.random(in: 0..<3, using: &random)]
         self.configuration = configuration
     }
 
@@ -127,7 +130,11 @@ final class FaultSchedule {
         let store = try ClientFixture.openStore(at: path)
         let token = tokens[user]!
         let client = FerryClient(
-            store: store, transport: transport, token: { token }, clock: FastClock(), configuration: configuration,
+            store: store,
+            transport: transport,
+            token: { token },
+            clock: FastClock(),
+            configuration: configuration,
             jitterSeed: random.next()
         )
         return ClientProcess(name: name, user: user, path: path, store: store, client: client, transport: transport)
@@ -149,7 +156,9 @@ final class FaultSchedule {
                 let key: String? = roll(0..<2) == 0 ? nil : "hk-\(roll(0..<5))"
                 let (kind, value) = (["steps", "sleep"][roll(0..<2)], roll(0..<1000))
                 statements.append(("INSERT INTO events (id, kind, value, hk) VALUES (?, ?, ?, ?)", [stamp, kind, value, key]))
-                effects.append(Effect(record: "events/\(stamp)", state: Self.describe(kind: kind, value: "\(value)", naturalKey: key), naturalKey: key != nil))
+                effects.append(
+                    Effect(record: "events/\(stamp)", state: Self.describe(kind: kind, value: "\(value)", naturalKey: key), naturalKey: key != nil)
+                )
             case ..<55 where !events.isEmpty:
                 let (value, id) = (roll(0..<1000), events[roll(0..<events.count)])
                 statements.append(("UPDATE events SET value = ?, kind = ? WHERE id = ?", [value, stamp, id]))
@@ -252,7 +261,7 @@ final class FaultSchedule {
             for process in processes {
                 do {
                     try await process.client.sync()
-                } catch where round == 2 {
+                } catch  where round == 2 {
                     outcome.problems.append("\(process.name): the last sync without faults failed: \(error)")
                 } catch {}
             }
@@ -286,7 +295,9 @@ final class FaultSchedule {
             guard let path = history.writers.first, !(bigRecords[path] ?? []).contains(record) else { continue }
             let remote = server[record].flatMap(Self.describe)
             if remote != history.state {
-                problems.append("\(record), written by one store only, was last written as \(history.state ?? "deleted"), but the server holds \(remote ?? "nothing")")
+                problems.append(
+                    "\(record), written by one store only, was last written as \(history.state ?? "deleted"), but the server holds \(remote ?? "nothing")"
+                )
             }
         }
         return problems.sorted()
@@ -334,7 +345,9 @@ final class FaultSchedule {
         for (key, change) in server where change.op == .upsert {
             remote[key] = Self.describe(change)
             if localVersions[key] != change.version {
-                problems.append("\(key): the store knows version \(localVersions[key].map(String.init) ?? "none"), the server holds \(change.version)")
+                problems.append(
+                    "\(key): the store knows version \(localVersions[key].map(String.init) ?? "none"), the server holds \(change.version)"
+                )
             }
         }
         for key in Set(local.keys).union(remote.keys).sorted() where local[key] != remote[key] {
@@ -380,7 +393,9 @@ final class FaultSchedule {
         var cursor: String?
         while true {
             let query = cursor.map { "?limit=1000&cursor=\($0)" } ?? "?limit=1000"
-            let response = try await transport.send(TransportRequest(method: "GET", path: "/v1/pull" + query, headers: ["Authorization": "Bearer \(tokens[user]!)"]))
+            let response = try await transport.send(
+                TransportRequest(method: "GET", path: "/v1/pull" + query, headers: ["Authorization": "Bearer \(tokens[user]!)"])
+            )
             guard response.status == 200 else { throw TestFailure("pull for \(user) answered \(response.status)") }
             let page = try PullResponse.decode(from: response.body)
             for change in page.changes { records["\(change.entity)/\(change.entityID)"] = change }

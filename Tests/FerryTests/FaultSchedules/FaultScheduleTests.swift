@@ -15,7 +15,9 @@ struct FaultScheduleTests {
     static func seeds(from text: String?) throws -> [UInt64] {
         guard let text = text?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return ciSeeds }
         for separator in ["..<", "-"] where text.contains(separator) {
-            let bounds = text.components(separatedBy: separator).map { (bound: String) in UInt64(bound.trimmingCharacters(in: .whitespaces), radix: 10) }
+            let bounds = text.components(separatedBy: separator).map { (bound: String) in
+                UInt64(bound.trimmingCharacters(in: .whitespaces), radix: 10)
+            }
             guard bounds.count == 2, let low = bounds[0], let high = bounds[1], low <= high else { break }
             return separator == "-" ? Array(low...high) : Array(low..<high)
         }
@@ -33,7 +35,9 @@ struct FaultScheduleTests {
         }
     }
 
-    @Test("every seeded schedule of writes, syncs, kills, restarts and network faults ends with every device equal to the server, each change applied once, nothing stuck")
+    @Test(
+        "every seeded schedule of writes, syncs, kills, restarts and network faults ends with every device equal to the server, each change applied once, nothing stuck"
+    )
     func schedules() async throws {
         let seeds = try Self.seeds(from: ProcessInfo.processInfo.environment["FERRY_FUZZ_SEEDS"])
         var steps: [String: Int] = [:]
@@ -51,20 +55,26 @@ struct FaultScheduleTests {
                 faults.merge(outcome.faults, uniquingKeysWith: +)
                 guard !outcome.problems.isEmpty else { continue }
                 failed.append(seed)
-                Issue.record(Comment(rawValue: """
-                    fault schedule seed \(seed) failed:
-                      \(outcome.problems.prefix(20).joined(separator: "\n  "))
-                    its last steps:
-                      \(outcome.log.suffix(Self.logLines).joined(separator: "\n  "))
-                    replay it: FERRY_FUZZ_SEEDS=\(seed) swift test --filter FaultScheduleTests
-                    """))
+                Issue.record(
+                    Comment(
+                        rawValue: """
+                            fault schedule seed \(seed) failed:
+                              \(outcome.problems.prefix(20).joined(separator: "\n  "))
+                            its last steps:
+                              \(outcome.log.suffix(Self.logLines).joined(separator: "\n  "))
+                            replay it: FERRY_FUZZ_SEEDS=\(seed) swift test --filter FaultScheduleTests
+                            """
+                    )
+                )
             }
         }
         let total = { (counts: [String: Int]) in counts.values.reduce(0, +) }
-        print("""
+        print(
+            """
             Fault schedules: \(seeds.count) seeds, \(failed.count) failed\(failed.isEmpty ? "" : " (\(failed.map(String.init).joined(separator: ",")))")
               steps (\(total(steps))): \(steps.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
               faults (\(total(faults))): \(faults.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
-            """)
+            """
+        )
     }
 }

@@ -75,7 +75,8 @@ final class ScheduleLedger: @unchecked Sendable {
     func answers(about record: String, user: String) -> String {
         lock.withLock {
             answers.filter { key, answer in
-                key.user == user && ("\(answer.entity)/\(answer.sentEntityID)" == record || "\(answer.entity)/\(answer.result.entityID ?? "")" == record)
+                key.user == user
+                    && ("\(answer.entity)/\(answer.sentEntityID)" == record || "\(answer.entity)/\(answer.result.entityID ?? "")" == record)
             }
             .map { key, answer in
                 "\(key.clientID.suffix(4))#\(key.mutationID) \(answer.result.status.rawValue) v\(answer.result.version.map(String.init) ?? "-")"

@@ -8,7 +8,8 @@ struct ClientCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "client",
         abstract: "A client store of generic JSON records, synced by the Ferry library.",
-        discussion: "Each user's records live in DIR/user-<SHA-256 of the user id>.sqlite; every entity is synced with id, data and an optional natural key.",
+        discussion:
+            "Each user's records live in DIR/user-<SHA-256 of the user id>.sqlite; every entity is synced with id, data and an optional natural key.",
         subcommands: [
             ClientAddCommand.self, ClientDeleteCommand.self, ClientImportCommand.self, ClientSyncCommand.self,
             ClientStatusCommand.self, ClientListCommand.self, ClientJournalCommand.self,
@@ -41,15 +42,17 @@ struct StoreOptions: ParsableArguments {
         }
         var schema = DatabaseMigrator()
         schema.registerMigration("ferry-client-records-v1") { db in
-            try db.execute(sql: """
-                CREATE TABLE records (
-                    entity TEXT NOT NULL,
-                    id TEXT NOT NULL,
-                    data TEXT NOT NULL,
-                    natural_key TEXT,
-                    PRIMARY KEY (entity, id)
-                )
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE records (
+                        entity TEXT NOT NULL,
+                        id TEXT NOT NULL,
+                        data TEXT NOT NULL,
+                        natural_key TEXT,
+                        PRIMARY KEY (entity, id)
+                    )
+                    """
+            )
         }
         do {
             let path = try StoreLocation.path(forUser: user, in: URL(fileURLWithPath: store, isDirectory: true))

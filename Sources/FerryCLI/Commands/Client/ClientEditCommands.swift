@@ -64,7 +64,10 @@ struct ClientImportCommand: AsyncParsableCommand {
         if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
         let type = (try? FileManager.default.attributesOfItem(atPath: file))?[.type] as? FileAttributeType
         guard type == .typeRegular, FileManager.default.isReadableFile(atPath: file) else {
-            let why = type == nil ? "cannot read it" : type == .typeDirectory ? "is a directory" : "is not a regular file (a pipe cannot be read twice); save it to a file first"
+            let why =
+                type == nil
+                ? "cannot read it"
+                : type == .typeDirectory ? "is a directory" : "is not a regular file (a pipe cannot be read twice); save it to a file first"
             throw CommandFailure("--file \(file): \(why)")
         }
         // Every line is checked before anything is written, then written in one transaction:
@@ -74,10 +77,12 @@ struct ClientImportCommand: AsyncParsableCommand {
         try Self.forEachRecord(in: file, entity: entity) { _ in count += 1 }
         let store = try options.open()
         try await store.database.write { [entity, file, count] db in
-            let statement = try db.makeStatement(sql: """
-                INSERT INTO records (entity, id, data, natural_key) VALUES (?, ?, ?, ?)
-                ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key
-                """)
+            let statement = try db.makeStatement(
+                sql: """
+                    INSERT INTO records (entity, id, data, natural_key) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key
+                    """
+            )
             var written = 0
             try Self.forEachRecord(in: file, entity: entity) { row in
                 try statement.execute(arguments: [entity, row.id, row.data, row.naturalKey])
@@ -90,7 +95,11 @@ struct ClientImportCommand: AsyncParsableCommand {
     }
 
     /// Calls `body` with the record of each line that is not blank, reading a megabyte at a time.
-    private static func forEachRecord(in file: String, entity: String, _ body: ((id: String, data: String, naturalKey: String?)) throws -> Void) throws {
+    private static func forEachRecord(
+        in file: String,
+        entity: String,
+        _ body: ((id: String, data: String, naturalKey: String?)) throws -> Void
+    ) throws {
         guard let handle = FileHandle(forReadingAtPath: file) else { throw CommandFailure("--file \(file): cannot read it") }
         defer { try? handle.close() }
         var number = 0

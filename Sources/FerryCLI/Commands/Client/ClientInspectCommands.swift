@@ -22,7 +22,9 @@ struct ClientStatusCommand: AsyncParsableCommand {
             ]
             printNow(String(decoding: try ProtocolValidation.encode(output), as: UTF8.self))
         } else {
-            printNow("pending: \(status.pending)\ndeadLettered: \(status.deadLettered)\nlastSyncedAt: \(lastSynced ?? "never")\nclientID: \(store.clientID)")
+            printNow(
+                "pending: \(status.pending)\ndeadLettered: \(status.deadLettered)\nlastSyncedAt: \(lastSynced ?? "never")\nclientID: \(store.clientID)"
+            )
         }
     }
 }
@@ -55,17 +57,23 @@ struct ClientListCommand: AsyncParsableCommand {
         if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
         let store = try options.open()
         let rows = try await store.database.read { [entity] db in
-            try Row.fetchAll(db, sql: """
-                SELECT r.id, r.data, r.natural_key, v.version FROM records r
-                LEFT JOIN ferry_versions v ON v.entity = r.entity AND v.entity_id = r.id
-                WHERE r.entity = ? ORDER BY r.id
-                """, arguments: [entity]).map { ($0["id"] as String, $0["data"] as String, $0["natural_key"] as String?, $0["version"] as Int64?) }
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT r.id, r.data, r.natural_key, v.version FROM records r
+                    LEFT JOIN ferry_versions v ON v.entity = r.entity AND v.entity_id = r.id
+                    WHERE r.entity = ? ORDER BY r.id
+                    """,
+                arguments: [entity]
+            ).map { ($0["id"] as String, $0["data"] as String, $0["natural_key"] as String?, $0["version"] as Int64?) }
         }
         let encoder = JSONEncoder.sortedKeys()
         for (id, data, naturalKey, version) in rows {
             let object = (try? JSONDecoder().decode(JSONObject.self, from: Data(data.utf8))) ?? [:]
             if json {
-                printNow(String(decoding: try encoder.encode(Record(entityID: id, version: version, data: object, naturalKey: naturalKey)), as: UTF8.self))
+                printNow(
+                    String(decoding: try encoder.encode(Record(entityID: id, version: version, data: object, naturalKey: naturalKey)), as: UTF8.self)
+                )
             } else {
                 printNow("\(id)\tv\(version.map(String.init) ?? "-")\t\(data)\(naturalKey.map { "\tkey \($0)" } ?? "")")
             }

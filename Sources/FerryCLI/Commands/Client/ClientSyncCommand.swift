@@ -68,7 +68,9 @@ struct ClientSyncCommand: AsyncParsableCommand {
             ]
             printNow(String(decoding: try ProtocolValidation.encode(output), as: UTF8.self))
         } else {
-            printNow("pushed \(report.upload.acknowledged), merged \(report.upload.merged), pulled \(report.pull.received), \(status.pending) pending, \(status.deadLettered) dead-lettered")
+            printNow(
+                "pushed \(report.upload.acknowledged), merged \(report.upload.merged), pulled \(report.pull.received), \(status.pending) pending, \(status.deadLettered) dead-lettered"
+            )
         }
         if let lastError { throw CommandFailure("sync did not finish: \(lastError)") }
         if status.pending > 0 { throw ExitCode(1) }

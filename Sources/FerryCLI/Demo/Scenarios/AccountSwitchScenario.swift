@@ -63,11 +63,19 @@ struct AccountSwitchScenario: DemoScenario {
         let anaRemote = try await server.records(of: "ana")
         let benHoldsAna = benRemote.keys.filter { $0.contains("ana-") }.count
         return ScenarioOutcome(
-            metrics: ["anaQueued": anaQueued, "benRecords": benRemote.count, "anaRecordsWhileBen": anaWhileBen.count,
-                      "anaRecords": anaRemote.count, "pending": anaStatus.pending, "pushRequests": app.wire.count("/v1/push")],
+            metrics: [
+                "anaQueued": anaQueued, "benRecords": benRemote.count, "anaRecordsWhileBen": anaWhileBen.count,
+                "anaRecords": anaRemote.count, "pending": anaStatus.pending, "pushRequests": app.wire.count("/v1/push"),
+            ],
             checks: [
-                ("Ben's sync sent only Ben's 10 changes, with Ben's token (\(benHoldsAna) of Ana's under Ben)", benRemote.count == 10 && benHoldsAna == 0),
-                ("Ana's 25 waited untouched while Ben was signed in (\(anaWhileBen.count) on the server then)", anaWhileBen.isEmpty && anaQueued == 25),
+                (
+                    "Ben's sync sent only Ben's 10 changes, with Ben's token (\(benHoldsAna) of Ana's under Ben)",
+                    benRemote.count == 10 && benHoldsAna == 0
+                ),
+                (
+                    "Ana's 25 waited untouched while Ben was signed in (\(anaWhileBen.count) on the server then)",
+                    anaWhileBen.isEmpty && anaQueued == 25
+                ),
                 ("Ana's 25 were sent when she returned; \(anaStatus.pending) left pending", anaRemote.count == 25 && anaStatus.pending == 0),
             ]
         )

@@ -27,7 +27,12 @@ struct CrashRecoveryScenario: DemoScenario {
         }
 
         func send(_ request: TransportRequest) async throws -> TransportResponse {
-            let number = request.path == "/v1/push" ? lock.withLock { pushes += 1; return pushes } : 0
+            let number =
+                request.path == "/v1/push"
+                ? lock.withLock {
+                    pushes += 1
+                    return pushes
+                } : 0
             let response = try await base.send(request)
             guard number == crashAt else { return response }
             crash.yield()
@@ -80,10 +85,16 @@ struct CrashRecoveryScenario: DemoScenario {
         let states = try await DatabaseQueue(path: file).write { db in
             // The process is gone: no process has the id its hold on the store's sync names.
             try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [try Self.endedProcessID()])
-            return try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox GROUP BY state").map { ($0["state"] as Int, $0["n"] as Int) })
+            return try Dictionary(
+                uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox GROUP BY state").map {
+                    ($0["state"] as Int, $0["n"] as Int)
+                }
+            )
         }
         let committedBeforeCrash = try await server.records(of: "lee").count
-        output.say("The app dies on its third push of 500: the server has committed \(committedBeforeCrash) records; the file holds \(states[1] ?? 0) entries in flight (the batch the server applied, and the next, read while it was on the wire) and \(states[0] ?? 0) pending.")
+        output.say(
+            "The app dies on its third push of 500: the server has committed \(committedBeforeCrash) records; the file holds \(states[1] ?? 0) entries in flight (the batch the server applied, and the next, read while it was on the wire) and \(states[0] ?? 0) pending."
+        )
 
         let second = DemoApp(directory: phone, server: server, sync: Self.batches)
         let reopenedAt = Date()
@@ -101,12 +112,20 @@ struct CrashRecoveryScenario: DemoScenario {
         let remote = try await server.records(of: "lee")
         let appliedTwice = remote.values.filter { $0.version > 1 }.count
         return ScenarioOutcome(
-            metrics: ["inFlightAtCrash": states[1] ?? 0, "pushRequests": first.wire.count("/v1/push") + second.wire.count("/v1/push"),
-                      "pending": status.pending, "serverRecords": remote.count, "appliedTwice": appliedTwice],
+            metrics: [
+                "inFlightAtCrash": states[1] ?? 0, "pushRequests": first.wire.count("/v1/push") + second.wire.count("/v1/push"),
+                "pending": status.pending, "serverRecords": remote.count, "appliedTwice": appliedTwice,
+            ],
             checks: [
                 // In flight: the batch the server applied, and usually the next one, read while it was on the wire.
-                ("the crash left \(states[1] ?? 0) entries in flight and \(states[0] ?? 0) pending; the server had applied 1,500 of 2,000", (states[1] ?? 0) >= 500 && (states[0] ?? 0) + (states[1] ?? 0) == 1000 && committedBeforeCrash == 1500),
-                ("after recovery and the next sync, \(status.pending) pending and \(remote.count) records on the server", status.pending == 0 && remote.count == 2000),
+                (
+                    "the crash left \(states[1] ?? 0) entries in flight and \(states[0] ?? 0) pending; the server had applied 1,500 of 2,000",
+                    (states[1] ?? 0) >= 500 && (states[0] ?? 0) + (states[1] ?? 0) == 1000 && committedBeforeCrash == 1500
+                ),
+                (
+                    "after recovery and the next sync, \(status.pending) pending and \(remote.count) records on the server",
+                    status.pending == 0 && remote.count == 2000
+                ),
                 ("\(appliedTwice) mutations applied twice (every record at version 1)", appliedTwice == 0),
             ]
         )

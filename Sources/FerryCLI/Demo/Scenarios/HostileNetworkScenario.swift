@@ -42,7 +42,7 @@ struct HostileNetworkScenario: DemoScenario {
             do {
                 try await engine.scheduler.run(for: .manual)
                 break
-            } catch where runs < 10 {
+            } catch  where runs < 10 {
                 output.say("run \(runs) gave up: \(error); asking for another")
             }
         }
@@ -59,10 +59,12 @@ struct HostileNetworkScenario: DemoScenario {
         let appliedTwice = remote.values.filter { $0.version > 1 }.count
         let lost = injected["lost response", default: 0]
         return ScenarioOutcome(
-            metrics: ["pushRequests": app.wire.count("/v1/push"), "pullRequests": app.wire.count("/v1/pull"),
-                      "rateLimited": injected["429", default: 0], "lostResponses": lost, "resets": injected["reset", default: 0],
-                      "unavailable": injected["503", default: 0], "pending": status.pending, "serverRecords": remote.count,
-                      "appliedTwice": appliedTwice, "runs": runs],
+            metrics: [
+                "pushRequests": app.wire.count("/v1/push"), "pullRequests": app.wire.count("/v1/pull"),
+                "rateLimited": injected["429", default: 0], "lostResponses": lost, "resets": injected["reset", default: 0],
+                "unavailable": injected["503", default: 0], "pending": status.pending, "serverRecords": remote.count,
+                "appliedTwice": appliedTwice, "runs": runs,
+            ],
             checks: [
                 ("every kind of fault met: \(lost) lost responses among them", injected.count == 5 && lost > 0),
                 ("\(remote.count) of 1,000 records on the server, \(status.pending) pending", remote.count == 1000 && status.pending == 0),

@@ -22,7 +22,9 @@ struct LaunchStormScenario: DemoScenario {
         var seed: [Mutation] = []
         for (entity, count) in [("projects", 100), ("tasks", 100), ("calendar_events", 96)] {
             for index in 0..<count {
-                seed.append(.upsert(id: Int64(seed.count + 1), entity: entity, entityID: "\(entity)-\(index)", data: ["title": .string("\(entity) \(index)")]))
+                seed.append(
+                    .upsert(id: Int64(seed.count + 1), entity: entity, entityID: "\(entity)-\(index)", data: ["title": .string("\(entity) \(index)")])
+                )
             }
         }
         try await server.seed(user: "maya", client: "web", mutations: seed)
@@ -67,7 +69,8 @@ struct LaunchStormScenario: DemoScenario {
         let journal = try await app.journal(since: origin)
         try await app.session.signOut()
         // Each trigger ends ignored or served by a run (a waiting or queued one is recorded again then).
-        let triggers = journal.filter { $0.kind == "trigger" && ["ignored", "startedRun", "coalescedIntoRun"].contains($0.details["fate"] ?? "") }.count
+        let triggers = journal.filter { $0.kind == "trigger" && ["ignored", "startedRun", "coalescedIntoRun"].contains($0.details["fate"] ?? "") }
+            .count
 
         DemoTimeline.narrate(journal, since: origin, to: output)
         for (step, outcome) in startup.outcomes {
@@ -79,12 +82,17 @@ struct LaunchStormScenario: DemoScenario {
         let requests = app.wire.count("/v1/")
         let skipped = startup.outcomes.filter { if case .skipped = $0.outcome { true } else { false } }.map(\.step)
         return ScenarioOutcome(
-            metrics: ["triggers": triggers, "runs": runs, "recordsPulled": pulled, "pullRequests": app.wire.count("/v1/pull"),
-                      "pushRequests": app.wire.count("/v1/push"), "requests": requests],
+            metrics: [
+                "triggers": triggers, "runs": runs, "recordsPulled": pulled, "pullRequests": app.wire.count("/v1/pull"),
+                "pushRequests": app.wire.count("/v1/push"), "requests": requests,
+            ],
             checks: [
                 ("\(triggers) triggers made \(runs) sync run (the app this comes from made 2 to 4)", runs == 1 && followUps == 0),
                 ("\(pulled) records pulled, exactly the 296 needed (it processed about 900)", pulled == 296),
-                ("startup finished; the permission timeout and the cache failure were skipped with their reasons", startup.phase == .finished && skipped == ["Location permission", "Warm the map cache"]),
+                (
+                    "startup finished; the permission timeout and the cache failure were skipped with their reasons",
+                    startup.phase == .finished && skipped == ["Location permission", "Warm the map cache"]
+                ),
             ]
         )
     }

@@ -17,11 +17,22 @@ struct QueuedEventsScenario: DemoScenario {
 
     private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         let known = 167
-        try await server.seed(user: "sam", client: "watch", mutations: (0..<known).map { index in
-            .upsert(id: Int64(index + 1), entity: "health_events", entityID: "watch-\(index)",
-                    data: ["kind": .string("steps"), "value": .integer(Int64(index))], naturalKey: "hk:\(index * 30)")
-        })
-        output.say("The watch already uploaded \(known) samples; the phone queued 5,000 while offline, \(known) of them the same samples under its own ids.")
+        try await server.seed(
+            user: "sam",
+            client: "watch",
+            mutations: (0..<known).map { index in
+                .upsert(
+                    id: Int64(index + 1),
+                    entity: "health_events",
+                    entityID: "watch-\(index)",
+                    data: ["kind": .string("steps"), "value": .integer(Int64(index))],
+                    naturalKey: "hk:\(index * 30)"
+                )
+            }
+        )
+        output.say(
+            "The watch already uploaded \(known) samples; the phone queued 5,000 while offline, \(known) of them the same samples under its own ids."
+        )
 
         let link = DemoLink(online: false)
         // The story's batches of 500 (the default is the protocol's most, 1,000).
@@ -49,8 +60,10 @@ struct QueuedEventsScenario: DemoScenario {
         let journal = try await app.journal(since: origin)
         let status = await engine.client.status
         let local = try await engine.store.database.read { db in
-            (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM health_events") ?? 0,
-             try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM health_events WHERE id LIKE 'watch-%'") ?? 0)
+            (
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM health_events") ?? 0,
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM health_events WHERE id LIKE 'watch-%'") ?? 0
+            )
         }
         try await app.session.signOut()
         let progressUpdates = await watcher.value
@@ -61,13 +74,21 @@ struct QueuedEventsScenario: DemoScenario {
         let pushes = app.wire.count("/v1/push")
         let limited = app.wire.count(status: 429)
         return ScenarioOutcome(
-            metrics: ["pushRequests": pushes, "pullRequests": app.wire.count("/v1/pull"), "rateLimited": limited, "merged": merged,
-                      "pending": status.pending, "progressUpdates": progressUpdates, "serverRecords": remote.count],
+            metrics: [
+                "pushRequests": pushes, "pullRequests": app.wire.count("/v1/pull"), "rateLimited": limited, "merged": merged,
+                "pending": status.pending, "progressUpdates": progressUpdates, "serverRecords": remote.count,
+            ],
             checks: [
                 ("5,000 events in \(pushes) push requests (one request each would be 5,000 into a 300/min limit)", pushes <= 10),
                 ("\(limited) answers 429", limited == 0),
-                ("\(merged) merged into the watch's records and re-keyed locally (\(local.1) local rows now carry the watch's ids)", merged == known && local.1 == known),
-                ("\(status.pending) left queued; the server holds \(remote.count) records, the phone \(local.0)", status.pending == 0 && remote.count == 5000 && local.0 == 5000),
+                (
+                    "\(merged) merged into the watch's records and re-keyed locally (\(local.1) local rows now carry the watch's ids)",
+                    merged == known && local.1 == known
+                ),
+                (
+                    "\(status.pending) left queued; the server holds \(remote.count) records, the phone \(local.0)",
+                    status.pending == 0 && remote.count == 5000 && local.0 == 5000
+                ),
                 ("the status stream pushed \(progressUpdates) progress updates, nobody polled", progressUpdates >= 10),
             ]
         )

@@ -121,7 +121,9 @@ enum PostgresSchema {
                 CREATE TABLE IF NOT EXISTS ferry_migrations (
                     version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now()
                 )
-                """, logger: logger)
+                """,
+                logger: logger
+            )
             var applied = 0
             for try await version in try await db.query("SELECT coalesce(max(version), 0) FROM ferry_migrations", logger: logger)
                 .decode(Int.self)
@@ -137,7 +139,9 @@ enum PostgresSchema {
             for migration in migrations where migration.version > applied {
                 for statement in migration.statements() { try await db.query(statement, logger: logger) }
                 try await db.query(
-                    "INSERT INTO ferry_migrations (version, name) VALUES (\(migration.version), \(migration.name))", logger: logger)
+                    "INSERT INTO ferry_migrations (version, name) VALUES (\(migration.version), \(migration.name))",
+                    logger: logger
+                )
                 logger.info("applied database migration", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
             }
             for try await secret in try await db.query("SELECT value FROM server_meta WHERE key = 'cursor_secret'", logger: logger)

@@ -35,7 +35,10 @@ public final class PostgresSyncStorage: SyncStorage {
 
     /// Connects, applies missing migrations, and keeps at most `poolSize` connections open.
     public static func connect(
-        to location: PostgresLocation, poolSize: Int = 10, deadline: Duration = .seconds(10), logger: Logger = Logger(label: "ferry.postgres")
+        to location: PostgresLocation,
+        poolSize: Int = 10,
+        deadline: Duration = .seconds(10),
+        logger: Logger = Logger(label: "ferry.postgres")
     ) async throws -> PostgresSyncStorage {
         // One connection of its own first: a server that cannot be reached, a wrong password or
         // a missing database fail here with the reason (a pool would keep retrying), and the
@@ -43,8 +46,13 @@ public final class PostgresSyncStorage: SyncStorage {
         let secret: ByteBuffer
         do {
             var configuration = PostgresConnection.Configuration(
-                host: location.host, port: location.port, username: location.username, password: location.password,
-                database: location.database, tls: try connectionTLS(location.tls))
+                host: location.host,
+                port: location.port,
+                username: location.username,
+                password: location.password,
+                database: location.database,
+                tls: try connectionTLS(location.tls)
+            )
             configuration.options.connectTimeout = .seconds(10)
             let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
             do {
@@ -60,8 +68,12 @@ public final class PostgresSyncStorage: SyncStorage {
             throw StorageError.unavailable("cannot use PostgreSQL at \(location): \(Self.explain(error))")
         }
         var configuration = PostgresClient.Configuration(
-            host: location.host, port: location.port, username: location.username, password: location.password,
-            database: location.database, tls: poolTLS(location.tls)
+            host: location.host,
+            port: location.port,
+            username: location.username,
+            password: location.password,
+            database: location.database,
+            tls: poolTLS(location.tls)
         )
         configuration.options.maximumConnections = poolSize
         configuration.options.connectTimeout = .seconds(10)
@@ -75,12 +87,22 @@ public final class PostgresSyncStorage: SyncStorage {
         ]
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         return PostgresSyncStorage(
-            client: client, running: Task { await client.run() }, cursors: CursorCodec(secret: Data(secret.readableBytesView)),
-            logger: logger, location: location, deadline: deadline)
+            client: client,
+            running: Task { await client.run() },
+            cursors: CursorCodec(secret: Data(secret.readableBytesView)),
+            logger: logger,
+            location: location,
+            deadline: deadline
+        )
     }
 
     private init(
-        client: PostgresClient, running: Task<Void, Never>, cursors: CursorCodec, logger: Logger, location: PostgresLocation, deadline: Duration
+        client: PostgresClient,
+        running: Task<Void, Never>,
+        cursors: CursorCodec,
+        logger: Logger,
+        location: PostgresLocation,
+        deadline: Duration
     ) {
         self.deadline = deadline
         self.client = client
@@ -127,19 +149,23 @@ public final class PostgresSyncStorage: SyncStorage {
 
     /// A push's transaction, and again one mutation at a time if the database refused a write.
     private static func push(
-        _ mutations: [IncomingMutation], userID: String, clientID: String, db: PostgresConnection, logger: Logger
+        _ mutations: [IncomingMutation],
+        userID: String,
+        clientID: String,
+        db: PostgresConnection,
+        logger: Logger
     ) async throws -> PushResponse {
-            do {
-                return try await Self.transaction(db, logger: logger) { db in
-                    try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: false, db: db, logger: logger)
-                }
-            } catch let error as PSQLError where error.isRefusedWrite {
-                // The planner should make this impossible; if a rule was missed, the batch
-                // (rolled back whole) still gets one result per mutation instead of a 500.
-                return try await Self.transaction(db, logger: logger) { db in
-                    try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: true, db: db, logger: logger)
-                }
+        do {
+            return try await Self.transaction(db, logger: logger) { db in
+                try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: false, db: db, logger: logger)
             }
+        } catch let error as PSQLError where error.isRefusedWrite {
+            // The planner should make this impossible; if a rule was missed, the batch
+            // (rolled back whole) still gets one result per mutation instead of a 500.
+            return try await Self.transaction(db, logger: logger) { db in
+                try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: true, db: db, logger: logger)
+            }
+        }
     }
 
     /// One push's transaction: takes the user's lock and reads the client's position (and, for
@@ -147,7 +173,12 @@ public final class PostgresSyncStorage: SyncStorage {
     /// stores the client's new position and all its results. Seven round trips, whatever the
     /// batch's size: a round trip is most of a push's cost.
     private static func push(
-        _ mutations: [IncomingMutation], userID: String, clientID: String, oneByOne: Bool, db: PostgresConnection, logger: Logger
+        _ mutations: [IncomingMutation],
+        userID: String,
+        clientID: String,
+        oneByOne: Bool,
+        db: PostgresConnection,
+        logger: Logger
     ) async throws -> PushResponse {
         let (position, lastMutationID, pushes) = try await lock(userID, clientID: clientID, db: db, logger: logger)
         // Most pushes carry new ids only: the kept results are read for a resend alone, the
@@ -159,7 +190,8 @@ public final class PostgresSyncStorage: SyncStorage {
                 """
                 SELECT results FROM client_results WHERE user_id = \(userID) AND client_id = \(clientID)
                 ORDER BY slot = \(Int((pushes - 1) % 2))
-                """, logger: logger
+                """,
+                logger: logger
             ).decode(ByteBuffer.self) {
                 kept.append(Data(results.readableBytesView))
             }
@@ -184,10 +216,15 @@ public final class PostgresSyncStorage: SyncStorage {
                     results.append(plan.response.results[0])
                 } catch let error as PSQLError where error.isRefusedWrite {
                     try await db.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
-                    results.append(PushResult(
-                        id: incoming.mutation.id, status: .rejected, entityID: nil, version: nil,
-                        error: "the server cannot store this mutation: \(error.serverInfo?[.message] ?? "a constraint failed")"
-                    ))
+                    results.append(
+                        PushResult(
+                            id: incoming.mutation.id,
+                            status: .rejected,
+                            entityID: nil,
+                            version: nil,
+                            error: "the server cannot store this mutation: \(error.serverInfo?[.message] ?? "a constraint failed")"
+                        )
+                    )
                 }
                 last = max(last, incoming.mutation.id)
             }
@@ -209,7 +246,9 @@ public final class PostgresSyncStorage: SyncStorage {
             )
             INSERT INTO client_results (user_id, client_id, slot, results) VALUES (\(userID), \(clientID), \(Int(pushes % 2)), \(results))
             ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
-            """, logger: logger)
+            """,
+            logger: logger
+        )
         return response
     }
 
@@ -220,12 +259,18 @@ public final class PostgresSyncStorage: SyncStorage {
     /// statement that waited for a row lock re-reads that row but not the rows it joined, so a
     /// join would read the client as it was before the push that held the lock, and apply a
     /// resent batch twice.
-    private static func lock(_ userID: String, clientID: String, db: PostgresConnection, logger: Logger) async throws
+    private static func lock(
+        _ userID: String,
+        clientID: String,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws
         -> (position: Int64, lastMutationID: Int64, pushes: Int64)
     {
         let position = try await lockChanges(of: userID, db: db, logger: logger)
         for try await (last, pushes) in try await db.query(
-            "SELECT last_mutation_id, pushes FROM clients WHERE user_id = \(userID) AND client_id = \(clientID)", logger: logger
+            "SELECT last_mutation_id, pushes FROM clients WHERE user_id = \(userID) AND client_id = \(clientID)",
+            logger: logger
         ).decode((Int64, Int64).self) {
             return (position, last, pushes)
         }
@@ -235,7 +280,8 @@ public final class PostgresSyncStorage: SyncStorage {
     private static func lockChanges(of userID: String, db: PostgresConnection, logger: Logger) async throws -> Int64 {
         for attempt in 0..<2 {
             for try await position in try await db.query(
-                "SELECT position FROM user_changes WHERE user_id = \(userID) FOR UPDATE", logger: logger
+                "SELECT position FROM user_changes WHERE user_id = \(userID) FOR UPDATE",
+                logger: logger
             ).decode(Int64.self) {
                 return position
             }
@@ -243,7 +289,9 @@ public final class PostgresSyncStorage: SyncStorage {
             // insert waits for that transaction and does nothing; the lock is then taken above.
             if attempt == 0 {
                 try await db.query(
-                    "INSERT INTO user_changes (user_id, position) VALUES (\(userID), 0) ON CONFLICT (user_id) DO NOTHING", logger: logger)
+                    "INSERT INTO user_changes (user_id, position) VALUES (\(userID), 0) ON CONFLICT (user_id) DO NOTHING",
+                    logger: logger
+                )
             }
         }
         throw StorageError.corrupt("user_changes has no row for a user just inserted")
@@ -251,8 +299,12 @@ public final class PostgresSyncStorage: SyncStorage {
 
     /// Loads what a batch touches and decides every result.
     private static func plan(
-        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: RecentResults.Kept], userID: String,
-        db: PostgresConnection, logger: Logger
+        _ mutations: [IncomingMutation],
+        lastMutationID: Int64,
+        replays: [Int64: RecentResults.Kept],
+        userID: String,
+        db: PostgresConnection,
+        logger: Logger
     ) async throws -> BatchPlanner.BatchPlan {
         let loaded = try await load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db, logger: logger)
         var planner = BatchPlanner(lastMutationID: lastMutationID, replays: replays, loaded: loaded)
@@ -260,7 +312,12 @@ public final class PostgresSyncStorage: SyncStorage {
     }
 
     /// Every record a batch names by identity and every live holder of its natural keys, in one query.
-    private static func load(_ lookups: BatchPlanner.Lookups, userID: String, db: PostgresConnection, logger: Logger) async throws
+    private static func load(
+        _ lookups: BatchPlanner.Lookups,
+        userID: String,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws
         -> [StoredRecord]
     {
         let keys = Array(lookups.keys)
@@ -277,11 +334,17 @@ public final class PostgresSyncStorage: SyncStorage {
             JOIN unnest(\(naturalKeys.map(\.entity))::text[], \(naturalKeys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
                 ON r.entity = w.entity AND r.natural_key = w.natural_key
             WHERE r.user_id = \(userID) AND NOT r.deleted
-            """, logger: logger
+            """,
+            logger: logger
         ).decode((String, String, Int64, Bool, String?, ByteBuffer?).self) {
             let record = StoredRecord(
-                entity: entity, entityID: entityID, version: version, deleted: deleted, naturalKey: naturalKey,
-                data: data.map { Data($0.readableBytesView) })
+                entity: entity,
+                entityID: entityID,
+                version: version,
+                deleted: deleted,
+                naturalKey: naturalKey,
+                data: data.map { Data($0.readableBytesView) }
+            )
             found[record.key] = record
         }
         return Array(found.values)
@@ -297,7 +360,9 @@ public final class PostgresSyncStorage: SyncStorage {
             UPDATE records SET natural_key = NULL
             FROM unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
             WHERE records.user_id = \(userID) AND records.entity = w.entity AND records.entity_id = w.entity_id
-            """, logger: logger)
+            """,
+            logger: logger
+        )
     }
 
     /// The statement writing a batch's final record states at the positions after `position`,
@@ -332,20 +397,31 @@ public final class PostgresSyncStorage: SyncStorage {
                 """
                 SELECT entity, entity_id, version, deleted, natural_key, data, seq FROM records
                 WHERE user_id = \(userID) AND seq > \(after) ORDER BY seq LIMIT \(limit + 1)
-                """, logger: logger
+                """,
+                logger: logger
             ).decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64).self) {
-                rows.append((
-                    StoredRecord(
-                        entity: entity, entityID: entityID, version: version, deleted: deleted, naturalKey: naturalKey,
-                        data: data.map { Data($0.readableBytesView) }),
-                    seq
-                ))
+                rows.append(
+                    (
+                        StoredRecord(
+                            entity: entity,
+                            entityID: entityID,
+                            version: version,
+                            deleted: deleted,
+                            naturalKey: naturalKey,
+                            data: data.map { Data($0.readableBytesView) }
+                        ),
+                        seq
+                    )
+                )
             }
             return rows
         }
         let page = rows.prefix(limit)
         return PullPage(
-            records: page.map(\.0), cursor: cursors.encode(position: page.last?.1 ?? after, userID: userID), hasMore: rows.count > limit)
+            records: page.map(\.0),
+            cursor: cursors.encode(position: page.last?.1 ?? after, userID: userID),
+            hasMore: rows.count > limit
+        )
     }
 
     public func checkHealth() async throws {
@@ -364,7 +440,9 @@ public final class PostgresSyncStorage: SyncStorage {
     /// `body` in a transaction on `connection`; throws the error `body` threw, not PostgresNIO's
     /// wrapper around it.
     static func transaction<T: Sendable>(
-        _ connection: PostgresConnection, logger: Logger, _ body: (PostgresConnection) async throws -> T
+        _ connection: PostgresConnection,
+        logger: Logger,
+        _ body: (PostgresConnection) async throws -> T
     ) async throws -> T {
         do {
             return try await connection.withTransaction(logger: logger) { db in try await body(db) }
@@ -384,7 +462,8 @@ public final class PostgresSyncStorage: SyncStorage {
     /// With `queueingFor`, the request first waits for that user's earlier pushes in this
     /// process (`UserPushQueue`); the deadline covers that wait too.
     func withDatabase<T: Sendable>(
-        queueingFor userID: String? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+        queueingFor userID: String? = nil,
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         let (leased, signal) = AsyncStream.makeStream(of: Never.self)
         do {
@@ -422,7 +501,9 @@ public final class PostgresSyncStorage: SyncStorage {
         } catch {
             // The pool's own errors (closed, or its circuit breaker tripped while PostgreSQL is
             // down) come from a module of its own, like the network's: "not now".
-            throw StorageError.unavailable("PostgreSQL at \(location): \(closed.withLockedValue { $0 } ? "the server is shutting down" : Self.explain(error))")
+            throw StorageError.unavailable(
+                "PostgreSQL at \(location): \(closed.withLockedValue { $0 } ? "the server is shutting down" : Self.explain(error))"
+            )
         }
     }
 

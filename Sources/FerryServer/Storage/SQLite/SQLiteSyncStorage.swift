@@ -103,7 +103,8 @@ public final class SQLiteSyncStorage: SyncStorage {
             var generator = SystemRandomNumberGenerator()
             for index in secret.indices { secret[index] = generator.next() }
             try db.execute(
-                sql: "INSERT INTO server_meta (key, value) VALUES ('cursor_secret', ?)", arguments: [Data(secret)]
+                sql: "INSERT INTO server_meta (key, value) VALUES ('cursor_secret', ?)",
+                arguments: [Data(secret)]
             )
         }
         migrator.registerMigration("v2") { db in
@@ -151,7 +152,10 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// its recent results), then, if the push processed new mutations, stores its new position
     /// and all its results.
     private static func push(
-        _ mutations: [IncomingMutation], userID: String, clientID: String, db: Database,
+        _ mutations: [IncomingMutation],
+        userID: String,
+        clientID: String,
+        db: Database,
         apply: (_ lastMutationID: Int64, _ replays: [Int64: RecentResults.Kept]) throws -> PushResponse
     ) throws -> PushResponse {
         let client = try Row.fetchOne(
@@ -189,7 +193,11 @@ public final class SQLiteSyncStorage: SyncStorage {
 
     /// Loads what a batch touches, decides every result and writes the records.
     private static func apply(
-        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: RecentResults.Kept], userID: String, db: Database
+        _ mutations: [IncomingMutation],
+        lastMutationID: Int64,
+        replays: [Int64: RecentResults.Kept],
+        userID: String,
+        db: Database
     ) throws -> BatchPlanner.BatchPlan {
         let loaded = try load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db)
         var planner = BatchPlanner(lastMutationID: lastMutationID, replays: replays, loaded: loaded)
@@ -201,7 +209,11 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// The batch again, one mutation per savepoint: a mutation whose write breaks a constraint
     /// is `rejected` with the database's reason, and the others are applied as usual.
     private static func applyOneByOne(
-        _ mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: RecentResults.Kept], userID: String, db: Database
+        _ mutations: [IncomingMutation],
+        lastMutationID: Int64,
+        replays: [Int64: RecentResults.Kept],
+        userID: String,
+        db: Database
     ) throws -> PushResponse {
         var last = lastMutationID
         var results: [PushResult] = []
@@ -214,7 +226,10 @@ public final class SQLiteSyncStorage: SyncStorage {
                 }
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                 result = PushResult(
-                    id: id, status: .rejected, entityID: nil, version: nil,
+                    id: id,
+                    status: .rejected,
+                    entityID: nil,
+                    version: nil,
                     error: "the server cannot store this mutation: \(error.message ?? "a constraint failed")"
                 )
             }
@@ -361,7 +376,6 @@ public final class SQLiteSyncStorage: SyncStorage {
     private static func record(from row: Row) -> StoredRecord {
         StoredRecord(entity: row[0], entityID: row[1], version: row[2], deleted: row[3], naturalKey: row[4], data: row[5])
     }
-
 
     /// Turns SQLite failures a client should retry (busy, I/O, full disk, closed) into `StorageError.unavailable`.
     private func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
