@@ -1,13 +1,21 @@
 /// The `code` of an error envelope, as listed in PROTOCOL.md.
 public enum ErrorCode: String, Sendable, Codable, CaseIterable {
+    /// 400: the request breaks the protocol; the message says how.
     case badRequest = "bad_request"
+    /// 400: the pull cursor is not one this server issued for this user; pull from the start.
     case invalidCursor = "invalid_cursor"
+    /// 401: no token, or one that is malformed, wrongly signed or expired.
     case unauthorized
+    /// 404: no such route.
     case notFound = "not_found"
+    /// 405: the route exists, not with this method.
     case methodNotAllowed = "method_not_allowed"
+    /// 413: too many mutations or too many bytes in one push; send smaller batches.
     case batchTooLarge = "batch_too_large"
+    /// 429: the user's quota is spent; retry after `Retry-After` seconds.
     case rateLimited = "rate_limited"
     case `internal`
+    /// 503: the server cannot serve now (storage down, shutting down); retry after `Retry-After`.
     case unavailable
 
     /// The HTTP status that always accompanies this code.
@@ -27,17 +35,22 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
 
 /// The body of every 4xx and 5xx response: `{"error": {"code": …, "message": …}}`.
 public struct ErrorEnvelope: Sendable, Codable, Equatable {
+    /// The envelope's `error` object.
     public struct Detail: Sendable, Codable, Equatable {
         /// Kept as a string so a client can read codes a newer server introduces.
         public var code: String
+        /// What went wrong, written for a person.
         public var message: String
     }
 
+    /// The code and message the envelope carries.
     public var error: Detail
 
+    /// An envelope with `code` and `message`.
     public init(code: ErrorCode, message: String) {
         self.error = Detail(code: code.rawValue, message: message)
     }
 
+    /// The code as an `ErrorCode`; `nil` for a code this version does not know.
     public var code: ErrorCode? { ErrorCode(rawValue: error.code) }
 }

@@ -1,14 +1,23 @@
 /// Any JSON value, kept exactly as received: integers stay integers so that
 /// record data survives a round trip through the server unchanged.
 public enum JSONValue: Sendable, Hashable, Codable {
+    /// JSON `null`.
     case null
+    /// `true` or `false`.
     case bool(Bool)
+    /// A number written without a fraction or exponent that fits 64 bits.
     case integer(Int64)
+    /// Any other number.
     case number(Double)
+    /// A string.
     case string(String)
+    /// An array, in order.
     case array([JSONValue])
+    /// An object; keys are unique.
     case object([String: JSONValue])
 
+    /// Decodes whichever JSON value the decoder holds: a number that decodes as `Int64` becomes `integer`, any other
+    /// becomes `number`. Throws `DecodingError` when the value is none of the cases.
     public init(from decoder: any Decoder) throws {
         // Most likely types first: every failed attempt costs a thrown DecodingError.
         let container = try decoder.singleValueContainer()
@@ -31,6 +40,7 @@ public enum JSONValue: Sendable, Hashable, Codable {
         }
     }
 
+    /// Encodes the value as the JSON it holds; an `integer` is written without a fraction.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {

@@ -1,6 +1,8 @@
 /// What a mutation does to its record.
 public enum MutationOp: String, Sendable, Codable, Hashable, CaseIterable {
+    /// Create the record, or replace its data.
     case upsert
+    /// Delete the record (a tombstone other devices pull).
     case delete
 }
 
@@ -8,8 +10,11 @@ public enum MutationOp: String, Sendable, Codable, Hashable, CaseIterable {
 public struct Mutation: Sendable, Codable, Hashable {
     /// Strictly increasing per `(user, clientID)`; 1 to 2^53-1.
     public var id: Int64
+    /// The record's type, like a table name: `^[a-z][a-z0-9_]{0,63}$`.
     public var entity: String
+    /// The record's id within `entity`: 1 to 128 printable characters (Unicode code points).
     public var entityID: String
+    /// Whether the mutation writes the record's data or deletes the record.
     public var op: MutationOp
     /// Required for `upsert`, absent for `delete`.
     public var data: JSONObject?
@@ -18,6 +23,7 @@ public struct Mutation: Sendable, Codable, Hashable {
     /// Only on `upsert`: apply only if the record's version equals this (0: only if it does not exist).
     public var baseVersion: Int64?
 
+    /// A mutation from its fields, unchecked: `upsert` and `delete` build the shapes PROTOCOL.md allows.
     public init(
         id: Int64,
         entity: String,
@@ -36,6 +42,8 @@ public struct Mutation: Sendable, Codable, Hashable {
         self.baseVersion = baseVersion
     }
 
+    /// A mutation that creates the record or replaces its data, optionally matched by `naturalKey` and guarded by
+    /// `baseVersion`.
     public static func upsert(
         id: Int64,
         entity: String,
@@ -47,6 +55,7 @@ public struct Mutation: Sendable, Codable, Hashable {
         Mutation(id: id, entity: entity, entityID: entityID, op: .upsert, data: data, naturalKey: naturalKey, baseVersion: baseVersion)
     }
 
+    /// A mutation that deletes the record, leaving a tombstone on the server.
     public static func delete(id: Int64, entity: String, entityID: String) -> Mutation {
         Mutation(id: id, entity: entity, entityID: entityID, op: .delete)
     }

@@ -2,21 +2,32 @@
 public enum ProtocolLimits {
     /// Highest mutation id: 2^53 - 1, the largest integer every JSON parser reads exactly.
     public static let maxMutationID: Int64 = 9_007_199_254_740_991
+    /// Longest `clientID`, in characters (Unicode code points), all of them `A-Z a-z 0-9 _ -`.
     public static let maxClientIDLength = 64
+    /// Longest `entityID`, in characters (Unicode code points).
     public static let maxEntityIDLength = 128
+    /// Longest `naturalKey`, in characters (Unicode code points).
     public static let maxNaturalKeyLength = 256
     /// Largest `data` object, measured once encoded as JSON.
     public static let maxDataBytes = 256 * 1024
+    /// Most mutations one push may carry; a larger batch is refused whole with `batch_too_large` (413).
     public static let maxMutationsPerPush = 1000
+    /// Largest push body in bytes (4 MiB); a larger body is refused with `batch_too_large` (413).
     public static let maxPushBodyBytes = 4 * 1024 * 1024
+    /// The values a pull's `limit` query parameter may take; any other is a `bad_request`.
     public static let pullLimitRange = 1...1000
+    /// The pull `limit` when the request gives none.
     public static let defaultPullLimit = 500
 }
 
 /// Header names used by the protocol beyond the standard ones.
 public enum ProtocolHeaders {
+    /// On every authenticated response: the quota per window.
     public static let rateLimitLimit = "RateLimit-Limit"
+    /// On every authenticated response: requests left in the current window.
     public static let rateLimitRemaining = "RateLimit-Remaining"
+    /// On every authenticated response: whole seconds until the quota is fully available again.
     public static let rateLimitReset = "RateLimit-Reset"
+    /// On a 429 or 503: whole seconds to wait before the next request.
     public static let retryAfter = "Retry-After"
 }

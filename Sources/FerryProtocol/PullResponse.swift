@@ -1,14 +1,19 @@
 /// A record's latest state, as delivered by a pull.
 public struct Change: Sendable, Codable, Hashable {
+    /// The record's type.
     public var entity: String
+    /// The record's id within `entity`.
     public var entityID: String
     /// `delete` for a tombstone.
     public var op: MutationOp
+    /// The record's version at the time of the pull.
     public var version: Int64
+    /// The record's natural key, if it has one; a tombstone has none.
     public var naturalKey: String?
     /// Present for `upsert`, absent for `delete`.
     public var data: JSONObject?
 
+    /// A change from its fields.
     public init(entity: String, entityID: String, op: MutationOp, version: Int64, naturalKey: String? = nil, data: JSONObject? = nil) {
         self.entity = entity
         self.entityID = entityID
@@ -21,12 +26,14 @@ public struct Change: Sendable, Codable, Hashable {
 
 /// `GET /v1/pull` response body.
 public struct PullResponse: Sendable, Codable, Hashable {
+    /// The records changed since the request's cursor, each once with its latest state, in the order they last changed.
     public var changes: [Change]
     /// Opaque; pass it to the next pull.
     public var cursor: String
     /// Pull again with `cursor` while this is true.
     public var hasMore: Bool
 
+    /// A response from its fields.
     public init(changes: [Change], cursor: String, hasMore: Bool) {
         self.changes = changes
         self.cursor = cursor
@@ -36,6 +43,8 @@ public struct PullResponse: Sendable, Codable, Hashable {
 
 /// `GET /v1/health` response body.
 public struct HealthResponse: Sendable, Codable, Hashable {
+    /// `ok`: the server can reach its database (otherwise it answers 503 with an error envelope).
     public var status: String
+    /// A health response with `status`.
     public init(status: String) { self.status = status }
 }

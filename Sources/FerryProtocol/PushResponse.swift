@@ -1,21 +1,29 @@
 /// What the server did with one mutation.
 public enum MutationStatus: String, Sendable, Codable, Hashable, CaseIterable {
+    /// Written as sent; the record has a new version.
     case applied
+    /// Its natural key belongs to another record, which took the data: re-key to `entityID`.
     case merged
+    /// Processed by an earlier push whose answer is no longer kept: nothing applied again; `current` is the record now.
     case duplicate
+    /// The record changed since `baseVersion`; nothing written, `current` holds the server's state.
     case conflict
+    /// Not storable (a rule of the protocol or the database); nothing written, `error` says why.
     case rejected
 }
 
 /// A record as the server holds it, reported with a `conflict`.
 public struct RecordState: Sendable, Codable, Hashable {
+    /// The record's current version.
     public var version: Int64
+    /// Whether the record is a tombstone.
     public var deleted: Bool
     /// `nil` for a tombstone.
     public var data: JSONObject?
     /// The record's natural key, if it has one (a tombstone has none).
     public var naturalKey: String?
 
+    /// A record state from its fields.
     public init(version: Int64, deleted: Bool, data: JSONObject?, naturalKey: String? = nil) {
         self.version = version
         self.deleted = deleted
@@ -23,6 +31,7 @@ public struct RecordState: Sendable, Codable, Hashable {
         self.naturalKey = naturalKey
     }
 
+    /// Encodes `data` as an explicit `null` for a tombstone, and leaves `naturalKey` out when there is none.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(version, forKey: .version)
@@ -34,7 +43,9 @@ public struct RecordState: Sendable, Codable, Hashable {
 
 /// One entry of a push response's `results`, in request order.
 public struct PushResult: Sendable, Codable, Hashable {
+    /// The id of the mutation this result answers.
     public var id: Int64
+    /// What the server did with the mutation.
     public var status: MutationStatus
     /// The record's canonical identity; `nil` only for a `duplicate` whose record does not exist
     /// or a `rejected` mutation.
@@ -47,6 +58,7 @@ public struct PushResult: Sendable, Codable, Hashable {
     /// Only with `rejected`: why.
     public var error: String?
 
+    /// A result from its fields.
     public init(
         id: Int64,
         status: MutationStatus,
@@ -63,6 +75,8 @@ public struct PushResult: Sendable, Codable, Hashable {
         self.error = error
     }
 
+    /// Encodes `entityID` and `version` always (`null` when absent), `current` only with `conflict` and `duplicate`,
+    /// and `error` only with `rejected`.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(id, forKey: .id)
@@ -78,8 +92,10 @@ public struct PushResult: Sendable, Codable, Hashable {
 public struct PushResponse: Sendable, Codable, Hashable {
     /// The highest mutation id the server has processed for this client.
     public var lastMutationID: Int64
+    /// Exactly one result per mutation of the request, in request order.
     public var results: [PushResult]
 
+    /// A response from its fields.
     public init(lastMutationID: Int64, results: [PushResult]) {
         self.lastMutationID = lastMutationID
         self.results = results

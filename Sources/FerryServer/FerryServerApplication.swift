@@ -4,8 +4,12 @@ import ServiceLifecycle
 
 /// How to run a Ferry server.
 public struct ServerConfiguration: Sendable {
+    /// The address to listen on; `127.0.0.1` (loopback only) by default.
     public var host: String
+    /// The TCP port to listen on; 8080 by default, 0 for a free port the system picks.
     public var port: Int
+    /// The HS256 secret tokens are signed with: at least ``TokenAuthority/minimumSecretBytes`` UTF-8 bytes, or
+    /// building the application throws ``TokenSecretTooShort``.
     public var jwtSecret: String
     /// `nil` turns rate limiting off.
     public var rateLimit: RateLimitPolicy?
@@ -14,6 +18,8 @@ public struct ServerConfiguration: Sendable {
     /// hold the server's connections.
     public var idleTimeout: Duration
 
+    /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit and a
+    /// 30-second idle timeout.
     public init(
         host: String = "127.0.0.1",
         port: Int = 8080,

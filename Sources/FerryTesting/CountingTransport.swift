@@ -10,6 +10,7 @@ public final class CountingTransport: SyncTransport, @unchecked Sendable {
     private var paths: [String: Int] = [:]
     private var statuses: [Int: Int] = [:]
 
+    /// Counts what passes through to `base`.
     public init(_ base: any SyncTransport) { self.base = base }
 
     /// Requests whose path (query included) starts with `prefix`, like `/v1/push`.
@@ -18,6 +19,8 @@ public final class CountingTransport: SyncTransport, @unchecked Sendable {
     /// Responses with this HTTP status, like 429.
     public func count(status: Int) -> Int { lock.withLock { statuses[status, default: 0] } }
 
+    /// Counts the request by path, sends it through the wrapped transport, and counts the answer by status (an error
+    /// thrown instead of an answer has none).
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
         lock.withLock { paths[request.path, default: 0] += 1 }
         let response = try await base.send(request)

@@ -22,6 +22,7 @@ public final class FaultInjectingTransport: SyncTransport, @unchecked Sendable {
         /// with `Retry-After: 1` unless the status is 500.
         case status(Int)
 
+        /// The fault's key in ``FaultInjectingTransport/injectedFaults``: "reset", "lost response", or the status.
         public var description: String {
             switch self {
             case .reset: "reset"
@@ -33,10 +34,15 @@ public final class FaultInjectingTransport: SyncTransport, @unchecked Sendable {
 
     /// Percent of requests that meet each fault when rolled; the rest pass through untouched.
     public struct Faults: Sendable {
+        /// Percent of requests whose connection resets before they reach the server; 10 by default.
         public var reset = 10
+        /// Percent of requests the server commits whose answer is then lost; 12 by default.
         public var lostResponse = 12
+        /// Percent of requests answered 429 in the server's place; 5 by default.
         public var rateLimited = 5
+        /// Percent of requests answered 503 in the server's place; 5 by default.
         public var unavailable = 5
+        /// Percent of requests answered 500 in the server's place; 5 by default.
         public var internalError = 5
 
         /// The default mix: over a third of requests fail, each kind of fault among them.
@@ -52,6 +58,7 @@ public final class FaultInjectingTransport: SyncTransport, @unchecked Sendable {
 
     /// The error a reset or lost response throws, as a dropped connection would.
     public struct ConnectionReset: Error, CustomStringConvertible {
+        /// Says the reset was injected, so that a test's log tells it from a real one.
         public var description: String { "connection reset (injected)" }
     }
 
@@ -80,6 +87,9 @@ public final class FaultInjectingTransport: SyncTransport, @unchecked Sendable {
     /// "lost response", "429", "503", "500".
     public var injectedFaults: [String: Int] { lock.withLock { injected } }
 
+    /// Sends `request` through the wrapped transport unless a scripted or rolled fault takes it: then throws
+    /// ``FaultInjectingTransport/ConnectionReset`` (for a lost response, after the server answered), or returns the
+    /// injected error answer.
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
         guard let fault = nextFault(for: request.path) else { return try await base.send(request) }
         lock.withLock { injected[fault.description, default: 0] += 1 }

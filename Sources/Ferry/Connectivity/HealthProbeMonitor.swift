@@ -8,12 +8,15 @@ public struct HealthProbeMonitor: ConnectivityMonitor {
     private let clock: any Clock<Duration>
     private let interval: Duration
 
+    /// A monitor that probes the server through `transport` every `interval` (30 s by default) while it answers, sleeping on `clock`.
     public init(transport: any SyncTransport, clock: any Clock<Duration> = ContinuousClock(), interval: Duration = .seconds(30)) {
         self.transport = transport
         self.clock = clock
         self.interval = interval
     }
 
+    /// Starts probing at once: the first value is the first probe's result (`true` for a 200), later values are changes.
+    /// Ending the stream stops the probing.
     public func states() -> AsyncStream<Bool> {
         let (stream, continuation) = AsyncStream.makeStream(of: Bool.self)
         let task = Task { [transport, clock, interval] in

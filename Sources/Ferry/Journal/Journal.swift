@@ -4,12 +4,16 @@ import GRDB
 
 /// One thing that happened during sync and why, as a person debugging would want it.
 public struct JournalEvent: Sendable, Codable, Equatable {
+    /// When it happened; the journal keeps it to the millisecond.
     public var at: Date
     /// `run.started`, `run.finished`, `request`, `wait`, `deadLettered`, `pull.page`, …
     public var kind: String
+    /// What happened, in a line for people: `POST /v1/push → 200`, `sync failed: …`.
     public var message: String
+    /// Particulars by name, such as `run`, `status`, `ms` or `attempt`; empty if there are none.
     public var details: [String: String]
 
+    /// An event; `at` defaults to now.
     public init(at: Date = Date(), kind: String, message: String, details: [String: String] = [:]) {
         self.at = at
         self.kind = kind
@@ -22,13 +26,17 @@ public struct JournalEvent: Sendable, Codable, Equatable {
 /// It keeps the latest `capacity` events; older ones are dropped as new ones come.
 public struct Journal: Sendable {
     let database: DatabasePool
+    /// How many events are kept; at least 1.
     public let capacity: Int
 
+    /// The journal of `store`, keeping the latest `capacity` events (10,000 by default, at least 1).
     public init(store: FerryStore, capacity: Int = 10_000) {
         self.database = store.database
         self.capacity = max(1, capacity)
     }
 
+    /// Appends `event` and drops the events beyond `capacity`. It never fails a sync: an event that cannot be
+    /// encoded or written is lost, not thrown.
     public func record(_ event: JournalEvent) async {
         guard let text = try? String(decoding: JSONEncoder.journal.encode(event), as: UTF8.self) else { return }
         // The journal must never fail a sync; a lost line is logged by GRDB's error, not thrown.

@@ -2,7 +2,9 @@ import FerryProtocol
 
 /// A mutation the server refused because the record changed since this client saw it.
 public struct Conflict: Sendable, Equatable {
+    /// The protocol's entity name of the record.
     public var entity: String
+    /// The record's id.
     public var entityID: String
     /// The record as this client has it now: what the conflicting change wrote, or the newest
     /// change of the record queued after it (those are replaced by the resolution); `nil` for
@@ -22,8 +24,11 @@ public enum ConflictResolution: Sendable, Equatable {
 
 /// Decides every `conflict` the server reports. Conflicts are never retried blindly.
 public struct ConflictPolicy: Sendable {
+    /// Called once per conflict, inside the transaction that applies the server's answer: it must be quick and must not
+    /// use the store's database.
     public let resolve: @Sendable (Conflict) -> ConflictResolution
 
+    /// A policy that decides each conflict with `resolve`.
     public init(resolve: @escaping @Sendable (Conflict) -> ConflictResolution) {
         self.resolve = resolve
     }

@@ -5,6 +5,8 @@ import Logging
 public struct SchedulerConfiguration: Sendable {
     /// Triggers this close together coalesce into one run; manual triggers use `manualSettleWindow`.
     public var settleWindow: Duration = .milliseconds(250)
+    /// The settle window of `manual` triggers; zero by default, so a manual sync starts at once (the minimum interval and
+    /// the network permitting).
     public var manualSettleWindow: Duration = .zero
     /// The least time from the end of one run to the start of the next. It delays runs, never drops them.
     public var minimumInterval: Duration = .seconds(2)
@@ -13,6 +15,8 @@ public struct SchedulerConfiguration: Sendable {
     /// Trigger fates kept in `SyncScheduler.history`; older ones are dropped first.
     public var historyCapacity = 1_000
 
+    /// The defaults: a 250 ms settle window (none for manual triggers), 2 s between runs, no periodic runs, and the
+    /// latest 1,000 trigger fates kept.
     public init() {}
 }
 
@@ -24,11 +28,15 @@ public struct SchedulerConfiguration: Sendable {
 public actor SyncScheduler {
     /// What the scheduler reports as it works; tests and the journal read it.
     public enum Event: Sendable, Equatable {
+        /// A trigger arrived, and what became of it.
         case trigger(SyncTrigger, TriggerFate)
+        /// Run number N started, full or incremental.
         case runStarted(Int, SyncKind)
+        /// Run number N ended, with or without an error.
         case runFinished(Int, succeeded: Bool)
     }
 
+    /// Performs one run of the given kind; an error marks the run failed and is thrown to the callers waiting for it.
     public typealias Runner = @Sendable (SyncKind) async throws -> Void
 
     private struct Request {
@@ -70,6 +78,8 @@ public actor SyncScheduler {
     /// The latest triggers and their fates, oldest first; at most `historyCapacity`.
     public private(set) var history: [(SyncTrigger, TriggerFate)] = []
 
+    /// A scheduler that calls `runner` for each run and times settle windows, the minimum interval and periodic runs
+    /// on `clock`. It starts no run until something triggers one.
     public init<C: Clock>(clock: C, configuration: SchedulerConfiguration = SchedulerConfiguration(), runner: @escaping Runner)
     where C.Duration == Duration {
         let start = clock.now

@@ -1,13 +1,18 @@
 /// Why a sync was asked for.
 public enum SyncTrigger: String, Sendable, Hashable, CaseIterable {
+    /// The app started (a full catch-up unless told otherwise).
     case launch
+    /// The app came to the foreground.
     case becameActive
     /// The link came back (offline → online). Sent by the scheduler itself from connectivity reports.
     case connectivityRestored
     /// A synced table or the explicit enqueue API recorded a change.
     case localChange
+    /// A silent push said the server has something new.
     case remoteNotification
+    /// The periodic timer fired (`SchedulerConfiguration.periodicInterval`, only while active).
     case periodic
+    /// A person asked (pull to refresh): no settle window.
     case manual
 
     /// What the trigger asks for unless told otherwise: a launch catches up fully, the rest incrementally.
@@ -21,6 +26,7 @@ public enum SyncKind: String, Sendable, Hashable, Comparable {
     /// Push pending changes, pull everything from the beginning.
     case full
 
+    /// An incremental run is less than a full one: a request that coalesces both becomes full.
     public static func < (lhs: SyncKind, rhs: SyncKind) -> Bool { lhs == .incremental && rhs == .full }
 }
 
@@ -50,6 +56,7 @@ extension TriggerFate {
         }
     }
 
+    /// The fate in words, as the journal's message gives it: `coalesced into run 3`.
     public var description: String {
         switch self {
         case .startedRun(let run): "started run \(run)"

@@ -14,12 +14,18 @@ public enum SignOutPolicy: Sendable, Equatable {
 public struct SessionConfiguration: Sendable {
     /// One store file per user is kept here.
     public var storeDirectory: URL
+    /// The synced tables of every user's store.
     public var tables: [SyncedTable]
+    /// The app's own migrations, run on each user's store as it opens; `nil` for none.
     public var schema: DatabaseMigrator?
+    /// What sign-out does to the user's store; by default it is kept, pending changes included.
     public var signOutPolicy: SignOutPolicy = .keepPendingChanges
+    /// The tuning of each user's client.
     public var sync = SyncConfiguration()
+    /// The tuning of each user's scheduler.
     public var scheduler = SchedulerConfiguration()
 
+    /// A configuration with the default sign-out policy and the default client and scheduler tuning.
     public init(storeDirectory: URL, tables: [SyncedTable], schema: DatabaseMigrator? = nil) {
         self.storeDirectory = storeDirectory
         self.tables = tables
@@ -35,12 +41,17 @@ public struct SessionConfiguration: Sendable {
 public actor SyncSession {
     /// The signed-in user's engine.
     public struct Engine: Sendable {
+        /// The user this engine syncs for.
         public let userID: String
+        /// The user's store, open while the user is signed in.
         public let store: FerryStore
+        /// The user's client; its requests carry this user's token only.
         public let client: FerryClient
+        /// The user's scheduler, which starts every run of `client`.
         public let scheduler: SyncScheduler
     }
 
+    /// Returns the current token of the user given; an error ends the sync run that asked for it.
     public typealias UserTokenProvider = @Sendable (_ userID: String) async throws -> String
 
     private let configuration: SessionConfiguration
@@ -55,10 +66,19 @@ public actor SyncSession {
     /// The latest sign-in or sign-out; the next one waits for it (`oneAtATime`).
     private var lastTransition: Task<Void, any Error>?
     private let engineObservers = Broadcast<Engine?>()
+    /// The signed-in user's engine; `nil` while no one is signed in.
     public private(set) var engine: Engine? {
         didSet { engineObservers.send(engine) }
     }
 
+    /// A session that starts no engine until `signIn(_:)` or `follow(_:)` is called.
+    ///
+    /// - Parameters:
+    ///   - configuration: where the stores live and how each user's engine is set up.
+    ///   - transport: how every user's client reaches the server.
+    ///   - token: the token of a given user, asked before every request.
+    ///   - connectivity: reports that hold runs while offline; without one, the server is taken to be reachable.
+    ///   - clock: the clock the schedulers and clients wait on.
     public init<C: Clock>(
         configuration: SessionConfiguration,
         transport: any SyncTransport,
@@ -75,6 +95,7 @@ public actor SyncSession {
         self.makeScheduler = { runner in SyncScheduler(clock: clock, configuration: schedulerConfiguration, runner: runner) }
     }
 
+    /// The signed-in user's id; `nil` while no one is signed in.
     public var userID: String? { engine?.userID }
 
     /// The signed-in user's engine now, then on every sign-in (an engine) and sign-out (`nil`).

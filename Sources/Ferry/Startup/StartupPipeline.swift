@@ -21,6 +21,8 @@ public actor StartupPipeline {
     /// Bumped by every `start()` and `reset()`, so a cancelled run cannot publish late.
     private var generation = 0
 
+    /// A pipeline of `steps`, run in order, whose timeouts are measured on `clock`. Each step's share of the bar is its
+    /// weight over the total (equal shares when the weights add up to 0).
     public init<C: Clock>(steps: [StartupStep], clock: C) where C.Duration == Duration {
         self.steps = steps
         let total = steps.map(\.weight).reduce(0, +)
@@ -28,6 +30,7 @@ public actor StartupPipeline {
         self.clock = clock
     }
 
+    /// A pipeline of `steps` whose timeouts are measured on the continuous clock.
     public init(steps: [StartupStep]) {
         self.init(steps: steps, clock: ContinuousClock())
     }

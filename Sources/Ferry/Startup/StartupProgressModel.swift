@@ -6,6 +6,7 @@ import Observation
 @MainActor
 @Observable
 public final class StartupProgressModel {
+    /// The pipeline's latest progress, updated on the main actor.
     public private(set) var progress = StartupProgress()
 
     /// Follows `pipeline` for as long as this object lives.

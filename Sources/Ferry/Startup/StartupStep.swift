@@ -1,5 +1,6 @@
 /// One step of a `StartupPipeline`.
 public struct StartupStep: Sendable {
+    /// Whether the pipeline can go on without the step.
     public enum Kind: Sendable, Equatable {
         /// The pipeline cannot go on without it (sign-in): it waits for the step, and a
         /// failure or timeout stops the pipeline until `start()` is called again.
@@ -9,15 +10,20 @@ public struct StartupStep: Sendable {
         case optional
     }
 
+    /// The step's work: it reports through the context, and throwing fails the step (blocking) or skips it (optional).
     public typealias Action = @Sendable (StartupStepContext) async throws -> Void
 
+    /// Shown as the message when the step starts, and in `StartupProgress.outcomes`.
     public let name: String
+    /// Whether the pipeline stops when the step fails.
     public let kind: Kind
     /// This step's share of the progress bar, relative to the other steps' weights.
     public let weight: Double
+    /// How long the step may run before it ends with `StartupStepTimedOut`; `nil` (the default) for no limit.
     public let timeout: Duration?
     let action: Action
 
+    /// A step that runs `action`; a negative `weight` is a programming error and traps.
     public init(_ name: String, kind: Kind, weight: Double = 1, timeout: Duration? = nil, action: @escaping Action) {
         precondition(weight >= 0, "a step's weight cannot be negative")
         self.name = name
@@ -27,10 +33,12 @@ public struct StartupStep: Sendable {
         self.action = action
     }
 
+    /// A step the pipeline cannot go on without (see `Kind.blocking`).
     public static func blocking(_ name: String, weight: Double = 1, timeout: Duration? = nil, action: @escaping Action) -> StartupStep {
         StartupStep(name, kind: .blocking, weight: weight, timeout: timeout, action: action)
     }
 
+    /// A step whose failure or timeout is recorded and passed over (see `Kind.optional`).
     public static func optional(_ name: String, weight: Double = 1, timeout: Duration? = nil, action: @escaping Action) -> StartupStep {
         StartupStep(name, kind: .optional, weight: weight, timeout: timeout, action: action)
     }
@@ -48,6 +56,8 @@ public struct StartupStepContext: Sendable {
 
 /// A step that ran out of time.
 public struct StartupStepTimedOut: Error, CustomStringConvertible {
+    /// The step's time limit.
     public let timeout: Duration
+    /// `timed out after` and the limit, as outcomes and logs show it.
     public var description: String { "timed out after \(timeout)" }
 }

@@ -2,22 +2,32 @@ import Foundation
 
 /// What the engine is doing, in one value that observers receive on every change.
 public struct SyncStatus: Sendable, Equatable {
+    /// What the engine is doing right now.
     public enum Phase: Sendable, Equatable {
+        /// Nothing running: up to date, or changes waiting for the next run (`pending`).
         case idle
         /// Uploading: `done` of `total` pending changes acknowledged so far.
         case uploading(done: Int, total: Int)
+        /// Pulling: `received` changes applied so far in this run.
         case downloading(received: Int)
         /// Waiting before the next request, and why (rate limit, server unavailable, backoff).
         case waiting(seconds: Double, reason: String)
+        /// The last run failed, and why; the next trigger tries again.
         case failed(String)
     }
 
+    /// What the engine is doing; `idle` between runs.
     public var phase: Phase = .idle
+    /// Outbox entries the server has not acknowledged yet (queued or in flight).
     public var pending = 0
+    /// Outbox entries set aside as dead letters, waiting for the app to retry or discard them.
     public var deadLettered = 0
+    /// When the last successful run ended, kept in the store across launches; `nil` if none has.
     public var lastSyncedAt: Date?
+    /// Why the last run failed; `nil` once a run succeeds.
     public var lastError: String?
 
+    /// The status before anything is known: idle, nothing pending, never synced.
     public init() {}
 
     /// For a progress bar: "Synced 2,500 of 5,000 (50%)" while uploading.

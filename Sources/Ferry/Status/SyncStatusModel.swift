@@ -6,6 +6,7 @@ import Observation
 @MainActor
 @Observable
 public final class SyncStatusModel {
+    /// The client's latest status, updated on the main actor.
     public private(set) var status = SyncStatus()
 
     /// Follows `client` for as long as this object lives.

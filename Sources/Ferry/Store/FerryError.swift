@@ -19,6 +19,7 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Nothing in it was changed.
     case unreadableStore(String)
 
+    /// The error in one line, as logs, the journal and `SyncStatus.lastError` show it.
     public var description: String {
         switch self {
         case .invalidTable(let why): "synced table: \(why)"

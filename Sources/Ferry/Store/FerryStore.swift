@@ -13,6 +13,7 @@ public final class FerryStore: Sendable {
     public let database: DatabasePool
     /// This installation's client id, stable for the life of the file.
     public let clientID: String
+    /// The synced tables, each with its change capture installed.
     public let tables: [SyncedTable]
     /// The store's file.
     public let path: String

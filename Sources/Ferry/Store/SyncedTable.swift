@@ -25,12 +25,15 @@ public struct SyncedTable: Sendable, Hashable {
     public var primaryKey: String
     /// An optional column holding the record's natural key.
     public var naturalKey: String?
+    /// How a row maps to a mutation's `data`; `columns` by default.
     public var layout: Layout
     /// Send each upsert with the version this client last saw (`baseVersion`), so a
     /// concurrent change elsewhere comes back as a conflict for the `ConflictPolicy`
     /// instead of being overwritten (last writer wins).
     public var detectsConflicts: Bool
 
+    /// A table with its own entity; `entity` defaults to the table's name. Nothing is checked here: opening a
+    /// `FerryStore` throws `FerryError.invalidTable` for a table that does not fit.
     public init(
         table: String,
         entity: String? = nil,

@@ -10,7 +10,9 @@ public struct SyncConfiguration: Sendable {
     public var batchSize = ProtocolLimits.maxMutationsPerPush
     /// Changes per pull page: the protocol's most, for the same reason.
     public var pullPageSize = ProtocolLimits.pullLimitRange.upperBound
+    /// Backoff for transient failures (resets, timeouts, 5xx).
     public var retry = RetryPolicy()
+    /// Decides the conflicts of tables that detect them; the server wins by default.
     public var conflictPolicy = ConflictPolicy.serverWins
     /// How long this client's hold on the store's sync lasts unless renewed (every third of
     /// it, and with every batch and page). Another process that wants to sync the store waits
@@ -22,33 +24,44 @@ public struct SyncConfiguration: Sendable {
     /// Journal events kept in the store; older ones are dropped first.
     public var journalCapacity = 10_000
 
+    /// The default tuning.
     public init() {}
 }
 
 /// What one sync run did.
 public struct SyncReport: Sendable, Equatable {
+    /// What the upload did.
     public var upload = UploadSummary()
+    /// What the pull did.
     public var pull = PullSummary()
     /// 429 answers met during the run.
     public var rateLimited = 0
     /// HTTP requests made, retries included.
     public var requests = 0
 
+    /// An empty report.
     public init() {}
 }
 
 /// An entry the server rejected; it waits here until the app retries or discards it.
 public struct DeadLetter: Sendable, Equatable {
+    /// The outbox entry's id.
     public var id: Int64
+    /// The protocol's entity name of the record.
     public var entity: String
+    /// The record's id.
     public var entityID: String
+    /// Whether the change was an upsert or a delete.
     public var op: MutationOp
+    /// Why it was set aside: the server's message, or what kept it from being sent.
     public var reason: String
 }
 
 /// One user's sync engine: a store, a server, and the status observers follow.
 public actor FerryClient {
+    /// The store this client syncs.
     public nonisolated let store: FerryStore
+    /// The store's journal of this client's runs, requests and waits.
     public nonisolated let journal: Journal
     private let statusCenter = StatusCenter()
     private let connection: SyncConnection
@@ -57,6 +70,14 @@ public actor FerryClient {
     private let lease: SyncLease
     private var currentRun: Task<SyncReport, any Error>?
 
+    /// A client that syncs `store` with the server.
+    ///
+    /// - Parameters:
+    ///   - store: the user's store.
+    ///   - transport: how requests reach the server.
+    ///   - token: the user's current token, asked before every request, retries included.
+    ///   - clock: the clock that backoff, rate-limit and lease waits sleep on (the lease's renewal keeps real time).
+    ///   - configuration: batch and page sizes, retries, the conflict policy, the lease and the journal's capacity.
     public init(
         store: FerryStore,
         transport: any SyncTransport,
@@ -248,6 +269,7 @@ public actor FerryClient {
 
     // MARK: - Dead letters
 
+    /// Every dead-lettered outbox entry, oldest first. Throws the database's error if the store cannot be read.
     public func deadLetters() async throws -> [DeadLetter] {
         try await store.database.read { db in
             try Row.fetchAll(
@@ -282,6 +304,8 @@ public actor FerryClient {
         await refreshCounts()
     }
 
+    /// Deletes every dead-lettered entry: its change is never sent, and the local rows are not rolled back, so they may
+    /// differ from the server's until they change again.
     public func discardDeadLetters() async throws {
         try await store.database.write { db in
             try Outbox.remove(where: "state = \(OutboxState.deadLettered.rawValue)", db: db)

@@ -100,10 +100,13 @@ struct Puller: Sendable {
 
 /// Totals of one pull.
 public struct PullSummary: Sendable, Equatable {
+    /// Pages asked for, including one the server refused for an unknown cursor; retries are not counted.
     public var requests = 0
+    /// Changes the server sent, including those skipped as already known or still queued locally.
     public var received = 0
     /// Changes written locally (received minus those skipped for queued local edits).
     public var applied = 0
 
+    /// Zero totals.
     public init() {}
 }

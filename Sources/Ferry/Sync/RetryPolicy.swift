@@ -2,11 +2,14 @@ import FerryProtocol
 
 /// Capped exponential backoff with full jitter for transient failures.
 public struct RetryPolicy: Sendable {
+    /// The ceiling of the first retry's random delay; it doubles with each attempt. 500 ms by default.
     public var initialDelay: Duration
+    /// The most a ceiling grows to; 60 s by default.
     public var maximumDelay: Duration
     /// Attempts per request before the sync gives up (it resumes on the next sync).
     public var maximumAttempts: Int
 
+    /// A policy; by default retries wait up to 0.5 s, 1 s, 2 s and so on (at most 60 s), over at most 8 attempts.
     public init(initialDelay: Duration = .milliseconds(500), maximumDelay: Duration = .seconds(60), maximumAttempts: Int = 8) {
         self.initialDelay = initialDelay
         self.maximumDelay = maximumDelay

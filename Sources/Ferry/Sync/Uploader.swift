@@ -238,14 +238,20 @@ struct Uploader: Sendable {
 
 /// Totals of one upload.
 public struct UploadSummary: Sendable, Equatable {
+    /// Pushes answered, one per batch sent; retries of a push are not counted.
     public var requests = 0
     /// Outbox entries the server acknowledged (or that cancelled out locally).
     public var acknowledged = 0
+    /// Mutations the server merged into a record that already held their natural key.
     public var merged = 0
+    /// Mutations whose record took the server's canonical id (merges, mostly).
     public var rekeyed = 0
+    /// Outbox entries set aside as dead letters, by the server or before they were sent.
     public var deadLettered = 0
+    /// Mutations the server answered `conflict`, each decided by the `ConflictPolicy`.
     public var conflicts = 0
 
+    /// Zero totals.
     public init() {}
 
     mutating func add(_ outcome: BatchOutcome) {

@@ -13,6 +13,8 @@ public struct TokenAuthority: Sendable {
 
     private let keys: JWTKeyCollection
 
+    /// An authority that signs and verifies with `secret`. Throws ``TokenSecretTooShort`` when `secret` has fewer
+    /// than ``TokenAuthority/minimumSecretBytes`` UTF-8 bytes.
     public init(secret: String) async throws(TokenSecretTooShort) {
         guard secret.utf8.count >= Self.minimumSecretBytes else { throw TokenSecretTooShort(length: secret.utf8.count) }
         let keys = JWTKeyCollection()
@@ -60,8 +62,11 @@ public struct TokenAuthority: Sendable {
     }
 }
 
+/// The JWT secret is shorter than HS256 needs (``TokenAuthority/minimumSecretBytes`` UTF-8 bytes).
 public struct TokenSecretTooShort: Error, Sendable, CustomStringConvertible {
+    /// The secret's length in UTF-8 bytes.
     public var length: Int
+    /// What is wrong, with the minimum and a way to generate a good secret.
     public var description: String {
         "the JWT secret is \(length) bytes; HS256 needs at least \(TokenAuthority.minimumSecretBytes) (for example: openssl rand -hex 32)"
     }
@@ -90,13 +95,21 @@ struct FerryClaims: JWTPayload {
 
 /// Why a request was not authenticated. The messages never echo the token.
 public enum AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// No `Authorization` header.
     case missingHeader
+    /// An `Authorization` header that is not `Bearer <token>`.
     case notBearer
+    /// Not a readable JWT, and why.
     case malformed(String)
+    /// Signed with another algorithm than HS256 (named).
     case wrongAlgorithm(String)
+    /// The signature does not match the server's secret.
     case badSignature
+    /// No `exp` claim: tokens must expire.
     case missingExpiry
+    /// `exp` has passed.
     case expired
+    /// No usable `sub` claim (1 to 256 characters, no U+0000).
     case missingSubject
 
     /// A short name for metrics.
@@ -113,6 +126,7 @@ public enum AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// Which rule the token broke and what to send instead, without the token: the 401's message.
     public var description: String {
         switch self {
         case .missingHeader: "missing Authorization header; send 'Authorization: Bearer <JWT>'"

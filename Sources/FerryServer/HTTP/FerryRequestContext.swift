@@ -3,12 +3,14 @@ import Hummingbird
 
 /// Per-request state: Hummingbird's core context plus the authenticated user.
 public struct FerryRequestContext: RequestContext {
+    /// Hummingbird's core per-request state, as `RequestContext` requires.
     public var coreContext: CoreRequestContextStorage
     /// Set by `AuthMiddleware`; `nil` on unauthenticated routes.
     public var userID: String?
     /// Shared by every copy of this context, for the access log.
     let facts = RequestFacts()
 
+    /// A context for a new request, not yet authenticated.
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
     }

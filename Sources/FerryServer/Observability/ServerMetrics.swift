@@ -6,9 +6,11 @@ import Prometheus
 /// owned by this server instance (no global bootstrap, so several servers can live
 /// in one process, as they do in tests).
 public final class ServerMetrics: Sendable {
+    /// The registry every metric is recorded in; `GET /metrics` serves its text exposition.
     public let registry: PrometheusCollectorRegistry
     private let factory: PrometheusMetricsFactory
 
+    /// Metrics recorded into `registry`, by default a new one of this instance's own.
     public init(registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry()) {
         self.registry = registry
         self.factory = PrometheusMetricsFactory(registry: registry)

@@ -24,6 +24,8 @@ public struct PostgresRateLimiter: RateLimiter {
         PostgresRateLimiter(storage: storage, policy: policy, now: now)
     }
 
+    /// Takes one token from `userID`'s bucket in the database, in a statement of its own. Throws ``StorageError``
+    /// when the database cannot be reached in time.
     public func acquire(for userID: String) async throws -> RateLimitDecision {
         let query: PostgresQuery = """
             SELECT allowed, remaining FROM ferry_take_token(\(userID), \(Double(policy.requests)), \(policy.refillPerSecond), \(now?()))

@@ -7,13 +7,17 @@ import Hummingbird
 /// One protocol so that a limiter shared between server processes (kept in
 /// PostgreSQL) can replace the in-process one.
 public protocol RateLimiter: Sendable {
+    /// Charges one request to `userID` and says whether it may go ahead, with the headers to send.
     func acquire(for userID: String) async throws -> RateLimitDecision
 }
 
 /// The limiter's answer, with what the `RateLimit-*` headers must say.
 public struct RateLimitDecision: Sendable, Equatable {
+    /// Whether the request may go ahead; if not, it is answered 429.
     public var allowed: Bool
+    /// The quota per window: `RateLimit-Limit`.
     public var limit: Int
+    /// Whole requests left after this one: `RateLimit-Remaining`.
     public var remaining: Int
     /// Whole seconds until the quota is fully available again.
     public var resetSeconds: Int
@@ -41,6 +45,8 @@ public struct RateLimitDecision: Sendable, Equatable {
         )
     }
 
+    /// The `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` fields of this decision; `Retry-After` is
+    /// added by whoever answers 429.
     public var headers: HTTPFields {
         var fields = HTTPFields()
         fields[HTTPField.Name(ProtocolHeaders.rateLimitLimit)!] = "\(limit)"

@@ -13,12 +13,14 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
     private let refillPerSecond: Double
     private var buckets: [String: Bucket] = [:]
 
+    /// A limiter applying `policy` to each user, with time read from `clock`.
     public init(policy: RateLimitPolicy, clock: C) {
         self.policy = policy
         self.clock = clock
         self.refillPerSecond = policy.refillPerSecond
     }
 
+    /// Refills `userID`'s bucket for the time passed since its last request, then takes one token if a whole one is left.
     public func acquire(for userID: String) -> RateLimitDecision {
         let now = clock.now
         let capacity = Double(policy.requests)
@@ -42,6 +44,7 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
 }
 
 extension TokenBucketRateLimiter where C == ContinuousClock {
+    /// A limiter applying `policy` to each user, on the continuous clock.
     public init(policy: RateLimitPolicy) {
         self.init(policy: policy, clock: ContinuousClock())
     }

@@ -5,6 +5,7 @@ import Foundation
 public enum DatabaseURL: Sendable, Equatable, CustomStringConvertible {
     /// A SQLite file; `nil` for an in-memory database.
     case sqlite(path: String?)
+    /// A PostgreSQL database, shared by every server process that names it.
     case postgres(PostgresLocation)
 
     /// Parses a `--database` value. A PostgreSQL password missing from the URL is taken
@@ -47,13 +48,20 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         case verifyFull = "verify-full"
     }
 
+    /// The server's host name or IP address (an IPv6 address without brackets).
     public var host: String
+    /// The server's TCP port; 5432 by default.
     public var port: Int
+    /// The role to connect as.
     public var username: String
+    /// The role's password; `nil` to connect without one.
     public var password: String?
+    /// The database to use.
     public var database: String
+    /// How the connection is encrypted; ``PostgresLocation/TLSMode/disable`` by default.
     public var tls: TLSMode
 
+    /// A location from its parts; the defaults are PostgreSQL's usual port and no encryption.
     public init(host: String, port: Int = 5432, username: String, password: String? = nil, database: String, tls: TLSMode = .disable) {
         self.host = host
         self.port = port
@@ -112,10 +120,14 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+/// A `--database` value that Ferry cannot use, with the reason.
 public struct DatabaseURLError: Error, Sendable, CustomStringConvertible {
+    /// The value as given, password included; `description` masks it.
     public var text: String
+    /// What is wrong with the value, phrased to follow it (like "names no host; …").
     public var problem: String
 
+    /// The value with any password masked, followed by the problem.
     public var description: String {
         "'\(Self.masked(text))' \(problem)"
     }

@@ -9,6 +9,7 @@ public struct PullPage: Sendable {
     var records: [StoredRecord]
     /// Opaque; the client passes it to the next pull.
     public var cursor: String
+    /// Whether more changes follow this page; the client pulls again with ``PullPage/cursor`` while it is true.
     public var hasMore: Bool
 
     /// How many changes the page holds.

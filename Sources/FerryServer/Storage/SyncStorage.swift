@@ -27,6 +27,7 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
     /// The database holds something this server cannot read.
     case corrupt(String)
 
+    /// The failure and its reason, for the server's log; responses carry a generic message instead.
     public var description: String {
         switch self {
         case .unavailable(let why): "database unavailable: \(why)"
@@ -37,12 +38,14 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
 
 /// A mutation as received, with its data encoded once and its validity decided.
 public struct IncomingMutation: Sendable {
+    /// The mutation as the client sent it.
     public let mutation: Mutation
     /// `data` encoded as stored; `nil` for deletes.
     public let encodedData: Data?
     /// Why the mutation must be `rejected`; `nil` when it may be applied.
     public let rejection: String?
 
+    /// Encodes `mutation`'s data once and decides whether it must be `rejected`.
     public init(_ mutation: Mutation) {
         self.mutation = mutation
         let encoded = mutation.data.flatMap { try? ProtocolValidation.encode($0) }

@@ -26,6 +26,7 @@ public final class PostgresSyncStorage: SyncStorage {
     private let running: Task<Void, Never>
     private let cursors: CursorCodec
     let logger: Logger
+    /// The server and database this storage is connected to.
     public let location: PostgresLocation
     /// How long a request may wait for a connection from the pool before it is answered 503.
     private let deadline: Duration
@@ -141,6 +142,8 @@ public final class PostgresSyncStorage: SyncStorage {
 
     // MARK: - Push
 
+    /// Applies the batch in one transaction that holds the user's change-position lock, as the overview describes.
+    /// Throws ``StorageError`` when no connection is available within the deadline.
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
         try await withDatabase(queueingFor: userID) { [logger] db in
             try await Self.push(mutations, userID: userID, clientID: clientID, db: db, logger: logger)
@@ -388,6 +391,8 @@ public final class PostgresSyncStorage: SyncStorage {
 
     // MARK: - Pull
 
+    /// Reads up to `limit` records changed after `cursor` in one snapshot. Throws `ProtocolViolation`
+    /// (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
         let rows = try await withDatabase { [logger] db in
@@ -424,6 +429,7 @@ public final class PostgresSyncStorage: SyncStorage {
         )
     }
 
+    /// Runs `SELECT 1`; throws ``StorageError`` when no connection is available within the deadline.
     public func checkHealth() async throws {
         try await withDatabase { [logger] db in _ = try await db.query("SELECT 1", logger: logger).collect() }
     }

@@ -128,6 +128,7 @@ public final class SQLiteSyncStorage: SyncStorage {
         return migrator
     }
 
+    /// Applies the batch in one write transaction, committed with `synchronous = FULL` before it returns.
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
         try await mapErrors {
             do {
@@ -239,6 +240,8 @@ public final class SQLiteSyncStorage: SyncStorage {
         return PushResponse(lastMutationID: last, results: results)
     }
 
+    /// Reads up to `limit` records changed after `cursor` in one read transaction. Throws `ProtocolViolation`
+    /// (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
         let (records, lastPosition, hasMore) = try await mapErrors {
@@ -259,6 +262,7 @@ public final class SQLiteSyncStorage: SyncStorage {
         return PullPage(records: records, cursor: cursors.encode(position: lastPosition, userID: userID), hasMore: hasMore)
     }
 
+    /// Reads from the database; throws ``StorageError`` when it cannot.
     public func checkHealth() async throws {
         do {
             _ = try await writer.read { db in try Int.fetchOne(db, sql: "SELECT 1 FROM change_sequence") }
