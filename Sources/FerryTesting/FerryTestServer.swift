@@ -53,6 +53,14 @@ public struct FerryTestServer: Sendable {
                 logger.logLevel = .error
                 return logger
             }()
+        // The one check that can fail before the server owns the storage (which it closes when it stops).
+        let authority: TokenAuthority
+        do {
+            authority = try await TokenAuthority(secret: secret)
+        } catch {
+            try? await storage.close()
+            throw error
+        }
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = try await FerryServerApplication.make(
             configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit, idleTimeout: idleTimeout),
@@ -75,7 +83,7 @@ public struct FerryTestServer: Sendable {
         return FerryTestServer(
             baseURL: URL(string: "http://127.0.0.1:\(port)")!,
             storage: storage,
-            authority: try await TokenAuthority(secret: secret),
+            authority: authority,
             group: group,
             running: running
         )
@@ -185,6 +193,7 @@ public struct FerryTestServer: Sendable {
 
 /// The test server could not start, or answered a helper's request with an error.
 public struct FerryTestServerFailure: Error, Sendable, CustomStringConvertible {
+    /// What failed, and the server's own words where it answered.
     public let description: String
     init(_ description: String) { self.description = description }
 }

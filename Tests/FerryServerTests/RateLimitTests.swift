@@ -87,5 +87,7 @@ struct RateLimitTests {
         for bad in ["", "300", "300/", "/60", "0/60", "10/0", "-1/60", "a/b", "1/2/3"] {
             #expect(throws: RateLimitPolicyError.self, "\(bad)") { try RateLimitPolicy.parse(bad) }
         }
+        #expect(RateLimitPolicy.default.description == "300/60")
+        #expect(RateLimitPolicy(requests: 5, window: .milliseconds(1500)).description == "5/1.5")
     }
 }

@@ -6,16 +6,22 @@ import FoundationNetworking
 
 /// `SyncTransport` over `URLSession`, on every platform.
 public struct URLSessionTransport: SyncTransport {
+    /// The server's address; a path it has is kept as a prefix of every request's path.
     public let baseURL: URL
     private let session: URLSession
 
+    /// A transport to the server at `baseURL` over `session` (the shared session by default).
     public init(baseURL: URL, session: URLSession = .shared) {
         self.baseURL = baseURL
         self.session = session
     }
 
+    /// Sends `request` and returns the server's answer, whatever its status.
+    ///
+    /// - Throws: the session's `URLError` for failures below HTTP (cancelling the call cancels the request), and
+    ///   `FerryError.protocolViolation` when `request.path` makes no URL or the answer is not HTTP.
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
-        guard let url = URL(string: request.path, relativeTo: baseURL) else {
+        guard let url = request.url(on: baseURL) else {
             throw FerryError.protocolViolation("cannot build a URL from \(request.path)")
         }
         var urlRequest = URLRequest(url: url)

@@ -20,7 +20,7 @@ struct HTTPClientTransport: SyncTransport {
     static let maxResponseBytes = ProtocolLimits.pullLimitRange.upperBound * (ProtocolLimits.maxDataBytes + 4096)
 
     func send(_ request: TransportRequest) async throws -> TransportResponse {
-        guard let url = URL(string: request.path, relativeTo: baseURL) else {
+        guard let url = request.url(on: baseURL) else {
             throw FerryError.protocolViolation("cannot build a URL from \(request.path)")
         }
         var outgoing = HTTPClientRequest(url: url.absoluteString)
