@@ -104,7 +104,7 @@ public actor FerryClient {
         self.lease = SyncLease(store: store, duration: configuration.leaseDuration.seconds)
         self.connection = SyncConnection(
             transport: transport,
-            token: token,
+            tokens: TokenCache(provider: token),
             clock: clock,
             retry: configuration.retry,
             journal: journal,

@@ -2,7 +2,9 @@ import FerryProtocol
 import Foundation
 import Logging
 
-/// Supplies the signed-in user's current token.
+/// Supplies the signed-in user's current token. Ferry asks for one when it has none, when the
+/// one it has is within 30 seconds of the `exp` its JWT claims, and once after the server
+/// refused it (401); it never asks per request. A provider may therefore fetch over the network.
 public typealias TokenProvider = @Sendable () async throws -> String
 
 /// Sends protocol requests the way a good citizen does: authenticated, paced from
@@ -11,7 +13,7 @@ public typealias TokenProvider = @Sendable () async throws -> String
 /// Every request and every wait goes to the journal.
 actor SyncConnection {
     private let transport: any SyncTransport
-    private let token: TokenProvider
+    private let tokens: TokenCache
     private let clock: any Clock<Duration>
     private let retry: RetryPolicy
     private let journal: Journal
@@ -26,7 +28,7 @@ actor SyncConnection {
 
     init(
         transport: any SyncTransport,
-        token: @escaping TokenProvider,
+        tokens: TokenCache,
         clock: any Clock<Duration>,
         retry: RetryPolicy,
         journal: Journal,
@@ -36,7 +38,7 @@ actor SyncConnection {
     ) {
         self.clientID = clientID
         self.transport = transport
-        self.token = token
+        self.tokens = tokens
         self.clock = clock
         self.retry = retry
         self.journal = journal
@@ -45,14 +47,17 @@ actor SyncConnection {
     }
 
     /// Sends `request` until it gets a final answer: 2xx, or a 4xx other than 429
-    /// (returned for the caller to handle, 401 thrown). Gives up after the retry budget.
+    /// (returned for the caller to handle). A 401 gets one more try with a new token before it
+    /// is thrown. Gives up after the retry budget.
     func send(_ request: TransportRequest) async throws -> TransportResponse {
         var attempt = 0
+        var renewedToken = false
         while true {
             try Task.checkCancellation()
             attempt += 1
             var request = request
-            request.headers["Authorization"] = "Bearer \(try await token())"
+            let token = try await tokens.token()
+            request.headers["Authorization"] = "Bearer \(token)"
             request.headers["Ferry-Client-ID"] = clientID
             if request.body != nil { request.headers["Content-Type"] = "application/json" }
             let started = ContinuousClock.now
@@ -95,6 +100,11 @@ actor SyncConnection {
                     .seconds(seconds),
                     reason: response.status == 429 ? "rate limited (Retry-After \(seconds) s)" : "server unavailable (Retry-After \(seconds) s)"
                 )
+            case 401 where !renewedToken:
+                // Revoked or expired early: a token from the provider gets one try, not the retry budget.
+                renewedToken = true
+                await tokens.refused(token)
+                await journal.record(JournalEvent(kind: "token", message: "the server refused the token; asking for a new one"))
             case 401:
                 throw FerryError.unauthorized(Self.message(in: response))
             case 400..<500:
