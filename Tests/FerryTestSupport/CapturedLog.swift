@@ -7,6 +7,20 @@ public final class CapturedLog: Sendable {
 
     public init() {}
 
+    /// The lines at `info` and above of every logger made from now on in this test process,
+    /// which go on to standard error as before. `LoggingSystem` takes one bootstrap per
+    /// process: this is it, made on first use.
+    public static let processWide: CapturedLog = {
+        let log = CapturedLog()
+        LoggingSystem.bootstrap { label in
+            var captured = Handler(log: log)
+            captured.logLevel = .info
+            captured.metadata["label"] = "\(label)"
+            return MultiplexLogHandler([StreamLogHandler.standardError(label: label), captured])
+        }
+        return log
+    }()
+
     /// A logger at `trace` level whose lines land here.
     public func logger(label: String = "ferry.test") -> Logger {
         var logger = Logger(label: label) { _ in Handler(log: self) }

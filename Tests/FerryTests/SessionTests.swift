@@ -37,13 +37,13 @@ final class GatedTransport: SyncTransport, @unchecked Sendable {
 
 @Suite("Session", .timeLimit(.minutes(1)))
 struct SessionTests {
-    static func session(
+    static func session<C: Clock>(
         server: TestServer,
         directory: URL,
         policy: SignOutPolicy = .keepPendingChanges,
         transport: (any SyncTransport)? = nil,
-        clock: TestClock<Duration>
-    ) -> SyncSession {
+        clock: C
+    ) -> SyncSession where C.Duration == Duration {
         var configuration = SessionConfiguration(
             storeDirectory: directory,
             tables: [ClientFixture.events, ClientFixture.notes],

@@ -10,6 +10,8 @@ final class Broadcast<Element: Sendable>: @unchecked Sendable {
     // which takes the lock).
     private let lock = NSLock()
     private var subscribers: [UUID: AsyncStream<Element>.Continuation] = [:]
+    /// Set by `finish()`: a later subscriber's stream ends after its first value.
+    private var finished = false
 
     /// Every value sent from now on, after `first` when given.
     func subscribe(
@@ -20,7 +22,11 @@ final class Broadcast<Element: Sendable>: @unchecked Sendable {
         let id = UUID()
         if let first { continuation.yield(first) }
         continuation.onTermination = { [weak self] _ in self?.drop(id) }
-        lock.withLock { subscribers[id] = continuation }
+        let open = lock.withLock {
+            if !finished { subscribers[id] = continuation }
+            return !finished
+        }
+        if !open { continuation.finish() }
         return stream
     }
 
@@ -28,9 +34,10 @@ final class Broadcast<Element: Sendable>: @unchecked Sendable {
         for subscriber in lock.withLock({ Array(subscribers.values) }) { subscriber.yield(value) }
     }
 
-    /// Ends every subscriber's stream.
+    /// Ends every subscriber's stream, and those of subscribers to come.
     func finish() {
         let ended = lock.withLock {
+            finished = true
             defer { subscribers.removeAll() }
             return Array(subscribers.values)
         }

@@ -46,12 +46,13 @@ public struct Journal: Sendable {
         }
     }
 
-    /// The most recent `limit` events, oldest first.
+    /// The most recent `limit` events, in the order they happened (an event stamped when it
+    /// happened may be written a little later, behind events that came after it).
     public func events(limit: Int = 10_000) async throws -> [JournalEvent] {
         let lines = try await database.read { db in
             try String.fetchAll(
                 db,
-                sql: "SELECT event FROM (SELECT id, event FROM ferry_journal ORDER BY id DESC LIMIT ?) ORDER BY id",
+                sql: "SELECT event FROM (SELECT id, at, event FROM ferry_journal ORDER BY id DESC LIMIT ?) ORDER BY at, id",
                 arguments: [limit]
             )
         }
@@ -66,7 +67,7 @@ public struct Journal: Sendable {
         return try lines.map { try decoder.decode(JournalEvent.self, from: Data($0.utf8)) }
     }
 
-    /// The journal as JSON lines, one event a line.
+    /// The journal as JSON lines, one event a line, in the order they happened.
     public func jsonLines(limit: Int = 10_000) async throws -> String {
         try await events(limit: limit).map { String(decoding: try JSONEncoder.journal.encode($0), as: UTF8.self) }.joined(separator: "\n")
     }

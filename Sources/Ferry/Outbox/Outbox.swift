@@ -21,12 +21,13 @@ struct Outbox: Sendable {
     static let bodyBudget = ProtocolLimits.maxPushBodyBytes - 64 * 1024
 
     /// Pending and dead-lettered entry counts.
-    static func counts(in store: FerryStore) async throws -> (pending: Int, deadLettered: Int) {
+    static func counts(in store: FerryStore) async throws -> (pending: Int, deadLettered: Int, lastSyncedAt: Date?) {
         try await store.database.read { db in
             let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE \(OutboxState.queuedCondition)") ?? 0
             let dead =
                 try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue]) ?? 0
-            return (pending, dead)
+            let lastSynced = try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta")
+            return (pending, dead, lastSynced.map(Date.init(timeIntervalSince1970:)))
         }
     }
 

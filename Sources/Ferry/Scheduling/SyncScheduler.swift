@@ -39,9 +39,18 @@ public actor SyncScheduler {
     /// Performs one run of the given kind; an error marks the run failed and is thrown to the callers waiting for it.
     public typealias Runner = @Sendable (SyncKind) async throws -> Void
 
+    /// A trigger waiting for its run, and when it arrived (the journal's time for its fate).
+    private struct Arrival {
+        var trigger: SyncTrigger
+        var at: Date
+        /// It came during a run and was journaled then (`queuedAfterRun`): its later fate
+        /// happens when the next run starts.
+        var duringRun: Bool
+    }
+
     private struct Request {
         var kind: SyncKind
-        var triggers: [SyncTrigger]
+        var triggers: [Arrival]
         /// When the settle window closes, as time since the scheduler was made.
         var due: Duration
         /// How many of `triggers` have been recorded as waiting for the network.
@@ -108,25 +117,27 @@ public actor SyncScheduler {
         let kind = kind ?? trigger.defaultKind
         let window = trigger == .manual ? configuration.manualSettleWindow : configuration.settleWindow
         let due = now + window
+        let arrival = Arrival(trigger: trigger, at: Date(), duringRun: running != nil)
         if var request = pending {
             request.kind = max(request.kind, kind)
-            request.triggers.append(trigger)
+            request.triggers.append(arrival)
             // A returning link settles for a whole window (it may flap again); any other
             // trigger only ever brings the run closer.
             request.due = trigger == .connectivityRestored ? max(request.due, due) : min(request.due, due)
             pending = request
         } else {
-            pending = Request(kind: kind, triggers: [trigger], due: due)
+            pending = Request(kind: kind, triggers: [arrival], due: due)
         }
-        if running != nil {
-            record(trigger, .queuedAfterRun(runNumber))
+        if arrival.duringRun {
+            record(trigger, .queuedAfterRun(runNumber), at: arrival.at)
         }
         evaluate()
     }
 
     /// Asks for a run like `trigger(_:kind:)` and waits until the run that serves the
-    /// trigger has finished; returns that run's number, or throws the run's error.
-    /// Cancelling the caller stops the wait, not the run.
+    /// trigger has finished; returns that run's number, or throws the run's error
+    /// (`FerryError.stopped` if the scheduler stops first). Cancelling the caller stops the
+    /// wait, not the run.
     @discardableResult
     public func run(for trigger: SyncTrigger, kind: SyncKind? = nil) async throws -> Int {
         try await wait(for: trigger, kind: kind, joiningFullRun: false)
@@ -144,7 +155,11 @@ public actor SyncScheduler {
         let id = UUID()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                guard !stopped, !Task.isCancelled else {
+                guard !stopped else {
+                    continuation.resume(throwing: Self.stoppedError)
+                    return
+                }
+                guard !Task.isCancelled else {
                     continuation.resume(throwing: CancellationError())
                     return
                 }
@@ -185,7 +200,11 @@ public actor SyncScheduler {
         schedulePeriodic()
     }
 
-    /// Stops: no new runs, the current one is cancelled and awaited.
+    /// What callers waiting for a run get when the scheduler stops before serving them.
+    private static let stoppedError = FerryError.stopped("the scheduler was stopped (its user signed out)")
+
+    /// Stops: no new runs, the current one is cancelled and awaited, and callers waiting for a
+    /// run get `FerryError.stopped`.
     public func stop() async {
         stopped = true
         pending = nil
@@ -194,7 +213,7 @@ public actor SyncScheduler {
         let current = running
         current?.cancel()
         await current?.value
-        for id in Array(waiters.keys) { resumeWaiter(id, with: .failure(CancellationError())) }
+        for id in Array(waiters.keys) { resumeWaiter(id, with: .failure(Self.stoppedError)) }
         events.finish()
         journalFeed?.finish()
         await journalWriter?.value
@@ -213,7 +232,9 @@ public actor SyncScheduler {
     private func evaluate() {
         guard !stopped, running == nil, var request = pending else { return }
         guard online != false else {
-            for trigger in request.triggers[request.recordedOffline...] { record(trigger, .waitingForNetwork) }
+            for arrival in request.triggers[request.recordedOffline...] {
+                record(arrival.trigger, .waitingForNetwork, at: arrival.at)
+            }
             request.recordedOffline = request.triggers.count
             pending = request
             return
@@ -229,10 +250,13 @@ public actor SyncScheduler {
         timer = nil
         runNumber += 1
         let number = runNumber
-        for (index, trigger) in request.triggers.enumerated() {
-            record(trigger, index == 0 ? .startedRun(number) : .coalescedIntoRun(number))
+        let started = Date()
+        for (index, arrival) in request.triggers.enumerated() {
+            // Stamped when it arrived, unless already journaled then (during the previous run).
+            let at = arrival.duringRun || index < request.recordedOffline ? started : arrival.at
+            record(arrival.trigger, index == 0 ? .startedRun(number) : .coalescedIntoRun(number), at: at)
         }
-        emit(.runStarted(number, request.kind))
+        emit(.runStarted(number, request.kind), at: started)
         servedByCurrentRun = waitingForNextRun
         waitingForNextRun = []
         runningKind = request.kind
@@ -289,20 +313,28 @@ public actor SyncScheduler {
         }
     }
 
+    /// A warning only for what the app must act on (credentials refused, a store or server it
+    /// must fix); a network that is down or a sign-out passes with a later run, at debug level.
     private func logFailure(_ number: Int, _ error: any Error) {
-        logger.warning("sync run failed", metadata: ["run": "\(number)", "error": "\(error)"])
+        let level: Logger.Level =
+            switch error as? FerryError {
+            case .unauthorized, .protocolViolation, .invalidTable, .unreadableStore: .warning
+            default: .debug
+            }
+        logger.log(level: level, "sync run failed", metadata: ["run": "\(number)", "error": "\(error)"])
     }
 
-    private func record(_ trigger: SyncTrigger, _ fate: TriggerFate) {
+    private func record(_ trigger: SyncTrigger, _ fate: TriggerFate, at: Date = Date()) {
         history.append((trigger, fate))
         if history.count > max(1, configuration.historyCapacity) {
             history.removeFirst(history.count - max(1, configuration.historyCapacity))
         }
-        emit(.trigger(trigger, fate))
+        emit(.trigger(trigger, fate), at: at)
     }
 
-    private func emit(_ event: Event) {
+    /// Sends `event` to observers now, and to the journal stamped `at`, when it happened.
+    private func emit(_ event: Event, at: Date = Date()) {
         events.send(event)
-        journalFeed?.yield((event, Date()))
+        journalFeed?.yield((event, at))
     }
 }

@@ -39,7 +39,9 @@ public struct SessionConfiguration: Sendable {
 /// token provider for that user's token, so one user's changes never travel with
 /// another's credentials.
 public actor SyncSession {
-    /// The signed-in user's engine.
+    /// The signed-in user's engine. It stops at that user's sign-out: its store closes (a read
+    /// or write then throws GRDB's error), its client's `sync()` throws `FerryError.stopped`
+    /// and its status stream ends. Hold the session, not an engine, across sign-ins.
     public struct Engine: Sendable {
         /// The user this engine syncs for.
         public let userID: String
@@ -66,6 +68,11 @@ public actor SyncSession {
     /// The latest sign-in or sign-out; the next one waits for it (`oneAtATime`).
     private var lastTransition: Task<Void, any Error>?
     private let engineObservers = Broadcast<Engine?>()
+    private let statusObservers = Broadcast<SyncStatus>()
+    /// The latest status of whoever is signed in; `signedOut` while nobody is.
+    private var latestStatus = SyncStatus(phase: .signedOut)
+    /// Carries the signed-in user's client status to the session's observers.
+    private var statusForwarder: Task<Void, Never>?
     /// The signed-in user's engine; `nil` while no one is signed in.
     public private(set) var engine: Engine? {
         didSet { engineObservers.send(engine) }
@@ -76,7 +83,7 @@ public actor SyncSession {
     /// - Parameters:
     ///   - configuration: where the stores live and how each user's engine is set up.
     ///   - transport: how every user's client reaches the server.
-    ///   - token: the token of a given user, asked before every request.
+    ///   - token: the token of a given user; asked as `TokenProvider` says, never per request.
     ///   - connectivity: reports that hold runs while offline; without one, the server is taken to be reachable.
     ///   - clock: the clock the schedulers and clients wait on.
     public init<C: Clock>(
@@ -98,6 +105,40 @@ public actor SyncSession {
     /// The signed-in user's id; `nil` while no one is signed in.
     public var userID: String? { engine?.userID }
 
+    /// The signed-in user's store; `nil` while nobody is signed in. It closes at sign-out.
+    public var store: FerryStore? { engine?.store }
+
+    /// The signed-in user's client; `nil` while nobody is signed in. It stops at sign-out.
+    public var client: FerryClient? { engine?.client }
+
+    /// The signed-in user's status, its counts exact (see `FerryClient.status`); `signedOut`
+    /// while nobody is signed in.
+    public var status: SyncStatus {
+        get async {
+            guard let client = engine?.client else { return latestStatus }
+            return await client.status
+        }
+    }
+
+    /// The status now, then every change, whoever is signed in: the signed-in user's client's
+    /// statuses, `signedOut` at a sign-out, the next user's after a sign-in. The stream lasts as
+    /// long as its observer; sign-outs and switches do not end it.
+    public func statusUpdates() -> AsyncStream<SyncStatus> {
+        statusObservers.subscribe(startingWith: latestStatus)
+    }
+
+    /// Syncs the signed-in user's data now (a `manual` trigger) and returns when the run that
+    /// serves this call has finished: everything written before the call is on the server, and
+    /// what the server had then is in the store.
+    ///
+    /// - Parameter full: pull from the beginning instead of the saved cursor.
+    /// - Throws: `FerryError.stopped` when nobody is signed in, or the user signs out first;
+    ///   the run's own error when it fails. Cancelling the call stops the wait, not the run.
+    public func sync(full: Bool = false) async throws {
+        guard let engine else { throw FerryError.stopped("nobody is signed in") }
+        try await engine.scheduler.run(for: .manual, kind: full ? .full : nil)
+    }
+
     /// The signed-in user's engine now, then on every sign-in (an engine) and sign-out (`nil`).
     public func engineUpdates() -> AsyncStream<Engine?> {
         engineObservers.subscribe(startingWith: .some(engine), bufferingPolicy: .bufferingNewest(1))
@@ -111,14 +152,18 @@ public actor SyncSession {
         throw CancellationError()
     }
 
-    /// Follows the app's signed-in user (`nil`: signed out) until the sequence ends.
+    /// Follows the app's signed-in user (`nil`: signed out) until the sequence ends: each value
+    /// is a `signIn(_:)` or `signOut()`, done before the next value is read. `engineUpdates()`
+    /// and `statusUpdates()` tell when each has finished; to wait for one, call it directly.
     public func follow<Users: AsyncSequence>(_ users: Users) async throws where Users.Element == String? {
         for try await user in users {
             if let user { try await signIn(user) } else { try await signOut() }
         }
     }
 
-    /// Starts the engine for `userID`, after stopping another user's. Raises `launch`.
+    /// Starts the engine for `userID`, after stopping another user's, and returns once it runs:
+    /// `store`, `client` and `status` are then that user's. Raises `launch`. Signing in the user
+    /// who is signed in does nothing.
     ///
     /// Sign-ins and sign-outs happen strictly one after another, in the order they were
     /// called: one never starts while another is half done, so two engines never share a
@@ -127,9 +172,9 @@ public actor SyncSession {
         try await oneAtATime { try await self.performSignIn(userID) }
     }
 
-    /// Stops the current user's engine: the run in progress is cancelled and its batch
-    /// returned to the queue, nothing is left in flight, and the store is closed (and
-    /// erased under `.eraseLocalData`).
+    /// Stops the current user's engine and returns once it has stopped: the run in progress is
+    /// cancelled and its batch returned to the queue, nothing is left in flight, and the store
+    /// is closed (and erased under `.eraseLocalData`).
     public func signOut() async throws {
         try await oneAtATime { try await self.performSignOut() }
     }
@@ -169,6 +214,10 @@ public actor SyncSession {
             }
         }
         engine = Engine(userID: userID, store: store, client: client, scheduler: scheduler)
+        let statuses = await client.statusUpdates()
+        statusForwarder = Task { [weak self] in
+            for await status in statuses { await self?.publish(status) }
+        }
         if let connectivity {
             connectivityTask = Task {
                 for await online in connectivity.states() { await scheduler.connectivityChanged(online: online) }
@@ -176,7 +225,7 @@ public actor SyncSession {
         }
         await scheduler.startPeriodic()
         await scheduler.trigger(.launch)
-        logger.info("signed in", metadata: ["user": "\(userID)"])
+        logger.debug("signed in", metadata: ["user": "\(userID)"])
     }
 
     private func performSignOut() async throws {
@@ -186,7 +235,10 @@ public actor SyncSession {
         connectivityTask = nil
         observer = nil
         await engine.scheduler.stop()
-        await engine.client.finishStatusUpdates()
+        await engine.client.stop()
+        await statusForwarder?.value  // the client's stream has ended: nothing of this user's comes after
+        statusForwarder = nil
+        publish(SyncStatus(phase: .signedOut))
         try await engine.store.close()
         if configuration.signOutPolicy == .eraseLocalData {
             let path = engine.store.path
@@ -194,7 +246,12 @@ public actor SyncSession {
                 try FileManager.default.removeItem(atPath: path + suffix)
             }
         }
-        logger.info("signed out", metadata: ["user": "\(engine.userID)", "policy": "\(configuration.signOutPolicy)"])
+        logger.debug("signed out", metadata: ["user": "\(engine.userID)", "policy": "\(configuration.signOutPolicy)"])
+    }
+
+    private func publish(_ status: SyncStatus) {
+        latestStatus = status
+        statusObservers.send(status)
     }
 
     /// Forwards an app event to the signed-in user's scheduler; without a user there is nothing to sync.

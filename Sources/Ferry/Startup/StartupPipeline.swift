@@ -43,12 +43,22 @@ public actor StartupPipeline {
         observers.subscribe(startingWith: progress)
     }
 
-    /// Runs the steps from where the pipeline stands; does nothing while running or once finished.
+    /// Runs the steps from where the pipeline stands, and returns at once; does nothing while
+    /// running or once finished. `run()` or `completion()` waits for the end.
     public func start() {
         guard runner == nil, progress.phase != .finished else { return }
         generation += 1
         let generation = self.generation
         runner = Task { await self.runSteps(generation) }
+    }
+
+    /// Starts the steps as `start()` does (joining the run in progress, if any) and returns
+    /// when the run stops: `finished`, or `failed` at a blocking step (call again to retry it).
+    /// A `reset()` meanwhile ends the wait with the pipeline idle.
+    @discardableResult
+    public func run() async -> StartupProgress {
+        start()
+        return await completion()
     }
 
     /// Waits until the run in progress (if any) stops, and returns where it stopped.
@@ -85,11 +95,11 @@ public actor StartupPipeline {
                 record(step, .completed)
             case .failure(let error) where step.kind == .optional:
                 let reason = String(describing: error)
-                logger.warning("optional start-up step skipped", metadata: ["step": "\(step.name)", "reason": "\(reason)"])
+                logger.debug("optional start-up step skipped", metadata: ["step": "\(step.name)", "reason": "\(reason)"])
                 record(step, .skipped(reason))
             case .failure(let error):
                 let reason = String(describing: error)
-                logger.error("blocking start-up step failed", metadata: ["step": "\(step.name)", "reason": "\(reason)"])
+                logger.debug("blocking start-up step failed", metadata: ["step": "\(step.name)", "reason": "\(reason)"])
                 record(step, .failed(reason))
                 update(generation) { $0.phase = .failed(step: step.name, reason: reason) }
                 runner = nil

@@ -8,15 +8,22 @@ import Observation
 public final class StartupProgressModel {
     /// The pipeline's latest progress, updated on the main actor.
     public private(set) var progress = StartupProgress()
+    // nonisolated(unsafe): written once, in the initializer on the main actor, and read once,
+    // in deinit, when no other reference to the model is left.
+    @ObservationIgnored private nonisolated(unsafe) var following: Task<Void, Never>?
 
-    /// Follows `pipeline` for as long as this object lives.
+    /// Follows `pipeline` until this object is released.
     public init(pipeline: StartupPipeline) {
-        Task { [weak self] in
+        following = Task { [weak self] in
             for await progress in await pipeline.progressUpdates() {
                 guard let self else { return }
                 self.progress = progress
             }
         }
+    }
+
+    deinit {
+        following?.cancel()
     }
 }
 #endif

@@ -14,6 +14,8 @@ public struct SyncStatus: Sendable, Equatable {
         case waiting(seconds: Double, reason: String)
         /// The last run failed, and why; the next trigger tries again.
         case failed(String)
+        /// Nobody is signed in to the session: there is nothing to sync.
+        case signedOut
     }
 
     /// What the engine is doing; `idle` between runs.
@@ -27,8 +29,10 @@ public struct SyncStatus: Sendable, Equatable {
     /// Why the last run failed; `nil` once a run succeeds.
     public var lastError: String?
 
-    /// The status before anything is known: idle, nothing pending, never synced.
-    public init() {}
+    /// The status before anything is known: `phase` (idle by default), nothing pending, never synced.
+    public init(phase: Phase = .idle) {
+        self.phase = phase
+    }
 
     /// For a progress bar: "Synced 2,500 of 5,000 (50%)" while uploading.
     public var progressText: String {
@@ -39,6 +43,7 @@ public struct SyncStatus: Sendable, Equatable {
         case .downloading(let received): "Received \(received.formatted()) changes"
         case .waiting(let seconds, let reason): "Waiting \(Int(seconds.rounded(.up))) s: \(reason)"
         case .failed(let why): "Sync failed: \(why)"
+        case .signedOut: "Signed out"
         }
     }
 }

@@ -18,6 +18,9 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The store file cannot be used: not a SQLite database, or not one Ferry can read.
     /// Nothing in it was changed.
     case unreadableStore(String)
+    /// The engine was stopped (its user signed out, or nobody is signed in): there is nothing
+    /// to sync with it. Ask the session for the signed-in user's.
+    case stopped(String)
 
     /// The error in one line, as logs, the journal and `SyncStatus.lastError` show it.
     public var description: String {
@@ -29,6 +32,7 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         case .cancelled: "sync cancelled"
         case .leaseLost(let why): "sync stopped: \(why)"
         case .unreadableStore(let why): "cannot open the store: \(why)"
+        case .stopped(let why): "not syncing: \(why)"
         }
     }
 }

@@ -17,6 +17,8 @@ public final class FerryStore: Sendable {
     public let tables: [SyncedTable]
     /// The store's file.
     public let path: String
+    /// Moves with every committed transaction of this process that changed the outbox.
+    let outboxCommits = OutboxCommitCounter()
 
     /// Opens or creates the store at `path`.
     ///
@@ -67,6 +69,7 @@ public final class FerryStore: Sendable {
             for table in tables { try ChangeCapture.install(for: table, in: db) }
             return clientID
         }
+        database.add(transactionObserver: outboxCommits)
     }
 
     /// Applies Ferry's missing migrations. GRDB's migrator reads which are applied before it

@@ -69,13 +69,15 @@ public actor FerryClient {
     private let clock: any Clock<Duration>
     private let lease: SyncLease
     private var currentRun: Task<SyncReport, any Error>?
+    /// Set by `stop()`.
+    private var stopped = false
 
     /// A client that syncs `store` with the server.
     ///
     /// - Parameters:
     ///   - store: the user's store.
     ///   - transport: how requests reach the server.
-    ///   - token: the user's current token, asked before every request, retries included.
+    ///   - token: the user's token; asked when the client has none, 30 s before its `exp`, and once after a 401 (see `TokenProvider`).
     ///   - clock: the clock that backoff, rate-limit and lease waits sleep on (the lease's renewal keeps real time).
     ///   - configuration: batch and page sizes, retries, the conflict policy, the lease and the journal's capacity.
     public init(
@@ -114,9 +116,14 @@ public actor FerryClient {
         )
     }
 
-    /// The current status.
+    /// The current status. Its counts include every change this process has committed to the
+    /// store, up to the write that returned just before this read; changes another process
+    /// (an app extension) wrote are counted at the next run.
     public var status: SyncStatus {
-        get async { await statusCenter.status }
+        get async {
+            if await store.outboxCommits.count != statusCenter.countedAtCommit { await refreshCounts() }
+            return await statusCenter.status
+        }
     }
 
     /// Every status change, starting with the current one.
@@ -125,8 +132,11 @@ public actor FerryClient {
         return await statusCenter.stream()
     }
 
-    /// Ends every status stream: the engine is shutting down (a sign-out), so observers stop waiting.
-    func finishStatusUpdates() async {
+    /// Stops the client for good (its user signed out, its store is about to close): every
+    /// status stream ends, and a later `sync()` throws `FerryError.stopped` instead of
+    /// touching the closed store.
+    func stop() async {
+        stopped = true
         await statusCenter.finishAll()
     }
 
@@ -136,6 +146,9 @@ public actor FerryClient {
     /// cancels the run: its batch goes back to the queue, nothing stays in flight.
     @discardableResult
     public func sync(full: Bool = false) async throws -> SyncReport {
+        guard !stopped else {
+            throw FerryError.stopped("this client's user signed out and its store is closed; `SyncSession.client` is the signed-in user's")
+        }
         if let currentRun { return try await currentRun.value }
         let run = Task { try await self.performSync(full: full) }
         currentRun = run
@@ -258,12 +271,12 @@ public actor FerryClient {
 
     /// Reads the pending and dead-letter counts from the outbox into the status.
     func refreshCounts() async {
+        let commits = store.outboxCommits.count  // read first: a commit during the count is counted again next time
         guard let counts = try? await Outbox.counts(in: store) else { return }
-        let lastSynced = try? await store.database.read { db in try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta") }
-        await statusCenter.update {
+        await statusCenter.updateCounts(asOfCommit: commits) {
             $0.pending = counts.pending
             $0.deadLettered = counts.deadLettered
-            if let lastSynced { $0.lastSyncedAt = Date(timeIntervalSince1970: lastSynced) }
+            if let lastSynced = counts.lastSyncedAt { $0.lastSyncedAt = lastSynced }
         }
     }
 
