@@ -14,6 +14,7 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     case batchTooLarge = "batch_too_large"
     /// 429: the user's quota is spent; retry after `Retry-After` seconds.
     case rateLimited = "rate_limited"
+    /// 500: the server failed on its side; retry with backoff (a resent push is still applied once).
     case `internal`
     /// 503: the server cannot serve now (storage down, shutting down); retry after `Retry-After`.
     case unavailable

@@ -44,7 +44,7 @@ public struct FerryTestServer: Sendable {
         logger: Logger? = nil,
         idleTimeout: Duration = .seconds(30)
     ) async throws -> FerryTestServer {
-        let secret = secret ?? (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let secret = secret ?? TokenAuthority.randomSecret()
         let storage = try storage ?? SQLiteSyncStorage(path: nil)
         let logger =
             logger

@@ -84,7 +84,8 @@ struct RateLimitTests {
     func parsing() throws {
         #expect(try RateLimitPolicy.parse("300/60") == .default)
         #expect(try RateLimitPolicy.parse("off") == nil)
-        for bad in ["", "300", "300/", "/60", "0/60", "10/0", "-1/60", "a/b", "1/2/3"] {
+        #expect(try RateLimitPolicy.parse("1000000000/31536000") == RateLimitPolicy(requests: 1_000_000_000, window: .seconds(31_536_000)))
+        for bad in ["", "300", "300/", "/60", "0/60", "10/0", "-1/60", "a/b", "1/2/3", "1/9223372036854775807", "1000000001/60", "1/31536001"] {
             #expect(throws: RateLimitPolicyError.self, "\(bad)") { try RateLimitPolicy.parse(bad) }
         }
         #expect(RateLimitPolicy.default.description == "300/60")

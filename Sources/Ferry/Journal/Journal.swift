@@ -30,7 +30,7 @@ public struct Journal: Sendable {
     public let capacity: Int
 
     /// The journal of `store`, keeping the latest `capacity` events (10,000 by default, at least 1).
-    public init(store: FerryStore, capacity: Int = 10_000) {
+    package init(store: FerryStore, capacity: Int = 10_000) {
         self.database = store.database
         self.capacity = max(1, capacity)
     }

@@ -12,6 +12,14 @@ public struct Conflict: Sendable, Equatable {
     public var local: JSONObject?
     /// The record on the server; `nil` if it does not exist.
     public var server: RecordState?
+
+    /// A conflict as the uploader hands it to a policy: for an app's tests of its own policy.
+    public init(entity: String, entityID: String, local: JSONObject?, server: RecordState?) {
+        self.entity = entity
+        self.entityID = entityID
+        self.local = local
+        self.server = server
+    }
 }
 
 /// How a conflict ends.

@@ -46,7 +46,7 @@ public enum TriggerFate: Sendable, Equatable, CustomStringConvertible {
 
 extension TriggerFate {
     /// The case's name, as the journal's `fate` detail: `startedRun`, `ignored`, …
-    public var name: String {
+    var name: String {
         switch self {
         case .startedRun: "startedRun"
         case .coalescedIntoRun: "coalescedIntoRun"

@@ -73,6 +73,8 @@ public actor SyncSession {
     private var latestStatus = SyncStatus(phase: .signedOut)
     /// Carries the signed-in user's client status to the session's observers.
     private var statusForwarder: Task<Void, Never>?
+    /// What the app last said with `setActive(_:)`; each new engine starts with it.
+    private var active = true
     /// The signed-in user's engine; `nil` while no one is signed in.
     public private(set) var engine: Engine? {
         didSet { engineObservers.send(engine) }
@@ -100,6 +102,24 @@ public actor SyncSession {
         self.clientClock = clock
         let schedulerConfiguration = configuration.scheduler
         self.makeScheduler = { runner in SyncScheduler(clock: clock, configuration: schedulerConfiguration, runner: runner) }
+    }
+
+    /// A session on real time (`ContinuousClock`); see the initializer that takes a clock.
+    public init(
+        configuration: SessionConfiguration,
+        transport: any SyncTransport,
+        token: @escaping UserTokenProvider,
+        connectivity: (any ConnectivityMonitor)? = nil
+    ) {
+        self.init(configuration: configuration, transport: transport, token: token, connectivity: connectivity, clock: ContinuousClock())
+    }
+
+    /// Whether the app is in the foreground (`scenePhase == .active`): periodic runs happen only
+    /// while it is. The session keeps it across sign-ins; raise `becameActive` as well to sync
+    /// on coming back.
+    public func setActive(_ isActive: Bool) async {
+        active = isActive
+        await engine?.scheduler.setActive(isActive)
     }
 
     /// The signed-in user's id; `nil` while no one is signed in.
@@ -223,7 +243,7 @@ public actor SyncSession {
                 for await online in connectivity.states() { await scheduler.connectivityChanged(online: online) }
             }
         }
-        await scheduler.startPeriodic()
+        await scheduler.setActive(active)  // starts periodic runs, if configured, while active
         await scheduler.trigger(.launch)
         logger.debug("signed in", metadata: ["user": "\(userID)"])
     }

@@ -39,18 +39,24 @@ public struct SyncStatus: Sendable, Equatable {
         switch phase {
         case .idle: pending == 0 ? "Up to date" : "\(pending.formatted()) changes waiting"
         case .uploading(let done, let total):
-            "Synced \(done.formatted()) of \(total.formatted()) (\(total == 0 ? 100 : done * 100 / total)%)"
+            "Synced \(done.formatted()) of \(total.formatted()) (\(total <= 0 ? 100 : Int(min(100, max(0, Double(done) * 100 / Double(total)))))%)"
         case .downloading(let received): "Received \(received.formatted()) changes"
-        case .waiting(let seconds, let reason): "Waiting \(Int(seconds.rounded(.up))) s: \(reason)"
+        case .waiting(let seconds, let reason): "Waiting \(Self.wait(seconds)): \(reason)"
         case .failed(let why): "Sync failed: \(why)"
         case .signedOut: "Signed out"
         }
+    }
+
+    /// "12 s"; a wait no clock reaches (infinite, NaN, centuries) reads "a long time", never traps.
+    private static func wait(_ seconds: Double) -> String {
+        guard seconds.isFinite, seconds < 1e9 else { return "a long time" }
+        return "\(Int(max(0, seconds).rounded(.up)).formatted()) s"
     }
 }
 
 extension Int {
     func formatted() -> String {
-        let digits = String(abs(self))
+        let digits = String(magnitude)
         var groups: [Substring] = []
         var end = digits.endIndex
         while end > digits.startIndex {

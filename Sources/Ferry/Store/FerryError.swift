@@ -1,6 +1,7 @@
 import FerryProtocol
 
-/// Errors of the client library, each with what to do about it.
+/// Errors of the client library, each with what to do about it. Cancelling a task that waits on
+/// Ferry surfaces as Swift's `CancellationError`.
 public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A synced table is missing or does not fit its registration.
     case invalidTable(String)
@@ -10,8 +11,6 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case protocolViolation(String)
     /// A request could not be completed and the retry budget ran out.
     case unreachable(String)
-    /// The sync was cancelled.
-    case cancelled
     /// Another client (another process on the same store) took over this store's sync while
     /// this run was in progress; nothing was lost, the other client resends what was in flight.
     case leaseLost(String)
@@ -29,7 +28,6 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unauthorized(let why): "the server refused the token: \(why)"
         case .protocolViolation(let why): "unexpected server response: \(why)"
         case .unreachable(let why): "server unreachable: \(why)"
-        case .cancelled: "sync cancelled"
         case .leaseLost(let why): "sync stopped: \(why)"
         case .unreadableStore(let why): "cannot open the store: \(why)"
         case .stopped(let why): "not syncing: \(why)"

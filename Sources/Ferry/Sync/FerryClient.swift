@@ -55,6 +55,15 @@ public struct DeadLetter: Sendable, Equatable {
     public var op: MutationOp
     /// Why it was set aside: the server's message, or what kept it from being sent.
     public var reason: String
+
+    /// A dead letter as `FerryClient.deadLetters()` returns it: for an app's previews and tests.
+    public init(id: Int64, entity: String, entityID: String, op: MutationOp, reason: String) {
+        self.id = id
+        self.entity = entity
+        self.entityID = entityID
+        self.op = op
+        self.reason = reason
+    }
 }
 
 /// One user's sync engine: a store, a server, and the status observers follow.

@@ -4,7 +4,7 @@ import FerryProtocol
 public struct RetryPolicy: Sendable {
     /// The ceiling of the first retry's random delay; it doubles with each attempt. 500 ms by default.
     public var initialDelay: Duration
-    /// The most a ceiling grows to; 60 s by default.
+    /// The most a ceiling grows to; 60 s by default, a day at most.
     public var maximumDelay: Duration
     /// Attempts per request before the sync gives up (it resumes on the next sync).
     public var maximumAttempts: Int
@@ -18,7 +18,10 @@ public struct RetryPolicy: Sendable {
 
     /// Delay before retry number `attempt` (1-based): uniform in [0, min(cap, initial * 2^(attempt-1))].
     func delay(forAttempt attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
-        let ceiling = min(maximumDelay, initialDelay * (1 << min(attempt - 1, 30)))
+        // A day at most, and never below zero, whatever the fields say: nothing here may overflow.
+        let day = Duration.seconds(86_400)
+        let initial = min(max(initialDelay, .zero), day)
+        let ceiling = max(.zero, min(maximumDelay, initial * (1 << min(max(attempt - 1, 0), 30)), day))
         let milliseconds = Int(ceiling.milliseconds)
         return .milliseconds(Int.random(in: 0...max(0, milliseconds), using: &generator))
     }

@@ -94,7 +94,7 @@ actor SyncConnection {
                 return response
             case 429, 503:
                 if response.status == 429 { rateLimitedCount += 1 }
-                let seconds = max(1, response.integerHeader("Retry-After") ?? 1)
+                let seconds = Self.serverWait(response.integerHeader("Retry-After").map(Double.init) ?? 1)
                 guard attempt < retry.maximumAttempts * 4 else { throw FerryError.unreachable("still \(response.status) after \(attempt) attempts") }
                 try await wait(
                     .seconds(seconds),
@@ -125,8 +125,18 @@ actor SyncConnection {
             let reset = response.integerHeader(ProtocolHeaders.rateLimitReset),
             let limit = response.integerHeader(ProtocolHeaders.rateLimitLimit), limit > 0
         else { return }
-        let seconds = max(1, Int((Double(reset) / Double(limit)).rounded(.up)))
+        let seconds = Self.serverWait(Double(reset) / Double(limit))
         try await wait(.seconds(seconds), reason: "pacing: quota of \(limit) spent")
+    }
+
+    /// The longest wait a server's headers can ask for: one that asks more (a misconfigured
+    /// proxy, a hostile server) must not stall the queue for days, nor overflow a clock.
+    static let longestServerWait = 3600
+
+    /// Whole seconds to wait for what a header asked: at least 1, at most `longestServerWait`.
+    static func serverWait(_ seconds: Double) -> Int {
+        guard seconds.isFinite, seconds < Double(longestServerWait) else { return longestServerWait }
+        return max(1, Int(seconds.rounded(.up)))
     }
 
     private func backOff(attempt: Int, reason: String) async throws {

@@ -128,7 +128,7 @@ struct Benchmarks {
         let floor = try await storage(sqlitePath: folder.appendingPathComponent("floor.sqlite").path)
         defer { Task { try? await floor.close() } }
 
-        let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let secret = TokenAuthority.randomSecret()
         let server = try ServerProcess(
             arguments: ["serve", "--database", postgresURL ?? "sqlite:\(serverPath)", "--port", "0", "--jwt-secret", secret, "--rate-limit", "off"],
             log: folder.appendingPathComponent("serve.log")

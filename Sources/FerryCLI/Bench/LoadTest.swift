@@ -33,7 +33,7 @@ struct LoadTest {
     }
 
     func run(in folder: URL) async throws -> Report {
-        let secret = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let secret = TokenAuthority.randomSecret()
         // A quota no client reaches: the limiter (shared in the database on PostgreSQL) runs on every request.
         let processes = try (0..<servers).map { index in
             try ServerProcess(

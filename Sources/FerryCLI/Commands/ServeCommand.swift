@@ -126,7 +126,7 @@ extension ServeCommand {
             }
             return (secret, nil)
         }
-        let generated = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let generated = TokenAuthority.randomSecret()
         return (generated, try await TokenAuthority(secret: generated).issue(userID: "demo", ttl: .seconds(86_400)))
     }
 }

@@ -22,10 +22,15 @@ public struct TokenAuthority: Sendable {
         self.keys = keys
     }
 
-    /// A token for `userID` that expires after `ttl`.
+    /// A new random secret of 32 bytes, as 64 hexadecimal characters: for a server that is given none.
+    package static func randomSecret() -> String {
+        (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+    }
+
+    /// A token for `userID` that expires after `ttl`, rounded up to a whole second.
     public func issue(userID: String, ttl: Duration, now: Date = Date()) async throws -> String {
         // Whole seconds: NumericDate allows fractions, but not every JWT library reads them.
-        let expiry = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + Double(ttl.components.seconds)).rounded(.down))
+        let expiry = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + ttl.seconds).rounded(.up))
         return try await keys.sign(FerryClaims(sub: SubjectClaim(value: userID), exp: ExpirationClaim(value: expiry)))
     }
 

@@ -10,10 +10,20 @@ public struct RateLimitPolicy: Sendable, Equatable, CustomStringConvertible {
     /// 300 requests per 60 seconds, PROTOCOL.md's default.
     public static let `default` = RateLimitPolicy(requests: 300, window: .seconds(60))
 
-    /// A policy of `requests` per `window`. Both must be positive (a program error otherwise: an
-    /// empty quota would never refill); ``RateLimitPolicy/parse(_:)`` checks text given by a person.
+    /// The most requests a window may allow.
+    public static let requestsRange = 1...1_000_000_000
+    /// The longest window: a year, in seconds.
+    public static let windowSecondsRange = 1...31_536_000
+
+    /// A policy of `requests` per `window`: requests in ``requestsRange``, a window of at least a
+    /// millisecond and at most a year (a program error otherwise: an empty quota never refills,
+    /// and larger values make reset times no header can carry); ``RateLimitPolicy/parse(_:)``
+    /// checks text given by a person.
     public init(requests: Int, window: Duration) {
-        precondition(requests > 0 && window > .zero, "a rate limit needs positive requests and window, not \(requests) per \(window)")
+        precondition(
+            Self.requestsRange.contains(requests) && window >= .milliseconds(1) && window <= .seconds(Self.windowSecondsRange.upperBound),
+            "a rate limit needs 1 to 1,000,000,000 requests per 1 ms to 1 year, not \(requests) per \(window)"
+        )
         self.requests = requests
         self.window = window
     }
@@ -25,7 +35,7 @@ public struct RateLimitPolicy: Sendable, Equatable, CustomStringConvertible {
         guard parts.count == 2, let requests = Int(parts[0]), let seconds = Int(parts[1]) else {
             throw RateLimitPolicyError(text: text)
         }
-        guard requests > 0, seconds > 0 else { throw RateLimitPolicyError(text: text) }
+        guard requestsRange.contains(requests), windowSecondsRange.contains(seconds) else { throw RateLimitPolicyError(text: text) }
         return RateLimitPolicy(requests: requests, window: .seconds(seconds))
     }
 
@@ -35,8 +45,8 @@ public struct RateLimitPolicy: Sendable, Equatable, CustomStringConvertible {
     /// The policy as `--rate-limit` takes it, `N/SECONDS` (a window of a fraction of a second
     /// shows its fraction, which `--rate-limit` does not take).
     public var description: String {
-        let components = window.components
-        return components.attoseconds == 0 ? "\(requests)/\(components.seconds)" : "\(requests)/\(window.seconds)"
+        let seconds = window.seconds
+        return seconds == seconds.rounded() ? "\(requests)/\(Int(seconds))" : "\(requests)/\(seconds)"
     }
 }
 
@@ -46,6 +56,6 @@ public struct RateLimitPolicyError: Error, Sendable, CustomStringConvertible {
     public var text: String
     /// What is wrong with the value, and the forms that are accepted.
     public var description: String {
-        "invalid rate limit '\(text)': use N/SECONDS with positive whole numbers (for example 300/60), or off"
+        "invalid rate limit '\(text)': use N/SECONDS with N from 1 to 1000000000 and SECONDS from 1 to 31536000 (a year), for example 300/60, or off"
     }
 }

@@ -39,10 +39,17 @@ public struct RateLimitDecision: Sendable, Equatable {
         self.init(
             allowed: allowed,
             limit: policy.requests,
-            remaining: Int(tokens.rounded(.down)),
-            resetSeconds: Int(((capacity - tokens) / refillPerSecond).rounded(.up)),
-            retryAfterSeconds: allowed ? 0 : max(1, Int(((1 - tokens) / refillPerSecond).rounded(.up)))
+            remaining: Self.whole(tokens.rounded(.down), atMost: capacity),
+            resetSeconds: Self.whole(((capacity - tokens) / refillPerSecond).rounded(.up), atMost: policy.window.seconds),
+            retryAfterSeconds: allowed ? 0 : max(1, Self.whole(((1 - tokens) / refillPerSecond).rounded(.up), atMost: policy.window.seconds))
         )
+    }
+
+    /// `value` as a header's whole number, within 0...`most` (a bucket read from a database
+    /// another process wrote may hold anything; a header must never trap the server).
+    private static func whole(_ value: Double, atMost most: Double) -> Int {
+        guard value.isFinite else { return value > 0 ? Int(most.rounded(.up)) : 0 }
+        return Int(min(max(value, 0), most.rounded(.up)))
     }
 
     /// The `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` fields of this decision; `Retry-After` is
