@@ -5,7 +5,8 @@ public enum JSONValue: Sendable, Hashable, Codable {
     case null
     /// `true` or `false`.
     case bool(Bool)
-    /// A number written without a fraction or exponent that fits 64 bits.
+    /// A whole number that fits 64 bits (as the protocol's reader sees it: written without a
+    /// fraction or exponent; `Codable` decoding also takes `1e3` or `2.0` as whole).
     case integer(Int64)
     /// Any other number.
     case number(Double)

@@ -183,7 +183,7 @@ public struct FerryTestServer: Sendable {
             guard response.status == 200 else {
                 throw FerryTestServerFailure("reading the server answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
             }
-            let page = try JSONDecoder().decode(PullResponse.self, from: response.body)
+            let page = try PullResponse.decode(from: response.body)
             for change in page.changes { records["\(change.entity)/\(change.entityID)"] = change }
             cursor = page.cursor
             if !page.hasMore { return records }

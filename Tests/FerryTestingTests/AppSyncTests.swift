@@ -33,32 +33,31 @@ struct AppSyncTests {
 
             // Alice writes three events; the answer to the push that carries them is lost.
             try await session.signIn("alice")
-            let alice = try await session.signedInEngine()
-            try await alice.store.database.write { db in
+            network.inject(.lostResponse, intoNext: "/v1/push")
+            let alice = try #require(await session.store)
+            try await alice.database.write { db in
                 for n in 1...3 {
                     try db.execute(sql: "INSERT INTO events (id, title) VALUES (?, ?)", arguments: ["a\(n)", "Alice's event \(n)"])
                 }
             }
-            network.inject(.lostResponse, intoNext: "/v1/push")
-            try await alice.scheduler.run(for: .manual)
+            try await session.sync()  // returns when the run that carries the three is done
             #expect(network.injectedFaults == ["lost response": 1])
-            #expect(await alice.client.status.pending == 0)
+            #expect(await session.status.pending == 0)
             #expect(try await server.records(of: "alice").keys.sorted() == ["events/a1", "events/a2", "events/a3"])  // once each
 
             // Bob signs in on the same device and writes one event.
             try await session.signIn("bob")
-            let bob = try await session.signedInEngine()
-            #expect(bob.userID == "bob")
-            try await bob.store.database.write { db in
+            #expect(await session.userID == "bob")
+            let bob = try #require(await session.store)
+            try await bob.database.write { db in
                 try db.execute(sql: "INSERT INTO events (id, title) VALUES ('b1', 'Bob''s event')")
             }
-            try await bob.scheduler.run(for: .manual)
+            try await session.sync()
 
             // Back to Alice: her store holds her events only, and the server kept both apart.
             try await session.signIn("alice")
-            let aliceAgain = try await session.signedInEngine()
-            try await aliceAgain.scheduler.run(for: .manual)
-            let local = try await aliceAgain.store.database.read { db in
+            try await session.sync()
+            let local = try await session.store!.database.read { db in
                 try String.fetchAll(db, sql: "SELECT id FROM events ORDER BY id")
             }
             #expect(local == ["a1", "a2", "a3"])

@@ -87,6 +87,51 @@ struct StoreTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: damaged)) == before)
     }
 
+    @Test(
+        "a table that cannot sync is refused when the store opens, saying why: an entity name the protocol refuses, no unique key",
+        arguments: [
+            ("CREATE TABLE Events (id TEXT PRIMARY KEY NOT NULL)", SyncedTable(table: "Events"), "does not match"),
+            ("CREATE TABLE events (id TEXT NOT NULL, v INTEGER)", SyncedTable(table: "events"), "PRIMARY KEY or UNIQUE constraint on exactly (id)"),
+            ("CREATE TABLE events (id TEXT NOT NULL, v INTEGER, UNIQUE (id, v))", SyncedTable(table: "events"), "exactly (id)"),
+            (
+                "CREATE TABLE items (entity TEXT NOT NULL, id TEXT PRIMARY KEY NOT NULL)", SyncedTable.multiEntity(table: "items"),
+                "exactly (entity, id)"
+            ),
+        ]
+    )
+    func tablesThatCannotSync(sql: String, table: SyncedTable, reason: String) throws {
+        var schema = DatabaseMigrator()
+        schema.registerMigration("v1") { db in try db.execute(sql: sql) }
+        let path = TestDirectory.make("store").appendingPathComponent("alice.sqlite").path
+        #expect {
+            try FerryStore(path: path, schema: schema, tables: [table])
+        } throws: { error in
+            guard case .invalidTable(let why) = error as? FerryError else { return false }
+            return why.contains(reason)
+        }
+    }
+
+    @Test("a table opens with any key pulls can match: a primary key, a unique index, the composite key of a multi-entity table")
+    func tablesThatCanSync() throws {
+        var schema = DatabaseMigrator()
+        schema.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE events (id TEXT PRIMARY KEY NOT NULL, v INTEGER);
+                    CREATE TABLE notes (id TEXT NOT NULL, body TEXT);
+                    CREATE UNIQUE INDEX notes_by_id ON notes (ID);
+                    CREATE TABLE items (entity TEXT NOT NULL, id TEXT NOT NULL, body TEXT, PRIMARY KEY (id, entity));
+                    """
+            )
+        }
+        let path = TestDirectory.make("store").appendingPathComponent("alice.sqlite").path
+        _ = try FerryStore(
+            path: path,
+            schema: schema,
+            tables: [SyncedTable(table: "events"), SyncedTable(table: "notes"), .multiEntity(table: "items")]
+        )
+    }
+
     @Test("store files are named from a hash of the user id: ids that differ in case get their own files; a store under the old name is carried over")
     func storeFileNames() async throws {
         let directory = TestDirectory.make("stores")

@@ -100,6 +100,23 @@ struct UploadTests {
         }
     }
 
+    @Test("sizes out of the protocol's range are taken within it: a batch size of 0 still uploads, a page size of 5,000 still pulls")
+    func sizesWithinTheProtocol() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                for index in 0..<30 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index]) }
+            }
+            var configuration = SyncConfiguration()
+            configuration.batchSize = 0
+            configuration.pullPageSize = 5000
+            let report = try await ClientFixture.client(store: store, server: server, configuration: configuration).sync()
+            #expect(report.upload.acknowledged == 30)
+            #expect(report.upload.requests == 30, "one mutation a push")
+            #expect(report.pull.received == 30)
+        }
+    }
+
     @Test("records of 20 KB go in batches cut by size under 4 MiB: no 413, nothing lost")
     func batchesCutBySize() async throws {
         try await TestServer.run { server in

@@ -8,11 +8,12 @@ public struct HealthProbeMonitor: ConnectivityMonitor {
     private let clock: any Clock<Duration>
     private let interval: Duration
 
-    /// A monitor that probes the server through `transport` every `interval` (30 s by default) while it answers, sleeping on `clock`.
+    /// A monitor that probes the server through `transport` every `interval` (30 s by default, a second at least) while it
+    /// answers, sleeping on `clock`.
     public init(transport: any SyncTransport, clock: any Clock<Duration> = ContinuousClock(), interval: Duration = .seconds(30)) {
         self.transport = transport
         self.clock = clock
-        self.interval = interval
+        self.interval = max(interval, .seconds(1))  // a shorter one would probe in a hot loop
     }
 
     /// Starts probing at once: the first value is the first probe's result (`true` for a 200), later values are changes.

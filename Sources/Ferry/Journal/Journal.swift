@@ -39,7 +39,7 @@ public struct Journal: Sendable {
     /// encoded or written is lost, not thrown.
     public func record(_ event: JournalEvent) async {
         guard let text = try? String(decoding: JSONEncoder.journal.encode(event), as: UTF8.self) else { return }
-        // The journal must never fail a sync; a lost line is logged by GRDB's error, not thrown.
+        // The journal must never fail a sync: a line that cannot be written is lost, not thrown.
         try? await database.write { [capacity] db in
             try db.execute(sql: "INSERT INTO ferry_journal (at, event) VALUES (?, ?)", arguments: [event.at.timeIntervalSince1970, text])
             try db.execute(sql: "DELETE FROM ferry_journal WHERE id <= ?", arguments: [db.lastInsertedRowID - Int64(capacity)])

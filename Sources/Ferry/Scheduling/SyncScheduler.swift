@@ -10,7 +10,7 @@ public struct SchedulerConfiguration: Sendable {
     public var manualSettleWindow: Duration = .zero
     /// The least time from the end of one run to the start of the next. It delays runs, never drops them.
     public var minimumInterval: Duration = .seconds(2)
-    /// Run periodically while the app is active; `nil` (the default) for never.
+    /// Run periodically while the app is active, at least a second apart; `nil` (the default) for never.
     public var periodicInterval: Duration?
     /// Trigger fates kept in `SyncScheduler.history`; older ones are dropped first.
     public var historyCapacity = 1_000
@@ -301,7 +301,8 @@ public actor SyncScheduler {
     private func schedulePeriodic() {
         periodic?.cancel()
         periodic = nil
-        guard active, !stopped, let interval = configuration.periodicInterval else { return }
+        // A second at least: a zero or negative interval would trigger in a hot loop.
+        guard active, !stopped, let interval = configuration.periodicInterval.map({ max($0, .seconds(1)) }) else { return }
         let sleepUntil = self.sleepUntil
         var next = now + interval
         periodic = Task { [weak self] in

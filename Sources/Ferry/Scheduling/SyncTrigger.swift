@@ -30,7 +30,9 @@ public enum SyncKind: String, Sendable, Hashable, Comparable {
     public static func < (lhs: SyncKind, rhs: SyncKind) -> Bool { lhs == .incremental && rhs == .full }
 }
 
-/// What became of a trigger, as the journal and `SyncScheduler.history` record it.
+/// What became of a trigger, as the journal records it; `SyncScheduler.history` keeps every
+/// fate but `ignored` (connectivity reports that change nothing), which only the journal and
+/// `SyncScheduler.eventStream()` show.
 public enum TriggerFate: Sendable, Equatable, CustomStringConvertible {
     /// It was the first of the triggers that run `run` served.
     case startedRun(Int)

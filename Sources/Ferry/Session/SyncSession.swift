@@ -213,9 +213,20 @@ public actor SyncSession {
     private func performSignIn(_ userID: String) async throws {
         guard engine?.userID != userID else { return }
         if engine != nil { try await performSignOut() }
-        try FileManager.default.createDirectory(at: configuration.storeDirectory, withIntermediateDirectories: true)
-        let path = try StoreLocation.path(forUser: userID, in: configuration.storeDirectory)
-        let store = try FerryStore(path: path.path, schema: configuration.schema, tables: configuration.tables)
+        let configuration = self.configuration
+        // Opening may migrate, move a store kept under its old name, and wait up to 10 s for
+        // another process's lock: on a dispatch queue of its own, never on a cooperative thread.
+        let store = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<FerryStore, any Error>) in
+            DispatchQueue(label: "ferry.store.open").async {
+                continuation.resume(
+                    with: Result {
+                        try FileManager.default.createDirectory(at: configuration.storeDirectory, withIntermediateDirectories: true)
+                        let path = try StoreLocation.path(forUser: userID, in: configuration.storeDirectory)
+                        return try FerryStore(path: path.path, schema: configuration.schema, tables: configuration.tables)
+                    }
+                )
+            }
+        }
         let token = self.token
         let client = FerryClient(
             store: store,

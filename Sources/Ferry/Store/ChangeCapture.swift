@@ -1,3 +1,4 @@
+import FerryProtocol
 import GRDB
 
 /// Installs the triggers that copy every write of a synced table into the outbox.
@@ -70,6 +71,20 @@ private struct Expressions {
         }
         if case .document(let column) = table.layout, !columns.contains(column) {
             throw FerryError.invalidTable("table \(table.table) has no column \(column)")
+        }
+        if table.entityColumn == nil, let problem = ProtocolValidation.entityProblem(table.entity) {
+            throw FerryError.invalidTable("table \(table.table): \(problem); name the entity with SyncedTable(table:entity:)")
+        }
+        // Pulled records are written with ON CONFLICT on the record's key, which SQLite accepts
+        // only where a primary key or unique index has exactly those columns.
+        let key = Set([table.entityColumn, table.primaryKey].compactMap { $0?.lowercased() })
+        let primaryKey = Set(try db.primaryKey(table.table).columns.map { $0.lowercased() })
+        let uniqueKeys = try db.indexes(on: table.table).filter(\.isUnique).map { Set($0.columns.map { $0.lowercased() }) }
+        guard primaryKey == key || uniqueKeys.contains(key) else {
+            let columns = [table.entityColumn, table.primaryKey].compactMap { $0 }.joined(separator: ", ")
+            throw FerryError.invalidTable(
+                "table \(table.table) needs a PRIMARY KEY or UNIQUE constraint on exactly (\(columns)): pulled records are matched by it"
+            )
         }
         self.table = table
         self.columns = columns

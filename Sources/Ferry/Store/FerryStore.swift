@@ -29,7 +29,7 @@ public final class FerryStore: Sendable {
     /// calls `FerryStore.queueUpload(of:where:arguments:in:)`.
     ///
     /// - Parameters:
-    ///   - path: the store's file; created with its folder's permissions if it does not exist.
+    ///   - path: the store's file, created if it does not exist; its folder must exist.
     ///   - schema: the app's own migrations, run before the synced tables are checked.
     ///   - tables: the tables to sync; each must exist with a TEXT primary key column.
     /// - Throws: `FerryError.unreadableStore` for a file that is not a Ferry store (nothing in

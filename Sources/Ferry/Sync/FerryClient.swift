@@ -4,11 +4,11 @@ import GRDB
 
 /// Tuning of a client; the defaults suit the reference server.
 public struct SyncConfiguration: Sendable {
-    /// Mutations per push (halved automatically on 413): the protocol's most. Whatever a
+    /// Mutations per push (halved automatically on 413), 1 to 1,000: the protocol's most by default. Whatever a
     /// push's size, the server syncs its commit to disk once, and that sync is most of the
     /// cost of a small push, so full batches drain a queue nearly twice as fast as half ones.
     public var batchSize = ProtocolLimits.maxMutationsPerPush
-    /// Changes per pull page: the protocol's most, for the same reason.
+    /// Changes per pull page, 1 to 1,000: the protocol's most by default, for the same reason.
     public var pullPageSize = ProtocolLimits.pullLimitRange.upperBound
     /// Backoff for transient failures (resets, timeouts, 5xx).
     public var retry = RetryPolicy()
@@ -17,7 +17,7 @@ public struct SyncConfiguration: Sendable {
     /// How long this client's hold on the store's sync lasts unless renewed (every third of
     /// it, and with every batch and page). Another process that wants to sync the store waits
     /// this long at most after this one stops without releasing it; a holder whose process has
-    /// ended (a crash on this device) is passed over at once.
+    /// ended (a crash on this device) is passed over at once. A second at least.
     public var leaseDuration: Duration = .seconds(60)
     /// How often a sync that finds another process syncing the store checks again.
     public var leaseRetryInterval: Duration = .milliseconds(250)
@@ -108,6 +108,12 @@ public actor FerryClient {
         configuration: SyncConfiguration = SyncConfiguration(),
         jitterSeed: UInt64?
     ) {
+        var configuration = configuration
+        // Sizes the protocol takes (0 would upload nothing yet report success; a page size out
+        // of range would fail every pull with a 400), and a lease renewed at most every 1/3 s.
+        configuration.batchSize = min(max(configuration.batchSize, 1), ProtocolLimits.maxMutationsPerPush)
+        configuration.pullPageSize = min(max(configuration.pullPageSize, 1), ProtocolLimits.pullLimitRange.upperBound)
+        configuration.leaseDuration = max(configuration.leaseDuration, .seconds(1))
         self.store = store
         self.journal = Journal(store: store, capacity: configuration.journalCapacity)
         self.configuration = configuration

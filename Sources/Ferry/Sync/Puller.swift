@@ -104,7 +104,7 @@ public struct PullSummary: Sendable, Equatable {
     public var requests = 0
     /// Changes the server sent, including those skipped as already known or still queued locally.
     public var received = 0
-    /// Changes written locally (received minus those skipped for queued local edits).
+    /// Changes written locally: received, less those skipped as already known or behind queued local edits.
     public var applied = 0
 
     /// Zero totals.

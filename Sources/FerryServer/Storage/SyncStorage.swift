@@ -40,7 +40,8 @@ public enum StorageError: Error, Sendable, CustomStringConvertible {
 public struct IncomingMutation: Sendable {
     /// The mutation as the client sent it.
     public let mutation: Mutation
-    /// `data` encoded as stored; `nil` for deletes.
+    /// `data` encoded as stored; `nil` for deletes, and for an upsert whose data cannot be encoded
+    /// (the planner rejects it).
     public let encodedData: Data?
     /// Why the mutation must be `rejected`; `nil` when it may be applied.
     public let rejection: String?
