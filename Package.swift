@@ -2,7 +2,7 @@
 import PackageDescription
 
 let package = Package(
-    name: "ferry",
+    name: "Ferry",
     platforms: [.macOS(.v14), .iOS(.v17)],
     products: [
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
@@ -85,6 +85,8 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+        // The README's example app (scripts/run-example.sh runs it against a real server).
+        .executableTarget(name: "FerryExample", dependencies: ["Ferry"], path: "Examples/FerryExample"),
         .target(
             name: "FerryTestSupport",
             dependencies: [

@@ -2,11 +2,15 @@
 # The whole test suite, as the README and CI run it: the formatter's lint, then a throwaway
 # PostgreSQL cluster (scripts/with-postgres.sh) for the server suites that run on both storage
 # engines and `swift test` beside it, then the contract test (schemathesis against a real
-# `ferry serve`), then the documentation (scripts/check-docs.sh).
+# `ferry serve`), then the documentation (scripts/check-docs.sh), then the README's example app:
+# shown word for word (scripts/check-readme.py), built and run against a real server
+# (scripts/run-example.sh).
 # Arguments go to `swift test`, for example: scripts/test.sh --filter Push
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift format lint --strict --recursive --parallel Package.swift Sources Tests
+swift format lint --strict --recursive --parallel Package.swift Sources Tests Examples
 scripts/with-postgres.sh swift test "$@"
 scripts/contract-test.sh
 scripts/check-docs.sh
+python3 scripts/check-readme.py
+scripts/run-example.sh

@@ -24,7 +24,7 @@ struct Uploader: Sendable {
         var batchSize = maximumBatchSize
         let total = try await Outbox.counts(in: outbox.store).pending
         await status.update {
-            $0.phase = .uploading(done: 0, total: total)
+            if total > 0 { $0.phase = .uploading(done: 0, total: total) }  // "Synced 0 of 0" would say nothing true
             $0.pending = total
         }
         var current = try await read(limit: batchSize, into: &summary)

@@ -2,7 +2,7 @@ import FerryServer
 import FerryTesting
 import Foundation
 
-/// One of `ferry demo`'s scenarios: a failure from DESIGN.md, played on real components.
+/// One of `ferry demo`'s scenarios: a failure from docs/DESIGN.md, played on real components.
 protocol DemoScenario: Sendable {
     /// For `--scenario`, like `launch-storm`.
     var name: String { get }

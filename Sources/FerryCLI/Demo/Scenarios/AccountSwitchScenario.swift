@@ -3,7 +3,7 @@ import FerryProtocol
 import FerryTesting
 import Foundation
 
-/// DESIGN.md failure 4: the engine follows the signed-in user. A's pending changes wait
+/// docs/DESIGN.md failure 4: the engine follows the signed-in user. A's pending changes wait
 /// through B's session, are never sent with B's token, and go out when A returns.
 struct AccountSwitchScenario: DemoScenario {
     let name = "account-switch"

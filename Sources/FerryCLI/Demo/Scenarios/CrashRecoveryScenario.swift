@@ -4,7 +4,7 @@ import FerryTesting
 import Foundation
 import GRDB
 
-/// DESIGN.md failure 3: the app dies in the middle of a batch. The server has committed
+/// docs/DESIGN.md failure 3: the app dies in the middle of a batch. The server has committed
 /// it, the response never arrives, the entries are left "in flight" in the file.
 struct CrashRecoveryScenario: DemoScenario {
     let name = "crash-recovery"

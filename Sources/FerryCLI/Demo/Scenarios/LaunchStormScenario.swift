@@ -3,7 +3,7 @@ import FerryProtocol
 import FerryTesting
 import Foundation
 
-/// DESIGN.md failure 1 and 2: the launch storm, through a startup pipeline.
+/// docs/DESIGN.md failure 1 and 2: the launch storm, through a startup pipeline.
 struct LaunchStormScenario: DemoScenario {
     let name = "launch-storm"
     let title = "Launch storm: 296 records on the server; launch, the monitor's first report, became active and three link flaps within 100 ms"

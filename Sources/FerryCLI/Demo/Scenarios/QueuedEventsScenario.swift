@@ -3,7 +3,7 @@ import FerryProtocol
 import FerryTesting
 import Foundation
 
-/// DESIGN.md failure 5: 5,000 queued events, 167 of them already on the server under
+/// docs/DESIGN.md failure 5: 5,000 queued events, 167 of them already on the server under
 /// other ids, into a 300-requests-per-minute limit, with progress pushed to the UI.
 struct QueuedEventsScenario: DemoScenario {
     let name = "queued-events"

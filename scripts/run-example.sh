@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the README's example app (Examples/FerryExample) against a real `ferry serve` on a free
+# loopback port, with tokens from `ferry token`, and fails unless the app reports "done".
+#   scripts/run-example.sh
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+swift build --product ferry
+swift build --product FerryExample
+bin=$(swift build --show-bin-path)
+
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -TERM "$server_pid" 2>/dev/null
+        for _ in $(seq 1 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+secret=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+"$bin/ferry" serve --database "sqlite:$work/server.sqlite" --port 0 --jwt-secret "$secret" >"$work/server.log" 2>&1 &
+server_pid=$!
+url=
+for _ in $(seq 1 100); do
+    url=$(sed -n 's/^Ferry server listening on \(http:[^ ]*\).*/\1/p' "$work/server.log" | head -1)
+    [ -n "$url" ] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$url" ]; then
+    echo "run-example: the server did not start:" >&2
+    cat "$work/server.log" >&2
+    exit 2
+fi
+
+FERRY_SERVER_URL=$url \
+    FERRY_TOKEN_ALICE=$("$bin/ferry" token --user alice --secret "$secret") \
+    FERRY_TOKEN_BOB=$("$bin/ferry" token --user bob --secret "$secret") \
+    "$bin/FerryExample" | tee "$work/example.log"
+tail -1 "$work/example.log" | grep -qx done || { echo "run-example: the example did not finish with 'done'" >&2; exit 1; }
+echo "run-example: passed"
