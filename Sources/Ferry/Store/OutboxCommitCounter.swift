@@ -21,6 +21,7 @@ final class OutboxCommitCounter: TransactionObserver, @unchecked Sendable {
 
     func databaseDidChange(with event: DatabaseEvent) {
         changed = true
+        stopObservingDatabaseChangesUntilNextTransaction()  // one row says it all: spare the rest of a batch a callback each
     }
 
     func databaseDidCommit(_ db: Database) {

@@ -20,6 +20,7 @@ final class QueuedChangeObserver: TransactionObserver, @unchecked Sendable {
 
     func databaseDidChange(with event: DatabaseEvent) {
         queued = true
+        stopObservingDatabaseChangesUntilNextTransaction()  // one row says it all: spare the rest of a batch a callback each
     }
 
     func databaseDidCommit(_ db: Database) {
