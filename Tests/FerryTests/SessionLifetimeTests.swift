@@ -34,7 +34,7 @@ struct SessionLifetimeTests {
             #expect(await session.userID == "alice")
             #expect(await statuses.next()?.phase == .idle)
             try await Self.write(["a-1", "a-2"], in: session)
-            while await statuses.next()?.pending != 2 {}
+            while let status = await statuses.next(), status.pending != 2 {}
 
             try await session.signIn("bob")
             #expect(await statuses.next()?.phase == .signedOut)
@@ -48,18 +48,131 @@ struct SessionLifetimeTests {
         }
     }
 
-    @Test("session.sync() returns when the run that serves it is done; without a user it says why")
+    @Test("session.sync() returns when the run that serves it is done, not before; without a user it says why")
     func syncWaitsForItsRun() async throws {
         try await TestServer.run { server in
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("session"), clock: ImmediateClock())
+            let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let session = SessionTests.session(
+                server: server,
+                directory: TestDirectory.make("session"),
+                transport: gated,
+                clock: ImmediateClock()
+            )
             await #expect(throws: FerryError.stopped("nobody is signed in")) { try await session.sync() }
 
             try await session.signIn("alice")
             try await Self.write((0..<300).map { "e-\($0)" }, in: session)
-            try await session.sync()
+            let returned = LockIsolated(false)
+            let sync = Task {
+                try await session.sync()
+                returned.setValue(true)
+            }
+            while gated.pushes == 0 { await Task.megaYield() }  // the 300 are on the wire, held
+            await Task.megaYield()
+            #expect(!returned.value, "sync() must wait while its push is held")
+            gated.opener.finish()
+            try await sync.value
+            #expect(returned.value)
             #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).count == 300)
             #expect(await session.status.pending == 0)
             try await session.signOut()
+        }
+    }
+
+    @Test("offline, session.sync() and the start-up's initial sync fail at once instead of waiting; the trigger runs when the link returns")
+    func offlineFailsFast() async throws {
+        struct Scripted: ConnectivityMonitor {
+            let stream: AsyncStream<Bool>
+            func states() -> AsyncStream<Bool> { stream }
+        }
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let (states, link) = AsyncStream.makeStream(of: Bool.self)
+            let session = SyncSession(
+                configuration: SessionConfiguration(
+                    storeDirectory: TestDirectory.make("session"),
+                    tables: [ClientFixture.events, ClientFixture.notes],
+                    schema: ClientFixture.schema()
+                ),
+                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                token: { user in try await TestServer.token(for: user) },
+                connectivity: Scripted(stream: states),
+                clock: clock
+            )
+            link.yield(false)  // the monitor's first report: offline
+            try await session.signIn("alice")
+            let scheduler = try #require(await session.engine?.scheduler)
+            while await scheduler.online != false { await Task.megaYield() }
+            try await Self.write(["e-1"], in: session)
+            await #expect {
+                try await session.sync()
+            } throws: { error in
+                guard case .unreachable(let why) = error as? FerryError else { return false }
+                return why.contains("offline")
+            }
+            let progress = await StartupPipeline(steps: [.signedIn(session), .initialSync(session)]).run()
+            #expect(progress.phase == .finished)
+            #expect(progress.outcomes.last?.1 == .skipped("\(FerryError.unreachable("offline; the sync runs when the network returns"))"))
+
+            var events = EventReader(await scheduler.eventStream())
+            link.yield(true)  // back online: what waited runs
+            while await scheduler.online != true { await Task.megaYield() }
+            await clock.advance(by: .seconds(3))
+            #expect(await events.runFinished() != nil)
+            #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).keys.contains("events/e-1"))
+            try await session.signOut()
+        }
+    }
+
+    @Test("sign-out stops a run the app started itself: it returns promptly, nothing stays in flight, the stale client reads signed out")
+    func signOutStopsTheAppsOwnRun() async throws {
+        try await TestServer.run { server in
+            let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let directory = TestDirectory.make("session")
+            let session = SessionTests.session(server: server, directory: directory, transport: gated, clock: TestClock())
+            try await session.signIn("alice")
+            try await Self.write((0..<50).map { "e-\($0)" }, in: session)
+            let client = try #require(await session.client)
+            let run = Task { try await client.sync() }  // the app's own call, not the scheduler's
+            while gated.pushes == 0 { await Task.megaYield() }
+
+            try await session.signOut()  // must not wait for the held push
+            await #expect(throws: (any Error).self) { try await run.value }
+            #expect(await client.status.phase == .signedOut)
+            let file = try DatabaseQueue(path: directory.appendingPathComponent(StoreLocation.fileName(forUser: "alice")).path)
+            let inFlight = try await file.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 1") ?? -1 }
+            #expect(inFlight == 0)
+            try await session.signIn("alice")  // the lease was given up: the next sign-in syncs at once
+            gated.opener.finish()
+            try await session.sync()
+            #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).count == 50)
+            try await session.signOut()
+        }
+    }
+
+    @Test("a token provider that never answers does not hold up sign-out")
+    func hungTokenProvider() async throws {
+        try await TestServer.run { server in
+            let session = SyncSession(
+                configuration: SessionConfiguration(
+                    storeDirectory: TestDirectory.make("session"),
+                    tables: [ClientFixture.events, ClientFixture.notes],
+                    schema: ClientFixture.schema()
+                ),
+                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                token: { _ in
+                    try await Task.sleep(for: .seconds(3600))  // a login screen nobody answers
+                    return "never"
+                },
+                clock: ImmediateClock()
+            )
+            try await session.signIn("alice")
+            try await Self.write(["e-1"], in: session)
+            let client = try #require(await session.client)
+            let run = Task { try await client.sync() }
+            try await Task.sleep(for: .milliseconds(50))  // the run is waiting for its token
+            try await session.signOut()
+            await #expect(throws: (any Error).self) { try await run.value }
         }
     }
 
@@ -126,7 +239,7 @@ struct SessionLifetimeTests {
         }
     }
 
-    @Test("the journal reads in time order: eleven triggers, each at its own time, then the run they made")
+    @Test("the journal reads in time order: six triggers, each received at its own time, then their fates and the run they made")
     func journalInTimeOrder() async throws {
         try await TestServer.run { server in
             let clock = TestClock()
@@ -143,31 +256,44 @@ struct SessionLifetimeTests {
             try await session.signOut()
 
             // Read after the sign-out, which waits for the scheduler's journal writer to finish.
-            let journal = try await Journal(store: try ClientFixture.openStore(at: engine.store.path)).events()
-            #expect(journal.map(\.at) == journal.map(\.at).sorted(), "events are in time order")
-            let triggers = journal.filter { $0.kind == "trigger" }
-            #expect(triggers.count == 6)
-            #expect(Set(triggers.map(\.at)).count == 6, "each trigger at its own time, not the run's")
+            // The scheduler's events reach the file through a writer task of their own, so they
+            // may be written after the run's: the journal reads them in the order they happened.
+            let store = try ClientFixture.openStore(at: engine.store.path)
+            let journal = try await Journal(store: store).events()
+            let received = journal.filter { $0.kind == "trigger.received" }
+            #expect(received.count == 6)
+            #expect(Set(received.map(\.at)).count == 6, "each trigger at the time it arrived, not the run's")
+            let fates = journal.indices.filter { journal[$0].kind == "trigger" && journal[$0].details["fate"] != "ignored" }
             let runStarted = try #require(journal.firstIndex { $0.kind == "scheduler.run" })
             let syncStarted = try #require(journal.firstIndex { $0.kind == "run.started" })
-            #expect(journal.lastIndex { $0.kind == "trigger" }! < runStarted)
-            #expect(runStarted < syncStarted, "the run starts after the triggers that made it, and before its sync")
+            let lastReceived = try #require(journal.lastIndex { $0.kind == "trigger.received" })
+            #expect(fates.count == 6)
+            #expect(lastReceived < fates.min()!, "a fate comes after its trigger")
+            #expect(fates.max()! < runStarted && runStarted < syncStarted, "the run starts after the fates that made it, and before its sync")
         }
     }
 
-    @Test("start-up can be awaited: run() returns when the steps are done, and joins a run in progress")
+    @Test("start-up can be awaited: run() returns when the steps are done, and a second run() joins the first")
     func startupCanBeAwaited() async throws {
         let ran = LockIsolated(0)
+        let (gate, opener) = AsyncStream.makeStream(of: Void.self)
         let pipeline = StartupPipeline(steps: [
-            .blocking("one") { _ in ran.withValue { $0 += 1 } },
+            .blocking("one") { _ in
+                ran.withValue { $0 += 1 }
+                for await _ in gate {}  // held until the test opens it
+            },
             .optional("two") { _ in throw URLError(.timedOut) },
             .optional("three") { _ in ran.withValue { $0 += 1 } },
         ])
-        await pipeline.start()
-        async let joined = pipeline.run()
-        let progress = await pipeline.run()
+        let first = Task { await pipeline.run() }
+        while ran.value == 0 { await Task.megaYield() }
+        let second = Task { await pipeline.run() }
+        await Task.megaYield()
+        #expect(await pipeline.current.phase == .running(step: "one"))
+        opener.finish()
+        let progress = await first.value
         #expect(progress.phase == .finished)
-        #expect(await joined.phase == .finished)
+        #expect(await second.value.phase == .finished)
         #expect(ran.value == 2, "the steps ran once")
         #expect(progress.outcomes.map(\.1) == [.completed, .skipped("\(URLError(.timedOut))"), .completed])
     }

@@ -94,6 +94,10 @@ struct StoreTests {
             ("CREATE TABLE events (id TEXT NOT NULL, v INTEGER)", SyncedTable(table: "events"), "PRIMARY KEY or UNIQUE constraint on exactly (id)"),
             ("CREATE TABLE events (id TEXT NOT NULL, v INTEGER, UNIQUE (id, v))", SyncedTable(table: "events"), "exactly (id)"),
             (
+                "CREATE TABLE events (id TEXT NOT NULL, v INTEGER); CREATE UNIQUE INDEX live ON events (id) WHERE v > 0",
+                SyncedTable(table: "events"), "exactly (id)"
+            ),
+            (
                 "CREATE TABLE items (entity TEXT NOT NULL, id TEXT PRIMARY KEY NOT NULL)", SyncedTable.multiEntity(table: "items"),
                 "exactly (entity, id)"
             ),

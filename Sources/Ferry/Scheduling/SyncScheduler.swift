@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Logging
 
 /// Tuning of the scheduler.
@@ -28,7 +29,9 @@ public struct SchedulerConfiguration: Sendable {
 public actor SyncScheduler {
     /// What the scheduler reports as it works; tests and the journal read it.
     public enum Event: Sendable, Equatable {
-        /// A trigger arrived, and what became of it.
+        /// A trigger arrived; its fate follows when it is decided.
+        case triggerReceived(SyncTrigger)
+        /// What became of a trigger.
         case trigger(SyncTrigger, TriggerFate)
         /// Run number N started, full or incremental.
         case runStarted(Int, SyncKind)
@@ -39,18 +42,9 @@ public actor SyncScheduler {
     /// Performs one run of the given kind; an error marks the run failed and is thrown to the callers waiting for it.
     public typealias Runner = @Sendable (SyncKind) async throws -> Void
 
-    /// A trigger waiting for its run, and when it arrived (the journal's time for its fate).
-    private struct Arrival {
-        var trigger: SyncTrigger
-        var at: Date
-        /// It came during a run and was journaled then (`queuedAfterRun`): its later fate
-        /// happens when the next run starts.
-        var duringRun: Bool
-    }
-
     private struct Request {
         var kind: SyncKind
-        var triggers: [Arrival]
+        var triggers: [SyncTrigger]
         /// When the settle window closes, as time since the scheduler was made.
         var due: Duration
         /// How many of `triggers` have been recorded as waiting for the network.
@@ -75,7 +69,8 @@ public actor SyncScheduler {
     private var fullRunSucceeded = false
     private var runNumber = 0
     private var lastRunEnded: Duration?
-    private var online: Bool?
+    /// The latest connectivity report; `nil` before the first.
+    private(set) var online: Bool?
     private var active = true
     private var timer: Task<Void, Never>?
     private var periodic: Task<Void, Never>?
@@ -117,27 +112,28 @@ public actor SyncScheduler {
         let kind = kind ?? trigger.defaultKind
         let window = trigger == .manual ? configuration.manualSettleWindow : configuration.settleWindow
         let due = now + window
-        let arrival = Arrival(trigger: trigger, at: Date(), duringRun: running != nil)
+        emit(.triggerReceived(trigger))
         if var request = pending {
             request.kind = max(request.kind, kind)
-            request.triggers.append(arrival)
+            request.triggers.append(trigger)
             // A returning link settles for a whole window (it may flap again); any other
             // trigger only ever brings the run closer.
             request.due = trigger == .connectivityRestored ? max(request.due, due) : min(request.due, due)
             pending = request
         } else {
-            pending = Request(kind: kind, triggers: [arrival], due: due)
+            pending = Request(kind: kind, triggers: [trigger], due: due)
         }
-        if arrival.duringRun {
-            record(trigger, .queuedAfterRun(runNumber), at: arrival.at)
+        if running != nil {
+            record(trigger, .queuedAfterRun(runNumber))
         }
         evaluate()
     }
 
     /// Asks for a run like `trigger(_:kind:)` and waits until the run that serves the
-    /// trigger has finished; returns that run's number, or throws the run's error
-    /// (`FerryError.stopped` if the scheduler stops first). Cancelling the caller stops the
-    /// wait, not the run.
+    /// trigger has finished; returns that run's number, or throws the run's error:
+    /// `FerryError.stopped` if the scheduler stops first, `FerryError.unreachable` at once while
+    /// offline (the trigger still runs when the network returns). Cancelling the caller stops
+    /// the wait, not the run.
     @discardableResult
     public func run(for trigger: SyncTrigger, kind: SyncKind? = nil) async throws -> Int {
         try await wait(for: trigger, kind: kind, joiningFullRun: false)
@@ -145,7 +141,8 @@ public actor SyncScheduler {
 
     /// Returns once a full run has succeeded since the scheduler started: at once if one
     /// has, else with the full run in progress (the launch run, typically), else with a
-    /// new one asked for by `launch`. It never makes a run that launch already makes.
+    /// new one asked for by `launch`. It never makes a run that launch already makes. Throws
+    /// as `run(for:kind:)` does, at once while offline.
     public func initialSync() async throws {
         guard !fullRunSucceeded else { return }
         _ = try await wait(for: .launch, kind: .full, joiningFullRun: true)
@@ -232,9 +229,8 @@ public actor SyncScheduler {
     private func evaluate() {
         guard !stopped, running == nil, var request = pending else { return }
         guard online != false else {
-            for arrival in request.triggers[request.recordedOffline...] {
-                record(arrival.trigger, .waitingForNetwork, at: arrival.at)
-            }
+            for trigger in request.triggers[request.recordedOffline...] { record(trigger, .waitingForNetwork) }
+            failWaitersWhileOffline()
             request.recordedOffline = request.triggers.count
             pending = request
             return
@@ -250,13 +246,10 @@ public actor SyncScheduler {
         timer = nil
         runNumber += 1
         let number = runNumber
-        let started = Date()
-        for (index, arrival) in request.triggers.enumerated() {
-            // Stamped when it arrived, unless already journaled then (during the previous run).
-            let at = arrival.duringRun || index < request.recordedOffline ? started : arrival.at
-            record(arrival.trigger, index == 0 ? .startedRun(number) : .coalescedIntoRun(number), at: at)
+        for (index, trigger) in request.triggers.enumerated() {
+            record(trigger, index == 0 ? .startedRun(number) : .coalescedIntoRun(number))
         }
-        emit(.runStarted(number, request.kind), at: started)
+        emit(.runStarted(number, request.kind))
         servedByCurrentRun = waitingForNextRun
         waitingForNextRun = []
         runningKind = request.kind
@@ -279,11 +272,21 @@ public actor SyncScheduler {
         lastRunEnded = now
         if runningKind == .full, case .success = outcome { fullRunSucceeded = true }
         runningKind = nil
-        for id in servedByCurrentRun { resumeWaiter(id, with: outcome) }
+        // A run cut short by stop() did not fail its callers: their user signed out.
+        for id in servedByCurrentRun { resumeWaiter(id, with: stopped ? .failure(Self.stoppedError) : outcome) }
         servedByCurrentRun = []
         emit(.runFinished(number, succeeded: (try? outcome.get()) != nil))
         evaluate()
     }
+
+    /// Callers waiting for a run that cannot start while offline are told at once, not left
+    /// waiting for a network that may be gone for hours; their triggers still run when it returns.
+    private func failWaitersWhileOffline() {
+        for id in waitingForNextRun { resumeWaiter(id, with: .failure(Self.offlineError)) }
+        waitingForNextRun = []
+    }
+
+    private static let offlineError = FerryError.unreachable("offline; the sync runs when the network returns")
 
     private func resumeWaiter(_ id: UUID, with outcome: Result<Int, any Error>) {
         waiters.removeValue(forKey: id)?.resume(with: outcome)
@@ -318,24 +321,25 @@ public actor SyncScheduler {
     /// must fix); a network that is down or a sign-out passes with a later run, at debug level.
     private func logFailure(_ number: Int, _ error: any Error) {
         let level: Logger.Level =
-            switch error as? FerryError {
-            case .unauthorized, .protocolViolation, .invalidTable, .unreadableStore: .warning
+            switch error {
+            case FerryError.unauthorized, FerryError.protocolViolation, FerryError.invalidTable, FerryError.unreadableStore: .warning
+            case is DatabaseError: .warning  // the store itself: a full disk, a read-only container, damage
             default: .debug
             }
         logger.log(level: level, "sync run failed", metadata: ["run": "\(number)", "error": "\(error)"])
     }
 
-    private func record(_ trigger: SyncTrigger, _ fate: TriggerFate, at: Date = Date()) {
+    private func record(_ trigger: SyncTrigger, _ fate: TriggerFate) {
         history.append((trigger, fate))
         if history.count > max(1, configuration.historyCapacity) {
             history.removeFirst(history.count - max(1, configuration.historyCapacity))
         }
-        emit(.trigger(trigger, fate), at: at)
+        emit(.trigger(trigger, fate))
     }
 
-    /// Sends `event` to observers now, and to the journal stamped `at`, when it happened.
-    private func emit(_ event: Event, at: Date = Date()) {
+    /// Sends `event` to observers, and to the journal stamped now, when it happens.
+    private func emit(_ event: Event) {
         events.send(event)
-        journalFeed?.yield((event, at))
+        journalFeed?.yield((event, Date()))
     }
 }

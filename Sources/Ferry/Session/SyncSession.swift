@@ -152,9 +152,12 @@ public actor SyncSession {
     /// what the server had then is in the store.
     ///
     /// - Parameter full: pull from the beginning instead of the saved cursor.
-    /// - Throws: `FerryError.stopped` when nobody is signed in, or the user signs out first;
-    ///   the run's own error when it fails. Cancelling the call stops the wait, not the run.
+    /// - Throws: `FerryError.stopped` when nobody is signed in (after a sign-in or sign-out in
+    ///   progress has finished), or the user signs out first; `FerryError.unreachable` at once
+    ///   while offline (the sync runs when the network returns); the run's own error when it
+    ///   fails. Cancelling the call stops the wait, not the run.
     public func sync(full: Bool = false) async throws {
+        _ = await lastTransition?.result
         guard let engine else { throw FerryError.stopped("nobody is signed in") }
         try await engine.scheduler.run(for: .manual, kind: full ? .full : nil)
     }
@@ -175,9 +178,17 @@ public actor SyncSession {
     /// Follows the app's signed-in user (`nil`: signed out) until the sequence ends: each value
     /// is a `signIn(_:)` or `signOut()`, done before the next value is read. `engineUpdates()`
     /// and `statusUpdates()` tell when each has finished; to wait for one, call it directly.
+    /// A transition that fails (a store that cannot be opened) is logged as a warning, leaves
+    /// nobody signed in, and the next value is still followed; only the sequence's own error,
+    /// or cancellation, ends the call.
     public func follow<Users: AsyncSequence>(_ users: Users) async throws where Users.Element == String? {
         for try await user in users {
-            if let user { try await signIn(user) } else { try await signOut() }
+            do {
+                if let user { try await signIn(user) } else { try await signOut() }
+            } catch let error where !(error is CancellationError) {
+                // The app must hear of it (a store that cannot be opened), and the next value is still followed.
+                logger.warning("could not follow the signed-in user", metadata: ["user": "\(user ?? "nobody")", "error": "\(error)"])
+            }
         }
     }
 
@@ -238,13 +249,14 @@ public actor SyncSession {
         let scheduler = makeScheduler { kind in try await client.sync(full: kind == .full) }
         let journal = client.journal
         await scheduler.setJournal { event, at in await journal.record(event.journalEvent(at: at)) }
-        observer = try store.observeQueuedChanges {
+        observer = store.observeQueuedChanges {
             Task {
                 await client.refreshCounts()  // observers see "N changes waiting" at once, not after the next run
                 await scheduler.trigger(.localChange)
             }
         }
         engine = Engine(userID: userID, store: store, client: client, scheduler: scheduler)
+        publish(await client.status)  // the new user's, before signIn returns
         let statuses = await client.statusUpdates()
         statusForwarder = Task { [weak self] in
             for await status in statuses { await self?.publish(status) }
@@ -281,6 +293,7 @@ public actor SyncSession {
     }
 
     private func publish(_ status: SyncStatus) {
+        guard status != latestStatus else { return }
         latestStatus = status
         statusObservers.send(status)
     }
@@ -295,6 +308,8 @@ extension SyncScheduler.Event {
     /// The event as the journal records it.
     func journalEvent(at: Date) -> JournalEvent {
         switch self {
+        case .triggerReceived(let trigger):
+            JournalEvent(at: at, kind: "trigger.received", message: "\(trigger.rawValue) received", details: ["trigger": trigger.rawValue])
         case .trigger(let trigger, let fate):
             JournalEvent(
                 at: at,

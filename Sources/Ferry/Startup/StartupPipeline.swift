@@ -49,6 +49,12 @@ public actor StartupPipeline {
         guard runner == nil, progress.phase != .finished else { return }
         generation += 1
         let generation = self.generation
+        if nextStep < steps.count {  // running from the moment start() returns, not when the task gets a thread
+            update(generation) {
+                $0.phase = .running(step: steps[nextStep].name)
+                $0.message = steps[nextStep].name
+            }
+        }
         runner = Task { await self.runSteps(generation) }
     }
 
@@ -61,11 +67,21 @@ public actor StartupPipeline {
         return await completion()
     }
 
-    /// Waits until the run in progress (if any) stops, and returns where it stopped.
+    /// Waits until the run in progress (if any) stops, and returns where it stopped: finished,
+    /// failed, or idle after a `reset()`. Cancelling the caller ends its wait at once (with the
+    /// progress as it then is); the run goes on.
     @discardableResult
     public func completion() async -> StartupProgress {
-        await runner?.value
-        return progress
+        guard runner != nil else { return progress }
+        let waitingSince = generation
+        for await next in observers.subscribe(startingWith: progress) {
+            switch next.phase {
+            case .finished, .failed: return next
+            case .idle where generation != waitingSince: return next  // reset() ended the run
+            default: continue
+            }
+        }
+        return progress  // cancelled
     }
 
     /// Cancels the step in progress and returns to idle, as if nothing had run.

@@ -17,13 +17,15 @@ actor StatusCenter {
     }
 
     /// Applies counts read from the outbox after `commits` transactions had changed it, unless
-    /// counts read later were applied first (concurrent reads finish in any order).
-    func updateCounts(asOfCommit commits: Int, _ change: (inout SyncStatus) -> Void) {
-        guard commits >= countedAtCommit else { return }
+    /// counts read later were applied first (concurrent reads finish in any order), and returns
+    /// the status as it then is, in the same step: no other update can come in between.
+    func updateCounts(asOfCommit commits: Int, _ change: (inout SyncStatus) -> Void) -> SyncStatus {
+        guard commits >= countedAtCommit else { return status }
         countedAtCommit = commits
         var next = status
         change(&next)
         publish(next)
+        return status
     }
 
     /// A stream that starts with the current status and then yields every change.

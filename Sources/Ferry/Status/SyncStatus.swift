@@ -37,7 +37,8 @@ public struct SyncStatus: Sendable, Equatable {
     /// For a progress bar: "Synced 2,500 of 5,000 (50%)" while uploading.
     public var progressText: String {
         switch phase {
-        case .idle: pending == 0 ? "Up to date" : "\(pending.formatted()) changes waiting"
+        case .idle where pending > 0: "\(pending.formatted()) changes waiting"
+        case .idle: lastSyncedAt == nil ? "Not synced yet" : "Up to date"
         case .uploading(let done, let total):
             "Synced \(done.formatted()) of \(total.formatted()) (\(total <= 0 ? 100 : Int(min(100, max(0, Double(done) * 100 / Double(total)))))%)"
         case .downloading(let received): "Received \(received.formatted()) changes"

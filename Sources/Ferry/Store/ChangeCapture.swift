@@ -79,7 +79,10 @@ private struct Expressions {
         // only where a primary key or unique index has exactly those columns.
         let key = Set([table.entityColumn, table.primaryKey].compactMap { $0?.lowercased() })
         let primaryKey = Set(try db.primaryKey(table.table).columns.map { $0.lowercased() })
-        let uniqueKeys = try db.indexes(on: table.table).filter(\.isUnique).map { Set($0.columns.map { $0.lowercased() }) }
+        // A partial index (… WHERE …) is no conflict target for SQLite: left out.
+        let partial = Set(try String.fetchAll(db, sql: "SELECT name FROM pragma_index_list(?) WHERE partial", arguments: [table.table]))
+        let uniqueKeys = try db.indexes(on: table.table).filter { $0.isUnique && !partial.contains($0.name) }
+            .map { Set($0.columns.map { $0.lowercased() }) }
         guard primaryKey == key || uniqueKeys.contains(key) else {
             let columns = [table.entityColumn, table.primaryKey].compactMap { $0 }.joined(separator: ", ")
             throw FerryError.invalidTable(

@@ -37,9 +37,9 @@ final class QueuedChangeObserver: TransactionObserver, @unchecked Sendable {
 extension FerryStore {
     /// Calls `handler` after every transaction that queued a change, for as long as the
     /// returned observer is kept alive.
-    func observeQueuedChanges(_ handler: @escaping @Sendable () -> Void) throws -> QueuedChangeObserver {
+    func observeQueuedChanges(_ handler: @escaping @Sendable () -> Void) -> QueuedChangeObserver {
         let observer = QueuedChangeObserver(handler: handler)
-        try database.write { db in db.add(transactionObserver: observer, extent: .observerLifetime) }
+        database.add(transactionObserver: observer, extent: .observerLifetime)
         return observer
     }
 }

@@ -136,7 +136,8 @@ public actor FerryClient {
     /// (an app extension) wrote are counted at the next run.
     public var status: SyncStatus {
         get async {
-            if await store.outboxCommits.count != statusCenter.countedAtCommit { await refreshCounts() }
+            guard !stopped, await store.outboxCommits.count != statusCenter.countedAtCommit else { return await statusCenter.status }
+            if let counted = await refreshCounts() { return counted }
             return await statusCenter.status
         }
     }
@@ -152,24 +153,36 @@ public actor FerryClient {
     /// touching the closed store.
     func stop() async {
         stopped = true
+        if let currentRun {
+            currentRun.cancel()  // a run the app started itself, which no scheduler stops
+            _ = await currentRun.result
+        }
+        await connection.stop()
+        await statusCenter.update { $0 = SyncStatus(phase: .signedOut) }
         await statusCenter.finishAll()
     }
 
     /// Uploads everything pending, then pulls until caught up; `full` pulls from the
     /// beginning instead of the saved cursor. A call while a run is in progress joins
-    /// that run instead of starting another. Cancelling the call that started a run
-    /// cancels the run: its batch goes back to the queue, nothing stays in flight.
+    /// that run instead of starting another. Cancelling a call cancels the run it started or
+    /// joined (a sign-out reaches the run whoever started it): its batch goes back to the
+    /// queue, nothing stays in flight.
     @discardableResult
     public func sync(full: Bool = false) async throws -> SyncReport {
-        guard !stopped else {
-            throw FerryError.stopped("this client's user signed out and its store is closed; `SyncSession.client` is the signed-in user's")
-        }
-        if let currentRun { return try await currentRun.value }
+        guard !stopped else { throw Self.stoppedError }
+        if let currentRun { return try await Self.wait(for: currentRun) }
         let run = Task { try await self.performSync(full: full) }
         currentRun = run
         defer { currentRun = nil }
-        // Cancelling the caller that started the run (a sign-out) cancels the run itself.
-        return try await withTaskCancellationHandler {
+        return try await Self.wait(for: run)
+    }
+
+    private static let stoppedError = FerryError.stopped(
+        "this client's user signed out and its store is closed; `SyncSession.client` is the signed-in user's"
+    )
+
+    private static func wait(for run: Task<SyncReport, any Error>) async throws -> SyncReport {
+        try await withTaskCancellationHandler {
             try await run.value
         } onCancel: {
             run.cancel()
@@ -249,6 +262,11 @@ public actor FerryClient {
                 pageSize: configuration.pullPageSize
             )
             .pullUntilCaughtUp()
+        } catch let error where error is CancellationError || Task.isCancelled {
+            // Stopped (a sign-out), not failed: what was in flight is back in the queue.
+            await journal.record(JournalEvent(kind: "run.finished", message: "sync cancelled; its batch is back in the queue"))
+            await statusCenter.update { $0.phase = .idle }
+            throw error
         } catch {
             let why = (error as? FerryError)?.description ?? "\(error)"
             await journal.record(JournalEvent(kind: "run.finished", message: "sync failed: \(why)"))
@@ -284,11 +302,13 @@ public actor FerryClient {
         return report
     }
 
-    /// Reads the pending and dead-letter counts from the outbox into the status.
-    func refreshCounts() async {
+    /// Reads the pending and dead-letter counts from the outbox into the status, and returns
+    /// the status they went into (`nil` if the outbox could not be read).
+    @discardableResult
+    func refreshCounts() async -> SyncStatus? {
         let commits = store.outboxCommits.count  // read first: a commit during the count is counted again next time
-        guard let counts = try? await Outbox.counts(in: store) else { return }
-        await statusCenter.updateCounts(asOfCommit: commits) {
+        guard let counts = try? await Outbox.counts(in: store) else { return nil }
+        return await statusCenter.updateCounts(asOfCommit: commits) {
             $0.pending = counts.pending
             $0.deadLettered = counts.deadLettered
             if let lastSynced = counts.lastSyncedAt { $0.lastSyncedAt = lastSynced }

@@ -106,6 +106,7 @@ actor SyncConnection {
                 await tokens.refused(token)
                 await journal.record(JournalEvent(kind: "token", message: "the server refused the token; asking for a new one"))
             case 401:
+                await tokens.refused(token)  // the next run starts with a new one
                 throw FerryError.unauthorized(Self.message(in: response))
             case 400..<500:
                 return response
@@ -113,6 +114,11 @@ actor SyncConnection {
                 try await backOff(attempt: attempt, reason: "server error \(response.status): \(Self.message(in: response))")
             }
         }
+    }
+
+    /// The user signed out: a token request in progress is abandoned.
+    func stop() async {
+        await tokens.stop()
     }
 
     static func message(in response: TransportResponse) -> String {

@@ -13,8 +13,11 @@ package actor TokenCache {
     private let provider: TokenProvider
     private let now: @Sendable () -> Date
     private var cached: (token: String, renewAt: Date?)?
-    /// The provider call in progress: every request that needs a token meanwhile waits for it.
-    private var fetching: Task<String, any Error>?
+    /// The provider call in progress, shared by every request that needs a token meanwhile.
+    private var fetching: Task<Void, Never>?
+    /// Requests waiting for `fetching`; each can stop waiting when its task is cancelled.
+    private var waiters: [UUID: CheckedContinuation<String, any Error>] = [:]
+    private var stopped = false
 
     package init(provider: @escaping TokenProvider, now: @escaping @Sendable () -> Date = Date.init) {
         self.provider = provider
@@ -22,22 +25,59 @@ package actor TokenCache {
     }
 
     /// A token to send: the cached one while it is good, else a new one from the provider.
+    /// Cancelling the caller stops its wait at once, whatever the provider does.
     package func token() async throws -> String {
         if let cached, cached.renewAt.map({ now() < $0 }) ?? true { return cached.token }
-        if let fetching { return try await fetching.value }
-        let provider = self.provider
-        let fetch = Task { try await provider() }
-        fetching = fetch
-        defer { fetching = nil }
-        let token = try await fetch.value
-        cached = (token, Self.expiry(of: token).map { $0.addingTimeInterval(-Self.renewalMargin) })
-        return token
+        let id = UUID()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                guard !stopped, !Task.isCancelled else {
+                    continuation.resume(throwing: CancellationError())
+                    return
+                }
+                waiters[id] = continuation
+                if fetching == nil { fetch() }
+            }
+        } onCancel: {
+            Task { await self.stopWaiting(id) }
+        }
     }
 
     /// The server refused `token`: the next `token()` asks the provider, unless another request
     /// has already replaced it.
     package func refused(_ token: String) {
         if cached?.token == token { cached = nil }
+    }
+
+    /// The user signed out: the provider call in progress is cancelled and nobody waits for it.
+    package func stop() {
+        stopped = true
+        fetching?.cancel()
+        for waiter in waiters.values { waiter.resume(throwing: CancellationError()) }
+        waiters = [:]
+    }
+
+    private func fetch() {
+        let provider = self.provider
+        fetching = Task {
+            let result: Result<String, any Error>
+            do { result = .success(try await provider()) } catch { result = .failure(error) }
+            self.fetched(result)
+        }
+    }
+
+    private func fetched(_ result: Result<String, any Error>) {
+        fetching = nil
+        if case .success(let token) = result, !stopped {
+            cached = (token, Self.expiry(of: token).map { $0.addingTimeInterval(-Self.renewalMargin) })
+        }
+        let waiting = waiters
+        waiters = [:]
+        for waiter in waiting.values { waiter.resume(with: result) }
+    }
+
+    private func stopWaiting(_ id: UUID) {
+        waiters.removeValue(forKey: id)?.resume(throwing: CancellationError())
     }
 
     /// The `exp` claim of a JWT; `nil` for anything else (an opaque token is kept until refused).
