@@ -39,9 +39,10 @@ if [ -z "$url" ]; then
     exit 2
 fi
 
-FERRY_SERVER_URL=$url \
+# The app's stores go under $work (removed on exit, whatever happens); five minutes at most.
+TMPDIR=$work FERRY_SERVER_URL=$url \
     FERRY_TOKEN_ALICE=$("$bin/ferry" token --user alice --secret "$secret") \
     FERRY_TOKEN_BOB=$("$bin/ferry" token --user bob --secret "$secret") \
-    "$bin/FerryExample" | tee "$work/example.log"
+    timeout 300 "$bin/FerryExample" | tee "$work/example.log"
 tail -1 "$work/example.log" | grep -qx done || { echo "run-example: the example did not finish with 'done'" >&2; exit 1; }
 echo "run-example: passed"

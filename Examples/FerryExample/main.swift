@@ -24,8 +24,10 @@ let connectivity = PathConnectivityMonitor()  // Apple platforms: the system's v
 #else
 let connectivity = HealthProbeMonitor(transport: URLSessionTransport(baseURL: server))  // elsewhere: asks the server
 #endif
+var configuration = SessionConfiguration(storeDirectory: storeDirectory, tables: [events], schema: schema)
+configuration.signOutPolicy = .eraseLocalData  // a shared device: a user's data leaves with them
 let session = SyncSession(
-    configuration: SessionConfiguration(storeDirectory: storeDirectory, tables: [events], schema: schema),
+    configuration: configuration,
     transport: URLSessionTransport(baseURL: server),
     token: { user in
         // Stands in for the app's auth service: tokens from `ferry token --user NAME`.
@@ -71,26 +73,31 @@ guard let store = await session.store else { fatalError("signed in above") }
 try await recordSteps(2000, in: store)
 print("written: \(await session.status.pending) changes waiting")  // counted the moment the write returns
 try await session.sync()  // pull to refresh: returns when the run that serves it is done
-print("synced: \(await session.status.pending) waiting")
+let synced = await session.status
+print("synced: \(synced.pending) waiting, \(synced.deadLettered) set aside")
 
-// 6. Another user on the same device, then Alice again: each sees only their own data.
+// 6. Another user on the same device, then Alice again: each sees only their own data, and
+//    Alice's 2,000 come back from the server (her local copy left with her at the switch).
 func eventsOnThisDevice() async throws -> Int {
     guard let store = await session.store else { return 0 }  // nobody signed in
     return try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events") ?? 0 }
 }
 try await session.signIn("bob")  // Alice's work stops completely before Bob's starts
+try await session.sync()
 let bobs = try await eventsOnThisDevice()
 try await session.signIn("alice")
 try await session.sync()
 let alices = try await eventsOnThisDevice()
 print("bob has \(bobs) events, alice has \(alices)")
 
-// 7. Sign-out: the run in progress stops cleanly and nothing is left in flight.
+// 7. Sign-out: the run in progress stops cleanly, nothing is left in flight, and (with
+//    `.eraseLocalData`) the store is deleted; `.keepPendingChanges`, the default, keeps it.
 try await session.signOut()
 await startup.reset()  // the next sign-in runs start-up from the top
 statusPrinter.cancel()
+await statusPrinter.value
 try? FileManager.default.removeItem(at: storeDirectory)
-guard progress.phase == .finished, bobs == 0, alices == 2000 else {
+guard progress.phase == .finished, synced.pending == 0, synced.deadLettered == 0, bobs == 0, alices == 2000 else {
     print("unexpected result")
     exit(1)
 }
