@@ -42,7 +42,7 @@ let session = SyncSession(
 //    `Text(sync.status.progressText)`. Anywhere, the same statuses as a stream:
 let statusPrinter = Task {
     var last = ""
-    for await status in await session.statusUpdates() where status.progressText != last {
+    for await status in session.statusUpdates() where status.progressText != last {
         last = status.progressText
         print("  status: \(last)")
     }

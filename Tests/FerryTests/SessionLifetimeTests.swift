@@ -24,7 +24,7 @@ struct SessionLifetimeTests {
     func statusFollowsTheSession() async throws {
         try await TestServer.run { server in
             let session = SessionTests.session(server: server, directory: TestDirectory.make("session"), clock: TestClock())
-            var statuses = await session.statusUpdates().makeAsyncIterator()
+            var statuses = session.statusUpdates().makeAsyncIterator()
             #expect(await statuses.next()?.phase == .signedOut)
             #expect(await session.status.phase == .signedOut)
             #expect(await session.store == nil)

@@ -12,6 +12,8 @@ final class Broadcast<Element: Sendable>: @unchecked Sendable {
     private var subscribers: [UUID: AsyncStream<Element>.Continuation] = [:]
     /// Set by `finish()`: a later subscriber's stream ends after its first value.
     private var finished = false
+    /// The latest value sent, for `subscribeFromLatest()`.
+    private var latest: Element?
 
     /// Every value sent from now on, after `first` when given.
     func subscribe(
@@ -30,8 +32,28 @@ final class Broadcast<Element: Sendable>: @unchecked Sendable {
         return stream
     }
 
+    /// Every value sent from now on, after the latest one sent (if any): a subscriber that
+    /// needs no isolation of its owner's to learn the current value. The first value is yielded
+    /// under the lock, so a `send` at the same moment cannot overtake it.
+    func subscribeFromLatest() -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self)
+        let id = UUID()
+        continuation.onTermination = { [weak self] _ in self?.drop(id) }
+        let open = lock.withLock {
+            if let latest { continuation.yield(latest) }
+            if !finished { subscribers[id] = continuation }
+            return !finished
+        }
+        if !open { continuation.finish() }
+        return stream
+    }
+
     func send(_ value: Element) {
-        for subscriber in lock.withLock({ Array(subscribers.values) }) { subscriber.yield(value) }
+        let receivers = lock.withLock {
+            latest = value
+            return Array(subscribers.values)
+        }
+        for subscriber in receivers { subscriber.yield(value) }
     }
 
     /// Ends every subscriber's stream, and those of subscribers to come.

@@ -102,6 +102,7 @@ public actor SyncSession {
         self.clientClock = clock
         let schedulerConfiguration = configuration.scheduler
         self.makeScheduler = { runner in SyncScheduler(clock: clock, configuration: schedulerConfiguration, runner: runner) }
+        statusObservers.send(latestStatus)  // what a subscriber starts with until someone signs in
     }
 
     /// A session on real time (`ContinuousClock`); see the initializer that takes a clock.
@@ -142,14 +143,16 @@ public actor SyncSession {
 
     /// The status now, then every change, whoever is signed in: the signed-in user's client's
     /// statuses, `signedOut` at a sign-out, the next user's after a sign-in. The stream lasts as
-    /// long as its observer; sign-outs and switches do not end it.
-    public func statusUpdates() -> AsyncStream<SyncStatus> {
-        statusObservers.subscribe(startingWith: latestStatus)
+    /// long as its observer; sign-outs and switches do not end it. No `await`: a view can
+    /// subscribe from anywhere, `for await status in session.statusUpdates()`.
+    public nonisolated func statusUpdates() -> AsyncStream<SyncStatus> {
+        statusObservers.subscribeFromLatest()
     }
 
     /// Syncs the signed-in user's data now (a `manual` trigger) and returns when the run that
-    /// serves this call has finished: everything written before the call is on the server, and
-    /// what the server had then is in the store.
+    /// serves this call has finished: everything written before the call has had the server's
+    /// answer (applied, merged, or set aside as a dead letter), and what the server had then is
+    /// in the store.
     ///
     /// - Parameter full: pull from the beginning instead of the saved cursor.
     /// - Throws: `FerryError.stopped` when nobody is signed in (after a sign-in or sign-out in

@@ -16,7 +16,7 @@ public final class SyncStatusModel {
     /// Follows the session's signed-in user, whoever that is, until this object is released.
     public init(session: SyncSession) {
         status = SyncStatus(phase: .signedOut)
-        follow { await session.statusUpdates() }
+        follow { session.statusUpdates() }
     }
 
     /// Follows one client until this object is released or the client stops (its user signed out).
