@@ -62,18 +62,22 @@ struct SessionLifetimeTests {
 
             try await session.signIn("alice")
             try await Self.write((0..<300).map { "e-\($0)" }, in: session)
+            while gated.pushes == 0 { await Task.megaYield() }  // a run took the 300; its push is held
             let returned = LockIsolated(false)
             let sync = Task {
-                try await session.sync()
+                try await session.sync()  // served by the run after the one in progress
                 returned.setValue(true)
             }
-            while gated.pushes == 0 { await Task.megaYield() }  // the 300 are on the wire, held
             await Task.megaYield()
-            #expect(!returned.value, "sync() must wait while its push is held")
+            try await Self.write((0..<50).map { "later-\($0)" }, in: session)  // not in the held batch
+            #expect(!returned.value, "sync() must wait while a push is held")
             gated.opener.finish()
             try await sync.value
             #expect(returned.value)
-            #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).count == 300)
+            #expect(
+                try await server.pullAll(token: try await TestServer.token(for: "alice")).count == 350,
+                "returned after the run that serves it, not the one that was running"
+            )
             #expect(await session.status.pending == 0)
             try await session.signOut()
         }
@@ -137,7 +141,11 @@ struct SessionLifetimeTests {
             while gated.pushes == 0 { await Task.megaYield() }
 
             try await session.signOut()  // must not wait for the held push
-            await #expect(throws: (any Error).self) { try await run.value }
+            await #expect(
+                throws: FerryError.stopped("this client's user signed out and its store is closed; `SyncSession.client` is the signed-in user's")
+            ) {
+                try await run.value
+            }
             #expect(await client.status.phase == .signedOut)
             let file = try DatabaseQueue(path: directory.appendingPathComponent(StoreLocation.fileName(forUser: "alice")).path)
             let inFlight = try await file.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 1") ?? -1 }
@@ -152,6 +160,7 @@ struct SessionLifetimeTests {
 
     @Test("a token provider that never answers does not hold up sign-out")
     func hungTokenProvider() async throws {
+        let asked = LockIsolated(false)
         try await TestServer.run { server in
             let session = SyncSession(
                 configuration: SessionConfiguration(
@@ -161,8 +170,9 @@ struct SessionLifetimeTests {
                 ),
                 transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
                 token: { _ in
-                    try await Task.sleep(for: .seconds(3600))  // a login screen nobody answers
-                    return "never"
+                    asked.setValue(true)
+                    // A login screen nobody answers, and that ignores cancellation.
+                    while true { try? await Task.sleep(for: .seconds(3600)) }
                 },
                 clock: ImmediateClock()
             )
@@ -170,7 +180,7 @@ struct SessionLifetimeTests {
             try await Self.write(["e-1"], in: session)
             let client = try #require(await session.client)
             let run = Task { try await client.sync() }
-            try await Task.sleep(for: .milliseconds(50))  // the run is waiting for its token
+            while !asked.value { await Task.megaYield() }  // the run is waiting for its token
             try await session.signOut()
             await #expect(throws: (any Error).self) { try await run.value }
         }
@@ -287,9 +297,15 @@ struct SessionLifetimeTests {
         ])
         let first = Task { await pipeline.run() }
         while ran.value == 0 { await Task.megaYield() }
-        let second = Task { await pipeline.run() }
+        let secondReturned = LockIsolated(false)
+        let second = Task {
+            let progress = await pipeline.run()
+            secondReturned.setValue(true)
+            return progress
+        }
         await Task.megaYield()
         #expect(await pipeline.current.phase == .running(step: "one"))
+        #expect(!secondReturned.value, "the second run() waits for the first")
         opener.finish()
         let progress = await first.value
         #expect(progress.phase == .finished)

@@ -5,9 +5,10 @@ import Foundation
 /// The owners (actors) send from their own isolation, so subscribers see values in the
 /// order they were sent; a subscriber that stops iterating is dropped at once.
 final class Broadcast<Element: Sendable>: @unchecked Sendable {
-    // @unchecked: `subscribers` is only read and written under `lock`, and no continuation
-    // is yielded to or finished while the lock is held (a finish runs `onTermination`,
-    // which takes the lock).
+    // @unchecked: `subscribers`, `finished` and `latest` are only read and written under
+    // `lock`, and no continuation is finished while the lock is held (a finish runs
+    // `onTermination`, which takes the lock). The one yield under the lock is to a stream
+    // made a moment before, whose consumer cannot have ended it yet.
     private let lock = NSLock()
     private var subscribers: [UUID: AsyncStream<Element>.Continuation] = [:]
     /// Set by `finish()`: a later subscriber's stream ends after its first value.

@@ -272,8 +272,10 @@ public actor SyncScheduler {
         lastRunEnded = now
         if runningKind == .full, case .success = outcome { fullRunSucceeded = true }
         runningKind = nil
-        // A run cut short by stop() did not fail its callers: their user signed out.
-        for id in servedByCurrentRun { resumeWaiter(id, with: stopped ? .failure(Self.stoppedError) : outcome) }
+        // A run cut short by stop() did not fail its callers: their user signed out. (One that
+        // succeeded before stop() was heard is a success.)
+        let served: Result<Int, any Error> = if stopped, case .failure = outcome { .failure(Self.stoppedError) } else { outcome }
+        for id in servedByCurrentRun { resumeWaiter(id, with: served) }
         servedByCurrentRun = []
         emit(.runFinished(number, succeeded: (try? outcome.get()) != nil))
         evaluate()

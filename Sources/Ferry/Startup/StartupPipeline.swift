@@ -89,10 +89,12 @@ public actor StartupPipeline {
         generation += 1
         let current = runner
         runner = nil
-        current?.cancel()
-        await current?.value
+        // Idle before the wait: a start() or completion() meanwhile sees the pipeline as reset,
+        // and the old run, whose generation is gone, changes nothing more.
         nextStep = 0
         publish(StartupProgress())
+        current?.cancel()
+        await current?.value
     }
 
     // MARK: - Running

@@ -4,15 +4,28 @@ import Foundation
 actor StatusCenter {
     private(set) var status = SyncStatus()
     private let observers = Broadcast<SyncStatus>()
-    /// `FerryStore.outboxCommits` when the counts in `status` were read from the outbox; -1
-    /// when they were worked out otherwise (an upload's progress), so an exact read counts again.
-    private(set) var countedAtCommit = -1
+    /// The newest `FerryStore.outboxCommits` the counts in `status` reflect: counts read from
+    /// an outbox older than that are dropped.
+    private var countedAtCommit = -1
+    /// Whether the counts were read from the outbox, not worked out (an upload's progress).
+    private var countsAreExact = false
 
-    /// Changes the status. Counts set here are estimates: the next exact read counts the outbox.
-    func update(_ change: (inout SyncStatus) -> Void) {
+    /// Whether the counts are those the outbox holds after `commits` commits: an exact read
+    /// need not count again.
+    func countsAreExact(at commits: Int) -> Bool {
+        countsAreExact && countedAtCommit == commits
+    }
+
+    /// Changes the status. Counts set here are estimates (the next exact read counts the
+    /// outbox); `asOfCommit` says which commit they follow, so that older counts cannot
+    /// overwrite them.
+    func update(asOfCommit commits: Int? = nil, _ change: (inout SyncStatus) -> Void) {
         var next = status
         change(&next)
-        if next.pending != status.pending || next.deadLettered != status.deadLettered { countedAtCommit = -1 }
+        if next.pending != status.pending || next.deadLettered != status.deadLettered {
+            countsAreExact = false
+            if let commits { countedAtCommit = max(countedAtCommit, commits) }
+        }
         publish(next)
     }
 
@@ -22,6 +35,7 @@ actor StatusCenter {
     func updateCounts(asOfCommit commits: Int, _ change: (inout SyncStatus) -> Void) -> SyncStatus {
         guard commits >= countedAtCommit else { return status }
         countedAtCommit = commits
+        countsAreExact = true
         var next = status
         change(&next)
         publish(next)

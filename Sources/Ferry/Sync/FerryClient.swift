@@ -77,7 +77,10 @@ public actor FerryClient {
     private let configuration: SyncConfiguration
     private let clock: any Clock<Duration>
     private let lease: SyncLease
-    private var currentRun: Task<SyncReport, any Error>?
+    /// The run in progress: its id, whether it pulls from the beginning, and its task.
+    private var currentRun: (id: UUID, full: Bool, task: Task<SyncReport, any Error>)?
+    /// Callers that joined a run someone else started, by run.
+    private var joiners: [UUID: [UUID: CheckedContinuation<SyncReport, any Error>]] = [:]
     /// Set by `stop()`.
     private var stopped = false
 
@@ -136,7 +139,7 @@ public actor FerryClient {
     /// (an app extension) wrote are counted at the next run.
     public var status: SyncStatus {
         get async {
-            guard !stopped, await store.outboxCommits.count != statusCenter.countedAtCommit else { return await statusCenter.status }
+            guard !stopped, await !statusCenter.countsAreExact(at: store.outboxCommits.count) else { return await statusCenter.status }
             if let counted = await refreshCounts() { return counted }
             return await statusCenter.status
         }
@@ -154,8 +157,8 @@ public actor FerryClient {
     func stop() async {
         stopped = true
         if let currentRun {
-            currentRun.cancel()  // a run the app started itself, which no scheduler stops
-            _ = await currentRun.result
+            currentRun.task.cancel()  // a run the app started itself, which no scheduler stops
+            _ = await currentRun.task.result
         }
         await connection.stop()
         await statusCenter.update { $0 = SyncStatus(phase: .signedOut) }
@@ -163,30 +166,65 @@ public actor FerryClient {
     }
 
     /// Uploads everything pending, then pulls until caught up; `full` pulls from the
-    /// beginning instead of the saved cursor. A call while a run is in progress joins
-    /// that run instead of starting another. Cancelling a call cancels the run it started or
-    /// joined (a sign-out reaches the run whoever started it): its batch goes back to the
-    /// queue, nothing stays in flight.
+    /// beginning instead of the saved cursor. A call while a run is in progress joins that run
+    /// instead of starting another (a full call waits for an incremental run, then starts a
+    /// full one). Cancelling the call that started a run cancels the run: its batch goes back
+    /// to the queue, nothing stays in flight; cancelling a call that joined one ends only its
+    /// own wait. Throws `FerryError.stopped` once the client's user has signed out.
     @discardableResult
     public func sync(full: Bool = false) async throws -> SyncReport {
+        while let currentRun {
+            guard !stopped else { throw Self.stoppedError }
+            let joined: SyncReport
+            do { joined = try await join(currentRun.id) } catch is RunAlreadyEnded { continue }
+            if !full || currentRun.full { return joined }
+        }
         guard !stopped else { throw Self.stoppedError }
-        if let currentRun { return try await Self.wait(for: currentRun) }
+        let id = UUID()
         let run = Task { try await self.performSync(full: full) }
-        currentRun = run
-        defer { currentRun = nil }
-        return try await Self.wait(for: run)
+        currentRun = (id, full, run)
+        let outcome = await withTaskCancellationHandler {
+            await run.result
+        } onCancel: {
+            run.cancel()
+        }
+        currentRun = nil
+        let joiners = self.joiners.removeValue(forKey: id) ?? [:]
+        for joiner in joiners.values { joiner.resume(with: stopped ? .failure(Self.stoppedError) : outcome) }
+        if stopped, case .failure = outcome { throw Self.stoppedError }
+        return try outcome.get()
     }
 
     private static let stoppedError = FerryError.stopped(
         "this client's user signed out and its store is closed; `SyncSession.client` is the signed-in user's"
     )
 
-    private static func wait(for run: Task<SyncReport, any Error>) async throws -> SyncReport {
-        try await withTaskCancellationHandler {
-            try await run.value
+    /// Waits for the run `run` to end, as one of its joiners; cancelling the caller ends this
+    /// wait only.
+    private func join(_ run: UUID) async throws -> SyncReport {
+        let id = UUID()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                guard !Task.isCancelled else {
+                    continuation.resume(throwing: CancellationError())
+                    return
+                }
+                guard currentRun?.id == run else {
+                    continuation.resume(throwing: RunAlreadyEnded())
+                    return
+                }
+                joiners[run, default: [:]][id] = continuation
+            }
         } onCancel: {
-            run.cancel()
+            Task { await self.stopJoining(run, id) }
         }
+    }
+
+    /// The run ended before its joiner could wait for it: `sync()` looks again.
+    private struct RunAlreadyEnded: Error {}
+
+    private func stopJoining(_ run: UUID, _ id: UUID) {
+        joiners[run]?.removeValue(forKey: id)?.resume(throwing: CancellationError())
     }
 
     /// The upload step of `sync()` on its own, without the pull (`ferry bench` measures it).
@@ -241,7 +279,17 @@ public actor FerryClient {
     }
 
     private func performSync(full: Bool) async throws -> SyncReport {
-        try await holdingLease { try await self.leasedSync(full: full) }
+        do {
+            return try await holdingLease { try await self.leasedSync(full: full) }
+        } catch let error where error is CancellationError || Task.isCancelled {
+            // Stopped (a sign-out), not failed: what was in flight is back in the queue. An
+            // unstructured task writes the line: the cancelled one's writes would not run.
+            let journal = self.journal
+            await Task { await journal.record(JournalEvent(kind: "run.finished", message: "sync cancelled; its batch is back in the queue")) }
+                .value
+            await statusCenter.update { $0.phase = .idle }
+            throw error
+        }
     }
 
     private func leasedSync(full: Bool) async throws -> SyncReport {
@@ -263,10 +311,7 @@ public actor FerryClient {
             )
             .pullUntilCaughtUp()
         } catch let error where error is CancellationError || Task.isCancelled {
-            // Stopped (a sign-out), not failed: what was in flight is back in the queue.
-            await journal.record(JournalEvent(kind: "run.finished", message: "sync cancelled; its batch is back in the queue"))
-            await statusCenter.update { $0.phase = .idle }
-            throw error
+            throw error  // performSync says so
         } catch {
             let why = (error as? FerryError)?.description ?? "\(error)"
             await journal.record(JournalEvent(kind: "run.finished", message: "sync failed: \(why)"))

@@ -22,8 +22,9 @@ struct Uploader: Sendable {
     func drain() async throws -> UploadSummary {
         var summary = UploadSummary()
         var batchSize = maximumBatchSize
+        let commits = outbox.store.outboxCommits.count
         let total = try await Outbox.counts(in: outbox.store).pending
-        await status.update {
+        await status.update(asOfCommit: commits) {
             if total > 0 { $0.phase = .uploading(done: 0, total: total) }  // "Synced 0 of 0" would say nothing true
             $0.pending = total
         }
@@ -229,7 +230,7 @@ struct Uploader: Sendable {
     private func report(_ summary: UploadSummary, total: Int) async {
         let done = summary.acknowledged + summary.deadLettered
         let total = max(total, done)
-        await status.update {
+        await status.update(asOfCommit: outbox.store.outboxCommits.count) {
             $0.phase = .uploading(done: done, total: total)
             $0.pending = total - done
         }
