@@ -96,6 +96,37 @@ struct ClientCommandTests {
         }
     }
 
+    @Test("ferry client inspect: words for a stuck store, JSON with --json, and a missing store refused without making one")
+    func inspect() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")
+        let scratch = TestDirectory.make("cli-inspect")
+        let store = scratch.appendingPathComponent("store").path
+        let base = ["--store", store, "--user", "alice"]
+        var run = try await Self.ferry(["client", "inspect"] + base)
+        #expect(run.status != 0)
+        #expect(run.error.contains("no store for user alice in \(store)"))
+        #expect(!FileManager.default.fileExists(atPath: store), "inspect made nothing")
+
+        for id in ["e-1", "e-2"] {
+            run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", id, "--data", #"{"v": 1}"#])
+            #expect(run.status == 0)
+        }
+        run = try await Self.ferry(["client", "inspect"] + base)
+        #expect(run.status == 0)
+        let lines = run.output.split(separator: "\n").map(String.init)
+        #expect(lines.first?.hasPrefix("Waiting to be sent: 2 changes (2 events); the oldest was made ") == true, "\(lines)")
+        #expect(lines.contains("This store has never synced."))
+        run = try await Self.ferry(["client", "inspect"] + base + ["--json"])
+        let json = try JSONDecoder().decode(JSONValue.self, from: Data(run.output.utf8))
+        guard case .object(let object) = json else {
+            Issue.record("not a JSON object: \(run.output)")
+            return
+        }
+        #expect(object["queued"] == .integer(2))
+        #expect(object["queuedByEntity"] == .object(["events": .integer(2)]))
+        #expect(object["lease"] == .null)
+    }
+
     @Test("two syncs and an import running at once on one store: after a last sync every record is on the server, once")
     func concurrentProcesses() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")

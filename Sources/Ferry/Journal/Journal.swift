@@ -49,13 +49,16 @@ public struct Journal: Sendable {
     /// The most recent `limit` events, in the order they happened (an event stamped when it
     /// happened may be written a little later, behind events that came after it).
     public func events(limit: Int = 10_000) async throws -> [JournalEvent] {
-        let lines = try await database.read { db in
-            try String.fetchAll(
-                db,
-                sql: "SELECT event FROM (SELECT id, at, event FROM ferry_journal ORDER BY id DESC LIMIT ?) ORDER BY at, id",
-                arguments: [limit]
-            )
-        }
+        try await database.read { db in try Self.events(limit: limit, db: db) }
+    }
+
+    /// The most recent `limit` events of `db`'s journal, in the order they happened.
+    static func events(limit: Int, db: Database) throws -> [JournalEvent] {
+        let lines = try String.fetchAll(
+            db,
+            sql: "SELECT event FROM (SELECT id, at, event FROM ferry_journal ORDER BY id DESC LIMIT ?) ORDER BY at, id",
+            arguments: [limit]
+        )
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let text = try decoder.singleValueContainer().decode(String.self)
@@ -65,6 +68,11 @@ public struct Journal: Sendable {
             return date
         }
         return try lines.map { try decoder.decode(JournalEvent.self, from: Data($0.utf8)) }
+    }
+
+    /// The events of `kinds` among the latest 1,000, in the order they happened.
+    static func latest(kinds: Set<String>, db: Database) throws -> [JournalEvent] {
+        try events(limit: 1000, db: db).filter { kinds.contains($0.kind) }
     }
 
     /// The journal as JSON lines, one event a line, in the order they happened.

@@ -374,7 +374,7 @@ struct Outbox: Sendable {
             try writer.write(entity: mutation.entity, entityID: mutation.entityID, data: data, naturalKey: mutation.naturalKey, db: db)
             let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
             try db.execute(
-                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (?, ?, ?, ?, ?)",
+                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL))",
                 arguments: [mutation.entity, mutation.entityID, data == nil ? "delete" : "upsert", text, mutation.naturalKey]
             )
             later.add(db.lastInsertedRowID, of: record)  // a merge into this record later in the batch must see it

@@ -130,7 +130,7 @@ public actor StartupPipeline {
         update(generation) {
             $0.phase = .finished
             $0.fraction = 1
-            $0.message = ""
+            $0.message = "Ready"  // what a person reads at 100%, not an empty line
         }
         runner = nil
     }

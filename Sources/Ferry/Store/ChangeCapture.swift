@@ -30,11 +30,11 @@ enum ChangeCapture {
                 BEGIN \(sql.upsert("NEW")) END;
                 CREATE TRIGGER \("ferry_capture_\(name)_update".quotedDatabaseIdentifier) AFTER UPDATE ON \(quoted) WHEN \(capturing)
                 BEGIN
-                    INSERT INTO ferry_outbox (entity, entity_id, op) SELECT \(sql.entity("OLD")), OLD.\(sql.pk), 'delete' WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"));
+                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at) SELECT \(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL) WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"));
                     \(sql.upsert("NEW"))
                 END;
                 CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
-                BEGIN INSERT INTO ferry_outbox (entity, entity_id, op) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete'); END;
+                BEGIN INSERT INTO ferry_outbox (entity, entity_id, op, queued_at) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL)); END;
                 """
         )
     }
@@ -45,8 +45,8 @@ enum ChangeCapture {
         let sql = try Expressions(table: table, db: db)
         try db.execute(
             sql: """
-                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key)
-                SELECT \(sql.entity("NEW")), NEW.\(sql.pk), 'upsert', \(sql.data("NEW")), \(sql.naturalKey("NEW"))
+                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at)
+                SELECT \(sql.entity("NEW")), NEW.\(sql.pk), 'upsert', \(sql.data("NEW")), \(sql.naturalKey("NEW")), \(OutboxState.nowSQL)
                 FROM \(table.table.quotedDatabaseIdentifier) AS NEW\(condition.map { " WHERE \($0)" } ?? "")
                 """,
             arguments: arguments
@@ -115,7 +115,7 @@ private struct Expressions {
     }
 
     func upsert(_ row: String) -> String {
-        "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)));"
+        "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)), \(OutboxState.nowSQL));"
     }
 }
 

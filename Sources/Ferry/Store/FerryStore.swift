@@ -213,6 +213,11 @@ public final class FerryStore: Sendable {
             // million changes that the server merged cost the square of their count.
             try db.execute(sql: "CREATE INDEX ferry_outbox_by_record ON ferry_outbox (entity_id)")
         }
+        migrator.registerMigration("ferry-v7") { db in
+            // When each entry was queued (seconds since 1970), for "the oldest change has waited
+            // since …" (`QueueSnapshot`). Entries queued before this migration have none.
+            try db.execute(sql: "ALTER TABLE ferry_outbox ADD COLUMN queued_at REAL")
+        }
         return migrator
     }
 
@@ -229,7 +234,7 @@ public final class FerryStore: Sendable {
         let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
         try await database.write { db in
             try db.execute(
-                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key) VALUES (?, ?, ?, ?, ?)",
+                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL))",
                 arguments: [entity, entityID, op.rawValue, text, naturalKey]
             )
         }
@@ -274,4 +279,6 @@ enum OutboxState: Int {
 
     /// SQL for entries still to be acknowledged by the server.
     static let queuedCondition = "state IN (\(pending.rawValue), \(inFlight.rawValue))"
+    /// SQL for the time now in seconds since 1970 (to the millisecond), as `queued_at` holds it.
+    static let nowSQL = "((julianday('now') - 2440587.5) * 86400.0)"
 }

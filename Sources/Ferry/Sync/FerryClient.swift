@@ -331,7 +331,7 @@ public actor FerryClient {
         await journal.record(
             JournalEvent(
                 kind: "run.finished",
-                message: "sync finished",
+                message: QueueSnapshot.runSucceeded,
                 details: [
                     "pushed": "\(report.upload.acknowledged)", "merged": "\(report.upload.merged)", "pulled": "\(report.pull.received)",
                     "requests": "\(report.requests)",
@@ -362,6 +362,11 @@ public actor FerryClient {
 
     // MARK: - Dead letters
 
+    /// What the queue holds and why it is not leaving (`QueueSnapshot.explanation` in words).
+    public func queueSnapshot() async throws -> QueueSnapshot {
+        try await QueueSnapshot.read(from: store)
+    }
+
     /// Every dead-lettered outbox entry, oldest first. Throws the database's error if the store cannot be read.
     public func deadLetters() async throws -> [DeadLetter] {
         try await store.database.read { db in
@@ -387,8 +392,8 @@ public actor FerryClient {
         try await store.database.write { db in
             try db.execute(
                 sql: """
-                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key)
-                    SELECT entity, entity_id, op, data, natural_key FROM ferry_outbox WHERE state = ? ORDER BY id
+                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at)
+                    SELECT entity, entity_id, op, data, natural_key, queued_at FROM ferry_outbox WHERE state = ? ORDER BY id
                     """,
                 arguments: [OutboxState.deadLettered.rawValue]
             )

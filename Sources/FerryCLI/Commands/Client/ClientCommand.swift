@@ -12,7 +12,7 @@ struct ClientCommand: AsyncParsableCommand {
             "Each user's records live in DIR/user-<SHA-256 of the user id>.sqlite; every entity is synced with id, data and an optional natural key.",
         subcommands: [
             ClientAddCommand.self, ClientDeleteCommand.self, ClientImportCommand.self, ClientSyncCommand.self,
-            ClientStatusCommand.self, ClientListCommand.self, ClientJournalCommand.self,
+            ClientStatusCommand.self, ClientInspectQueueCommand.self, ClientListCommand.self, ClientJournalCommand.self,
         ]
     )
 }

@@ -1,0 +1,59 @@
+import ArgumentParser
+import Ferry
+import FerryProtocol
+import Foundation
+
+/// `ferry client inspect`: the store's queue in words that answer "why is it stuck?".
+struct ClientInspectQueueCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "inspect",
+        abstract: "What the store's queue holds and why it is not leaving: queued and in-flight changes, the sync lease, dead letters, the last run."
+    )
+
+    @OptionGroup var options: StoreOptions
+    @Flag(help: "Print JSON.") var json = false
+
+    func run() async throws {
+        // Looked at, never made: a store that does not exist is an error, not an empty one.
+        let file = URL(fileURLWithPath: options.store).appendingPathComponent(StoreLocation.fileName(forUser: options.user))
+        guard FileManager.default.fileExists(atPath: file.path) else {
+            throw CommandFailure("no store for user \(options.user) in \(options.store) (looked for \(file.lastPathComponent))")
+        }
+        let snapshot = try await QueueSnapshot.read(from: try options.open())
+        if json {
+            printNow(String(decoding: try ProtocolValidation.encode(Self.json(snapshot)), as: UTF8.self))
+        } else {
+            printNow(snapshot.explanation.joined(separator: "\n"))
+        }
+    }
+
+    static func json(_ snapshot: QueueSnapshot) -> JSONObject {
+        func time(_ date: Date?) -> JSONValue { date.map { .string($0.formatted(.iso8601)) } ?? .null }
+        func event(_ event: JournalEvent?) -> JSONValue {
+            event.map { .object(["at": time($0.at), "kind": .string($0.kind), "message": .string($0.message)]) } ?? .null
+        }
+        return [
+            "queued": .integer(Int64(snapshot.queued)),
+            "queuedByEntity": .object(snapshot.queuedByEntity.mapValues { .integer(Int64($0)) }),
+            "inFlight": .integer(Int64(snapshot.inFlight)),
+            "oldestQueuedAt": time(snapshot.oldestQueuedAt),
+            "lease": snapshot.lease.map {
+                .object([
+                    "holder": .string($0.holder), "processID": .integer(Int64($0.processID)), "expiresAt": time($0.expiresAt),
+                    "holderIsRunning": .bool($0.holderIsRunning),
+                ])
+            } ?? .null,
+            "deadLetters": .array(
+                snapshot.deadLetters.map {
+                    .object([
+                        "entity": .string($0.entity), "entityID": .string($0.entityID), "op": .string($0.op.rawValue), "reason": .string($0.reason),
+                    ])
+                }
+            ),
+            "lastSyncedAt": time(snapshot.lastSyncedAt),
+            "lastRun": event(snapshot.lastRun),
+            "lastWait": event(snapshot.lastWait),
+            "explanation": .array(snapshot.explanation.map { .string($0) }),
+        ]
+    }
+}

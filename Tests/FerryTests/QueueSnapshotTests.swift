@@ -1,0 +1,104 @@
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import GRDB
+import Testing
+
+@testable import Ferry
+
+/// "Why is it stuck?" answered from the store: what is queued and since when, who is sending
+/// it, what was set aside and why, how the last run ended.
+@Suite("Queue snapshot", .timeLimit(.minutes(1)))
+struct QueueSnapshotTests {
+    @Test("a store stuck three ways: changes queued, a batch in flight from a process that died, one record too big to send")
+    func stuckStore() async throws {
+        try await TestServer.run { server in
+            let path = ClientFixture.storePath()
+            let store = try ClientFixture.openStore(at: path)
+            let fresh = try await QueueSnapshot.read(from: store)
+            #expect(fresh.queued == 0 && fresh.lease == nil && fresh.lastRun == nil)
+            #expect(fresh.explanation == ["Nothing is waiting to be sent.", "This store has never synced."])
+
+            // One record too big to send: the sync sets it aside and says why.
+            let big = String(repeating: "x", count: 300_000)
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, kind) VALUES ('huge', ?)", arguments: [big]) }
+            let client = ClientFixture.client(store: store, server: server)
+            try await client.sync()
+
+            // 30 events and 2 notes queued; a process takes 10 of them in flight and dies.
+            try await store.database.write { db in
+                for index in 0..<30 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index]) }
+                for index in 0..<2 { try db.execute(sql: "INSERT INTO notes (id, body) VALUES (?, 'n')", arguments: ["n-\(index)"]) }
+            }
+            let lease = SyncLease(store: store, duration: 60)
+            #expect(try await lease.acquire() == nil)
+            _ = try #require(try await Outbox(store: store, lease: lease).nextBatch(limit: 10))
+            let dead = try deadProcessID()
+            try await store.database.write { db in try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [dead]) }
+
+            let snapshot = try await client.queueSnapshot()
+            #expect(snapshot.queuedByEntity == ["events": 30, "notes": 2])
+            #expect(snapshot.inFlight == 10)
+            #expect(snapshot.lease?.processID == dead)
+            #expect(snapshot.lease?.holderIsRunning == false)
+            #expect(snapshot.deadLetters.map(\.entityID) == ["huge"])
+            #expect(try #require(snapshot.oldestQueuedAt).timeIntervalSinceNow > -60)
+            #expect(snapshot.lastRun?.message == "sync finished")
+            let words = snapshot.explanation
+            #expect(words[0].hasPrefix("Waiting to be sent: 32 changes (30 events, 2 notes); the oldest was made "))
+            #expect(words[1].hasPrefix("In flight from \(lease.holder), whose process is gone: 10 changes."))
+            #expect(words[2].hasPrefix("Set aside for the app to retry or discard: 1 change: 1 × data is "))
+            #expect(words[3].hasPrefix("The last sync succeeded at "))
+
+            // The next sync takes the lease from the dead process, resends, and the queue empties.
+            try await client.sync()
+            let after = try await client.queueSnapshot()
+            #expect(after.queued == 0 && after.inFlight == 0 && after.lease == nil)
+            #expect(after.explanation.first == "Nothing is waiting to be sent.")
+        }
+    }
+
+    @Test("while a sync holds a push, the snapshot names the holder and what is on the wire; a failed run says why")
+    func syncInProgressAndFailure() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                for index in 0..<5 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index]) }
+            }
+            let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let client = ClientFixture.client(store: store, server: server, transport: gated)
+            let run = Task { try await client.sync() }
+            while gated.pushes == 0 { await Task.yield() }
+            let during = try await QueueSnapshot.read(from: store)
+            #expect(during.inFlight == 5 && during.lease?.holderIsRunning == true)
+            #expect(during.explanation[1].hasPrefix("Being synced now by pid \(ProcessInfo.processInfo.processIdentifier) client "))
+            #expect(during.explanation[1].hasSuffix(", 5 changes of them on the wire."))
+            gated.opener.finish()
+            _ = try await run.value
+
+            // A server that refuses the token: the last run's error is in the words.
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES ('late', 1)") }
+            let refused = FerryClient(
+                store: store,
+                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                token: { "not-a-token" }
+            )
+            await #expect(throws: FerryError.self) { try await refused.sync() }
+            let failed = try await refused.queueSnapshot()
+            #expect(
+                failed.explanation.contains { $0.hasPrefix("The last sync ended at ") && $0.contains("sync failed: the server refused the token") }
+            )
+            #expect(failed.explanation.contains { $0.hasPrefix("The last successful sync ended at ") })
+        }
+    }
+
+    @Test("ages read as a person reads a wait")
+    func ages() {
+        let start = Date(timeIntervalSince1970: 0)
+        #expect(QueueSnapshot.age(from: start, to: start.addingTimeInterval(59)) == "59 s")
+        #expect(QueueSnapshot.age(from: start, to: start.addingTimeInterval(600)) == "10 min")
+        #expect(QueueSnapshot.age(from: start, to: start.addingTimeInterval(5 * 3600)) == "5 h")
+        #expect(QueueSnapshot.age(from: start, to: start.addingTimeInterval(3 * 86400)) == "3 days")
+        #expect(QueueSnapshot.age(from: start.addingTimeInterval(10), to: start) == "0 s")
+    }
+}
