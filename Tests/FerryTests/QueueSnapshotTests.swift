@@ -1,3 +1,5 @@
+import Clocks
+import ConcurrencyExtras
 import FerryProtocol
 import FerryTestSupport
 import Foundation
@@ -89,6 +91,53 @@ struct QueueSnapshotTests {
                 failed.explanation.contains { $0.hasPrefix("The last sync ended at ") && $0.contains("sync failed: the server refused the token") }
             )
             #expect(failed.explanation.contains { $0.hasPrefix("The last successful sync ended at ") })
+        }
+    }
+
+    @Test("through a session, the snapshot says what the scheduler does: settling, waiting out the minimum interval, offline, running")
+    func schedulerState() async throws {
+        struct Scripted: ConnectivityMonitor {
+            let stream: AsyncStream<Bool>
+            func states() -> AsyncStream<Bool> { stream }
+        }
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let (states, link) = AsyncStream.makeStream(of: Bool.self)
+            let session = SyncSession(
+                configuration: SessionConfiguration(
+                    storeDirectory: TestDirectory.make("session"),
+                    tables: [ClientFixture.events, ClientFixture.notes],
+                    schema: ClientFixture.schema()
+                ),
+                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                token: { user in try await TestServer.token(for: user) },
+                connectivity: Scripted(stream: states),
+                clock: clock
+            )
+            #expect(try await session.queueSnapshot() == nil)
+            link.yield(true)
+            try await session.signIn("alice")  // raises launch, which settles for 250 ms
+            let scheduler = try #require(await session.engine?.scheduler)
+            while await scheduler.online != true { await Task.megaYield() }
+            guard case .settling(1, _) = try #require(try await session.queueSnapshot()?.scheduler) else {
+                Issue.record("\(String(describing: try await session.queueSnapshot()?.scheduler))")
+                return
+            }
+            var events = EventReader(await scheduler.eventStream())
+            await clock.advance(by: .milliseconds(251))
+            #expect(await events.runFinished() == 1)
+            await session.trigger(.manual)  // right after a run: the minimum interval holds it
+            guard case .waitingForMinimumInterval(1, _) = await scheduler.state else {
+                Issue.record("\(await scheduler.state)")
+                return
+            }
+            link.yield(false)
+            while await scheduler.online != false { await Task.megaYield() }
+            let offline = try #require(try await session.queueSnapshot())
+            #expect(offline.scheduler == .waitingForNetwork(triggers: 1))
+            #expect(offline.explanation.contains("Offline: 1 trigger waits for the network; the run starts when it returns."))
+            try await session.signOut()
+            #expect(await scheduler.state == .stopped)
         }
     }
 

@@ -41,6 +41,12 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var lastWait: JournalEvent?
     /// When a run started that has not finished: it is running, or its process ended first.
     public var unfinishedRunStartedAt: Date?
+    /// What the signed-in user's scheduler is doing, for a snapshot taken through a session
+    /// (`SyncSession.queueSnapshot()`); `nil` when read from the store alone.
+    public var scheduler: SchedulerState?
+    /// What the client is doing now, for a snapshot taken through a session or a client: a
+    /// wait for Retry-After or a backoff shows here with its reason; `nil` from the store alone.
+    public var status: SyncStatus?
 
     /// Changes queued, in flight included.
     public var queued: Int { queuedByEntity.values.reduce(0, +) }
@@ -137,6 +143,8 @@ public struct QueueSnapshot: Sendable, Equatable {
         case nil where lastSyncedAt == nil: lines.append("This store has never synced.")
         case nil: break
         }
+        if let scheduler { lines.append(scheduler.explanation) }
+        if let status, case .waiting = status.phase { lines.append("Now: \(status.progressText).") }
         if let unfinishedRunStartedAt {
             lines.append("A sync started at \(Self.time(unfinishedRunStartedAt)) has not finished: it is running, or its process ended first.")
         }

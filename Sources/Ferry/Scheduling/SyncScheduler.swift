@@ -216,6 +216,19 @@ public actor SyncScheduler {
         await journalWriter?.value
     }
 
+    /// What the scheduler is doing about the triggers it holds, and until when.
+    public var state: SchedulerState {
+        if stopped { return .stopped }
+        if running != nil { return .running(queued: pending?.triggers.count ?? 0) }
+        guard let pending else { return .idle }
+        if online == false { return .waitingForNetwork(triggers: pending.triggers.count) }
+        let afterInterval = lastRunEnded.map { $0 + configuration.minimumInterval }
+        let due = max(pending.due, afterInterval ?? pending.due)
+        let until = Date().addingTimeInterval(max(0, (due - now).seconds))
+        if let afterInterval, afterInterval > pending.due { return .waitingForMinimumInterval(triggers: pending.triggers.count, until: until) }
+        return .settling(triggers: pending.triggers.count, until: until)
+    }
+
     /// Starts periodic runs if configured.
     public func startPeriodic() {
         schedulePeriodic()

@@ -165,6 +165,16 @@ public actor SyncSession {
         try await engine.scheduler.run(for: .manual, kind: full ? .full : nil)
     }
 
+    /// The signed-in user's queue and why it is not leaving, with what their scheduler and
+    /// client are doing (waiting for the network, a settle window, Retry-After…); `nil` while
+    /// nobody is signed in.
+    public func queueSnapshot() async throws -> QueueSnapshot? {
+        guard let engine else { return nil }
+        var snapshot = try await engine.client.queueSnapshot()
+        snapshot.scheduler = await engine.scheduler.state
+        return snapshot
+    }
+
     /// The signed-in user's engine now, then on every sign-in (an engine) and sign-out (`nil`).
     public func engineUpdates() -> AsyncStream<Engine?> {
         engineObservers.subscribe(startingWith: .some(engine), bufferingPolicy: .bufferingNewest(1))

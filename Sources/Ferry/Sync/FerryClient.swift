@@ -362,9 +362,12 @@ public actor FerryClient {
 
     // MARK: - Dead letters
 
-    /// What the queue holds and why it is not leaving (`QueueSnapshot.explanation` in words).
+    /// What the queue holds and why it is not leaving (`QueueSnapshot.explanation` in words),
+    /// with this client's status.
     public func queueSnapshot() async throws -> QueueSnapshot {
-        try await QueueSnapshot.read(from: store)
+        var snapshot = try await QueueSnapshot.read(from: store)
+        snapshot.status = await status
+        return snapshot
     }
 
     /// Every dead-lettered outbox entry, oldest first. Throws the database's error if the store cannot be read.

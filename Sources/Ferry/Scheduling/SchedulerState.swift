@@ -1,0 +1,40 @@
+import Foundation
+
+/// What a scheduler is doing about the triggers it holds: the in-memory half of "why is it
+/// stuck?" (`QueueSnapshot.scheduler`).
+public enum SchedulerState: Sendable, Equatable {
+    /// No trigger is waiting and no run is going.
+    case idle
+    /// A run is going; `queued` triggers wait for the one after it.
+    case running(queued: Int)
+    /// `triggers` wait for the network to come back.
+    case waitingForNetwork(triggers: Int)
+    /// `triggers` wait for the settle window, which closes at `until`.
+    case settling(triggers: Int, until: Date)
+    /// `triggers` wait for the least time between runs (`SchedulerConfiguration.minimumInterval`)
+    /// to pass, at `until`.
+    case waitingForMinimumInterval(triggers: Int, until: Date)
+    /// The scheduler was stopped (its user signed out).
+    case stopped
+
+    /// The state in a sentence for people.
+    public var explanation: String {
+        switch self {
+        case .idle: "The scheduler holds no trigger: the next write, a return to the app or a manual sync starts a run."
+        case .running(let queued):
+            queued == 0 ? "A sync is running." : "A sync is running; \(Self.triggers(queued)) for one more run after it."
+        case .waitingForNetwork(let triggers):
+            "Offline: \(Self.triggers(triggers)) for the network; the run starts when it returns."
+        case .settling(let triggers, let until):
+            "\(Self.triggers(triggers)) for the settle window; the run starts at \(until.formatted(.iso8601))."
+        case .waitingForMinimumInterval(let triggers, let until):
+            "\(Self.triggers(triggers)) for the least time between runs; the run starts at \(until.formatted(.iso8601))."
+        case .stopped: "The scheduler is stopped: nobody is signed in."
+        }
+    }
+
+    /// "1 trigger waits", "3 triggers wait".
+    private static func triggers(_ count: Int) -> String {
+        count == 1 ? "1 trigger waits" : "\(count) triggers wait"
+    }
+}
