@@ -1,3 +1,4 @@
+import Ferry
 import FerryProtocol
 import FerryTestSupport
 import Foundation
@@ -104,7 +105,7 @@ struct ClientCommandTests {
         let base = ["--store", store, "--user", "alice"]
         var run = try await Self.ferry(["client", "inspect"] + base)
         #expect(run.status != 0)
-        #expect(run.error.contains("no store for user alice in \(store)"))
+        #expect(run.error.contains("no store for user alice: --store \(store) does not exist"))
         #expect(!FileManager.default.fileExists(atPath: store), "inspect made nothing")
 
         for id in ["e-1", "e-2"] {
@@ -114,8 +115,25 @@ struct ClientCommandTests {
         run = try await Self.ferry(["client", "inspect"] + base)
         #expect(run.status == 0)
         let lines = run.output.split(separator: "\n").map(String.init)
-        #expect(lines.first?.hasPrefix("Waiting to be sent: 2 changes (2 events); the oldest was made ") == true, "\(lines)")
+        #expect(lines.first?.hasPrefix("Not yet acknowledged by the server: 2 changes (2 events); the oldest was made ") == true, "\(lines)")
         #expect(lines.contains("This store has never synced."))
+        // Read, never changed: the file's bytes are the same after inspect.
+        let file = URL(fileURLWithPath: store).appendingPathComponent(StoreLocation.fileName(forUser: "alice"))
+        let before = try Data(contentsOf: file)
+        _ = try await Self.ferry(["client", "inspect"] + base)
+        #expect(try Data(contentsOf: file) == before, "inspect changed the store")
+        // A file that is not a Ferry store (an empty one here) is refused, and stays empty.
+        let other = scratch.appendingPathComponent("other")
+        try FileManager.default.createDirectory(at: other, withIntermediateDirectories: true)
+        let empty = other.appendingPathComponent(StoreLocation.fileName(forUser: "bob"))
+        #expect(FileManager.default.createFile(atPath: empty.path, contents: Data()))
+        run = try await Self.ferry(["client", "inspect", "--store", other.path, "--user", "bob"])
+        #expect(run.status != 0)
+        #expect(run.error.contains("not a Ferry store"), "\(run.error)")
+        #expect(try Data(contentsOf: empty).isEmpty)
+        run = try await Self.ferry(["client", "inspect", "--store", file.path, "--user", "alice"])
+        #expect(run.error.contains("is a file"))
+
         run = try await Self.ferry(["client", "inspect"] + base + ["--json"])
         let json = try JSONDecoder().decode(JSONValue.self, from: Data(run.output.utf8))
         guard case .object(let object) = json else {

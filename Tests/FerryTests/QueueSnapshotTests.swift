@@ -47,10 +47,18 @@ struct QueueSnapshotTests {
             #expect(try #require(snapshot.oldestQueuedAt).timeIntervalSinceNow > -60)
             #expect(snapshot.lastRun?.message == "sync finished")
             let words = snapshot.explanation
-            #expect(words[0].hasPrefix("Waiting to be sent: 32 changes (30 events, 2 notes); the oldest was made "))
-            #expect(words[1].hasPrefix("In flight from \(lease.holder), whose process is gone: 10 changes."))
-            #expect(words[2].hasPrefix("Set aside for the app to retry or discard: 1 change: 1 × data is "))
+            #expect(
+                words[0].hasPrefix("Not yet acknowledged by the server: 32 changes (30 events, 2 notes), 10 of them in flight; the oldest was made ")
+            )
+            #expect(
+                words[1].hasPrefix(
+                    "Sent by \(lease.holder), and no process \(dead) runs on this machine: the next sync returns the 10 changes in flight"
+                )
+            )
+            #expect(words[2].hasPrefix("Set aside for the app to retry or discard: 1 change: data is "))
+            #expect(words[2].hasSuffix(" (events/huge)."))
             #expect(words[3].hasPrefix("The last sync succeeded at "))
+            #expect(try QueueSnapshot.read(atPath: path).explanation == words.map { $0 }, "the same words from the file alone")
 
             // The next sync takes the lease from the dead process, resends, and the queue empties.
             try await client.sync()
@@ -73,8 +81,10 @@ struct QueueSnapshotTests {
             while gated.pushes == 0 { await Task.yield() }
             let during = try await QueueSnapshot.read(from: store)
             #expect(during.inFlight == 5 && during.lease?.holderIsRunning == true)
-            #expect(during.explanation[1].hasPrefix("Being synced now by pid \(ProcessInfo.processInfo.processIdentifier) client "))
-            #expect(during.explanation[1].hasSuffix(", 5 changes of them on the wire."))
+            #expect(
+                during.explanation[0] == "Not yet acknowledged by the server: 5 changes (5 events), 5 of them in flight; the oldest was made 0 s ago."
+            )
+            #expect(during.explanation[1].hasPrefix("Being synced by pid \(ProcessInfo.processInfo.processIdentifier) client "))
             gated.opener.finish()
             _ = try await run.value
 

@@ -59,6 +59,22 @@ public struct Journal: Sendable {
             sql: "SELECT event FROM (SELECT id, at, event FROM ferry_journal ORDER BY id DESC LIMIT ?) ORDER BY at, id",
             arguments: [limit]
         )
+        let decoder = Self.decoder()
+        return try lines.map { try decoder.decode(JournalEvent.self, from: Data($0.utf8)) }
+    }
+
+    /// The newest event of `kind` in the whole journal.
+    static func latest(kind: String, db: Database) throws -> JournalEvent? {
+        try String.fetchOne(
+            db,
+            sql: "SELECT event FROM ferry_journal WHERE json_extract(event, '$.kind') = ? ORDER BY id DESC LIMIT 1",
+            arguments: [kind]
+        )
+        .map { try decoder().decode(JournalEvent.self, from: Data($0.utf8)) }
+    }
+
+    /// Reads the journal's times, ISO 8601 with milliseconds.
+    private static func decoder() -> JSONDecoder {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let text = try decoder.singleValueContainer().decode(String.self)
@@ -67,12 +83,7 @@ public struct Journal: Sendable {
             }
             return date
         }
-        return try lines.map { try decoder.decode(JournalEvent.self, from: Data($0.utf8)) }
-    }
-
-    /// The events of `kinds` among the latest 1,000, in the order they happened.
-    static func latest(kinds: Set<String>, db: Database) throws -> [JournalEvent] {
-        try events(limit: 1000, db: db).filter { kinds.contains($0.kind) }
+        return decoder
     }
 
     /// The journal as JSON lines, one event a line, in the order they happened.

@@ -23,11 +23,12 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var takenAt: Date
     /// Changes the server has not acknowledged yet (queued or in flight), by entity.
     public var queuedByEntity: [String: Int]
-    /// Of those, changes on the wire or waiting for their answer.
+    /// Of those, changes taken by a sync that has not applied their answer yet.
     public var inFlight: Int
-    /// When the oldest queued change was made; `nil` if nothing is queued, or the oldest was
-    /// queued by a version of Ferry that did not record the time.
+    /// When the oldest queued change was made; `nil` if nothing is queued, or none has a time.
     public var oldestQueuedAt: Date?
+    /// Queued changes without a time: queued by a version of Ferry that did not record it.
+    public var untimedQueued: Int
     /// The current holder of the store's sync lease; `nil` when nobody syncs it.
     public var lease: Lease?
     /// Changes set aside, oldest first, each with why.
@@ -56,29 +57,60 @@ public struct QueueSnapshot: Sendable, Equatable {
         try await store.database.read { db in try read(db) }
     }
 
+    /// The snapshot of the store file at `path`, read without changing a byte of it: no
+    /// migration, no trigger, nothing created. For a store an app still has open, or one a
+    /// user sent in, of any version of Ferry.
+    ///
+    /// - Throws: `FerryError.unreadableStore` for a file that is not a Ferry store.
+    public static func read(atPath path: String) throws -> QueueSnapshot {
+        var configuration = Configuration()
+        configuration.readonly = true
+        configuration.busyMode = .timeout(10)
+        do {
+            let file = try DatabaseQueue(path: path, configuration: configuration)
+            defer { try? file.close() }
+            return try file.read { db in
+                guard try db.tableExists("grdb_migrations"),
+                    try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = 'ferry-v1')") == true,
+                    try db.tableExists("ferry_outbox"), try db.tableExists("ferry_meta"), try db.tableExists("ferry_journal")
+                else { throw FerryError.unreadableStore("\(path): not a Ferry store; nothing in it was changed") }
+                return try read(db)
+            }
+        } catch let error as DatabaseError {
+            throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed")
+        }
+    }
+
     static func read(_ db: Database) throws -> QueueSnapshot {
+        // Stores of older versions lack what later ones added: the queue times (ferry-v7) and
+        // the lease (ferry-v4).
+        let hasQueueTimes = try db.columns(in: "ferry_outbox").contains { $0.name == "queued_at" }
         var byEntity: [String: Int] = [:]
+        var inFlight = 0
+        var oldest: Double?
+        var untimed = 0
         for row in try Row.fetchAll(
             db,
-            sql: "SELECT entity, COUNT(*) FROM ferry_outbox WHERE \(OutboxState.queuedCondition) GROUP BY entity"
+            sql: """
+                SELECT entity, COUNT(*), SUM(state = \(OutboxState.inFlight.rawValue)), \(hasQueueTimes ? "MIN(queued_at), COUNT(*) - COUNT(queued_at)" : "NULL, COUNT(*)")
+                FROM ferry_outbox WHERE \(OutboxState.queuedCondition) GROUP BY entity
+                """
         ) {
             byEntity[row[0]] = row[1]
+            inFlight += row[2]
+            if let time: Double = row[3] { oldest = min(oldest ?? time, time) }
+            untimed += row[4]
         }
-        let inFlight =
-            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.inFlight.rawValue]) ?? 0
-        // The entry with the lowest id is the oldest change; its time, if it has one.
-        let oldest = try Double.fetchOne(
-            db,
-            sql: "SELECT queued_at FROM ferry_outbox WHERE \(OutboxState.queuedCondition) ORDER BY id LIMIT 1"
-        )
-        let lease = try Row.fetchOne(db, sql: "SELECT holder, pid, expires_at FROM ferry_lease WHERE id = 1").map { row in
-            Lease(
-                holder: row[0],
-                processID: row[1],
-                expiresAt: Date(timeIntervalSince1970: row[2]),
-                holderIsRunning: SyncLease.processExists(row[1])
-            )
-        }
+        let lease =
+            try db.tableExists("ferry_lease")
+            ? try Row.fetchOne(db, sql: "SELECT holder, pid, expires_at FROM ferry_lease WHERE id = 1").map { row in
+                Lease(
+                    holder: row[0],
+                    processID: row[1],
+                    expiresAt: Date(timeIntervalSince1970: row[2]),
+                    holderIsRunning: SyncLease.processExists(row[1])
+                )
+            } : nil
         let deadLetters = try Row.fetchAll(
             db,
             sql: "SELECT id, entity, entity_id, op, error FROM ferry_outbox WHERE state = ? ORDER BY id",
@@ -86,72 +118,95 @@ public struct QueueSnapshot: Sendable, Equatable {
         )
         .map { DeadLetter(id: $0[0], entity: $0[1], entityID: $0[2], op: MutationOp(rawValue: $0[3]) ?? .upsert, reason: $0[4] ?? "") }
         let lastSynced = try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta")
-        let journal = try Journal.latest(kinds: ["run.started", "run.finished", "wait"], db: db)
-        let lastStart = journal.last { $0.kind == "run.started" }
-        let lastRun = journal.last { $0.kind == "run.finished" }
+        // The newest of each kind in the whole journal: a long offline spell fills it with
+        // triggers, and the run that matters may be thousands of events back.
+        let lastStart = try Journal.latest(kind: "run.started", db: db)
+        let lastRun = try Journal.latest(kind: "run.finished", db: db)
+        let wait = try Journal.latest(kind: "wait", db: db)
         return QueueSnapshot(
             takenAt: Date(),
             queuedByEntity: byEntity,
             inFlight: inFlight,
             oldestQueuedAt: oldest.map(Date.init(timeIntervalSince1970:)),
+            untimedQueued: untimed,
             lease: lease,
             deadLetters: deadLetters,
             lastSyncedAt: lastSynced.map(Date.init(timeIntervalSince1970:)),
             lastRun: lastRun,
-            lastWait: journal.last { event in event.kind == "wait" && (lastStart.map { event.at >= $0.at } ?? true) },
+            lastWait: wait.flatMap { wait in lastStart.map { wait.at >= $0.at } ?? true ? wait : nil },
             unfinishedRunStartedAt: lastStart.flatMap { start in lastRun.map { $0.at < start.at } ?? true ? start.at : nil }
         )
     }
 
-    /// The snapshot in words, a line each: what is queued and since when, who is sending it,
-    /// what was set aside and why, how the last run ended. The answer to "why is it stuck?".
+    /// The snapshot in words, a line each: what is unacknowledged and since when, who is
+    /// sending it, what was set aside and why, how the last run ended, what the scheduler and
+    /// the client do now. The answer to "why is it stuck?".
     public var explanation: [String] {
         var lines: [String] = []
+        let running = lease.map { $0.holderIsRunning && $0.expiresAt > takenAt } ?? false
         if queued == 0 {
             lines.append("Nothing is waiting to be sent.")
         } else {
             let entities = queuedByEntity.sorted { $0.key < $1.key }.map { "\($0.value.formatted()) \($0.key)" }.joined(separator: ", ")
-            let age = oldestQueuedAt.map { "; the oldest was made \(Self.age(from: $0, to: takenAt)) ago" } ?? ""
-            lines.append("Waiting to be sent: \(Self.changes(queued)) (\(entities))\(age).")
+            let flying = inFlight > 0 ? ", \(inFlight.formatted()) of them in flight" : ""
+            var age =
+                oldestQueuedAt.map { "; the oldest was made \(untimedQueued > 0 ? "at least " : "")\(Self.age(from: $0, to: takenAt)) ago" } ?? ""
+            if untimedQueued > 0 && oldestQueuedAt == nil { age = "; queued by a version of Ferry that did not record when" }
+            lines.append("Not yet acknowledged by the server: \(Self.changes(queued)) (\(entities))\(flying)\(age).")
         }
         switch (inFlight, lease) {
-        case (_, let lease?) where lease.holderIsRunning && lease.expiresAt > takenAt:
-            let wire = inFlight > 0 ? ", \(Self.changes(inFlight)) of them on the wire" : ""
-            lines.append("Being synced now by \(lease.holder) (its lease runs to \(Self.time(lease.expiresAt)))\(wire).")
+        case (_, let lease?) where running:
+            lines.append("Being synced by \(lease.holder), whose lease runs to \(Self.time(lease.expiresAt)).")
         case (let count, let lease?) where count > 0:
-            let why = lease.holderIsRunning ? "whose lease ran out at \(Self.time(lease.expiresAt))" : "whose process is gone"
+            let why =
+                lease.holderIsRunning
+                ? "whose lease ran out at \(Self.time(lease.expiresAt))" : "and no process \(lease.processID) runs on this machine"
             lines.append(
-                "In flight from \(lease.holder), \(why): \(Self.changes(count)). The next sync returns them to the queue and sends them again; the server applies each once."
+                "Sent by \(lease.holder), \(why): the next sync returns the \(Self.changes(count)) in flight to the queue and sends them again; the server applies each once."
             )
         case (let count, nil) where count > 0:
-            lines.append("In flight with nobody syncing: \(Self.changes(count)). The next sync returns them to the queue.")
+            lines.append("In flight with nobody syncing: the next sync returns the \(Self.changes(count)) to the queue.")
         default:
             if queued > 0 {
                 lines.append("Nobody is syncing this store now: the next trigger (a write, the app becoming active, a manual sync) sends them.")
             }
         }
         if !deadLetters.isEmpty {
-            var reasons: [String: Int] = [:]
-            for letter in deadLetters { reasons[letter.reason, default: 0] += 1 }
-            let listed = reasons.sorted { $0.value > $1.value }.prefix(3).map { "\($0.value.formatted()) × \($0.key)" }
-            let more = reasons.count > 3 ? "; and \(reasons.count - 3) other reasons" : ""
+            var byReason: [String: [DeadLetter]] = [:]
+            for letter in deadLetters { byReason[letter.reason.isEmpty ? "no reason recorded" : letter.reason, default: []].append(letter) }
+            let listed = byReason.sorted { ($0.value.count, $1.key) > ($1.value.count, $0.key) }.prefix(3).map { reason, letters in
+                let named = letters.prefix(3).map { "\($0.entity)/\($0.entityID)" }.joined(separator: ", ")
+                return "\(reason) (\(letters.count > 3 ? "\(named) and \(letters.count - 3) more" : named))"
+            }
+            let more = byReason.count > 3 ? "; and \(byReason.count - 3) other reasons" : ""
             lines.append("Set aside for the app to retry or discard: \(Self.changes(deadLetters.count)): \(listed.joined(separator: "; "))\(more).")
         }
         switch lastRun {
         case let run? where run.message == Self.runSucceeded: lines.append("The last sync succeeded at \(Self.time(run.at)).")
         case let run?: lines.append("The last sync ended at \(Self.time(run.at)): \(run.message).")
-        case nil where lastSyncedAt == nil: lines.append("This store has never synced.")
+        case nil where lastSyncedAt == nil && unfinishedRunStartedAt == nil: lines.append("This store has never synced.")
         case nil: break
+        }
+        if let unfinishedRunStartedAt {
+            let fate =
+                running
+                ? "is running"
+                : lease.map { _ in "did not finish: its process ended, or lost the lease" } ?? "did not finish: its process ended first"
+            lines.append("A sync started at \(Self.time(unfinishedRunStartedAt)) \(fate).")
+        }
+        if let lastWait {
+            let seconds = lastWait.details["seconds"].flatMap(Double.init) ?? 0
+            let until = lastWait.at.addingTimeInterval(seconds)
+            if unfinishedRunStartedAt != nil, running, until > takenAt {
+                lines.append("It is waiting until \(Self.time(until)) (\(Self.age(from: takenAt, to: until)) from now): \(lastWait.message).")
+            } else {
+                lines.append(
+                    "Its last run was told to wait \(Self.age(from: lastWait.at, to: until)) at \(Self.time(lastWait.at)): \(lastWait.message)."
+                )
+            }
         }
         if let scheduler { lines.append(scheduler.explanation) }
         if let status, case .waiting = status.phase { lines.append("Now: \(status.progressText).") }
-        if let unfinishedRunStartedAt {
-            lines.append("A sync started at \(Self.time(unfinishedRunStartedAt)) has not finished: it is running, or its process ended first.")
-        }
-        if let lastWait {
-            let seconds = lastWait.details["seconds"].flatMap(Double.init).map { " \(Int($0.rounded(.up))) s" } ?? ""
-            lines.append("Its last run waited\(seconds) at \(Self.time(lastWait.at)): \(lastWait.message).")
-        }
         if let lastSyncedAt, lastRun?.message != Self.runSucceeded {
             lines.append("The last successful sync ended at \(Self.time(lastSyncedAt)).")
         }

@@ -26,7 +26,7 @@ public enum StoreLocation {
     /// Where two ids shared that old file, the first to sign in keeps it and the other starts afresh.
     public static func path(forUser userID: String, in directory: URL) throws -> URL {
         let path = directory.appendingPathComponent(fileName(forUser: userID))
-        let legacy = directory.appendingPathComponent((userID.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? userID) + ".sqlite")
+        let legacy = legacyPath(forUser: userID, in: directory)
         let files = FileManager.default
         guard !files.fileExists(atPath: path.path), files.fileExists(atPath: legacy.path) else { return path }
         // Fold the write-ahead log into the file, so the file alone holds the store: SQLite does
@@ -46,5 +46,16 @@ public enum StoreLocation {
             try files.removeItem(atPath: legacy.path + suffix)
         }
         return path
+    }
+
+    /// Where `userID`'s store is in `directory` now, under its name or the one earlier versions
+    /// gave it, without moving anything; `nil` if there is none.
+    public static func existingPath(forUser userID: String, in directory: URL) -> URL? {
+        [directory.appendingPathComponent(fileName(forUser: userID)), legacyPath(forUser: userID, in: directory)]
+            .first { FileManager.default.fileExists(atPath: $0.path) }
+    }
+
+    private static func legacyPath(forUser userID: String, in directory: URL) -> URL {
+        directory.appendingPathComponent((userID.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? userID) + ".sqlite")
     }
 }

@@ -14,12 +14,25 @@ struct ClientInspectQueueCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON.") var json = false
 
     func run() async throws {
-        // Looked at, never made: a store that does not exist is an error, not an empty one.
-        let file = URL(fileURLWithPath: options.store).appendingPathComponent(StoreLocation.fileName(forUser: options.user))
-        guard FileManager.default.fileExists(atPath: file.path) else {
-            throw CommandFailure("no store for user \(options.user) in \(options.store) (looked for \(file.lastPathComponent))")
+        // Looked at, never changed: no migration, no trigger, nothing created, so an app that
+        // has the store open goes on as it was.
+        guard !options.user.isEmpty else { throw CommandFailure("--user must not be empty") }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: options.store, isDirectory: &isDirectory) else {
+            throw CommandFailure("no store for user \(options.user): --store \(options.store) does not exist")
         }
-        let snapshot = try await QueueSnapshot.read(from: try options.open())
+        guard isDirectory.boolValue else { throw CommandFailure("--store \(options.store) is a file; pass the directory that holds the stores") }
+        guard let file = StoreLocation.existingPath(forUser: options.user, in: URL(fileURLWithPath: options.store)) else {
+            throw CommandFailure(
+                "no store for user \(options.user) in \(options.store) (looked for \(StoreLocation.fileName(forUser: options.user)))"
+            )
+        }
+        let snapshot: QueueSnapshot
+        do {
+            snapshot = try QueueSnapshot.read(atPath: file.path)
+        } catch let error as FerryError {
+            throw CommandFailure("\(error)")
+        }
         if json {
             printNow(String(decoding: try ProtocolValidation.encode(Self.json(snapshot)), as: UTF8.self))
         } else {
@@ -30,10 +43,18 @@ struct ClientInspectQueueCommand: AsyncParsableCommand {
     static func json(_ snapshot: QueueSnapshot) -> JSONObject {
         func time(_ date: Date?) -> JSONValue { date.map { .string($0.formatted(.iso8601)) } ?? .null }
         func event(_ event: JournalEvent?) -> JSONValue {
-            event.map { .object(["at": time($0.at), "kind": .string($0.kind), "message": .string($0.message)]) } ?? .null
+            event.map {
+                .object([
+                    "at": time($0.at), "kind": .string($0.kind), "message": .string($0.message),
+                    "details": .object($0.details.mapValues { .string($0) }),
+                ])
+            } ?? .null
         }
         return [
+            "takenAt": time(snapshot.takenAt),
             "queued": .integer(Int64(snapshot.queued)),
+            "untimedQueued": .integer(Int64(snapshot.untimedQueued)),
+            "unfinishedRunStartedAt": time(snapshot.unfinishedRunStartedAt),
             "queuedByEntity": .object(snapshot.queuedByEntity.mapValues { .integer(Int64($0)) }),
             "inFlight": .integer(Int64(snapshot.inFlight)),
             "oldestQueuedAt": time(snapshot.oldestQueuedAt),
@@ -46,7 +67,8 @@ struct ClientInspectQueueCommand: AsyncParsableCommand {
             "deadLetters": .array(
                 snapshot.deadLetters.map {
                     .object([
-                        "entity": .string($0.entity), "entityID": .string($0.entityID), "op": .string($0.op.rawValue), "reason": .string($0.reason),
+                        "id": .integer($0.id), "entity": .string($0.entity), "entityID": .string($0.entityID), "op": .string($0.op.rawValue),
+                        "reason": .string($0.reason),
                     ])
                 }
             ),
