@@ -4,6 +4,12 @@ import FerryTestSupport
 import Foundation
 import Testing
 
+/// A connectivity monitor that reports what the test yields.
+struct ScriptedConnectivity: ConnectivityMonitor {
+    let stream: AsyncStream<Bool>
+    func states() -> AsyncStream<Bool> { stream }
+}
+
 @Suite("Connectivity", .timeLimit(.minutes(1)))
 struct ConnectivityTests {
     @Test("the health probe reports the server reachable first, then unreachable once it is gone")
@@ -31,10 +37,6 @@ struct ConnectivityTests {
         try await TestServer.run { server in
             let clock = TestClock()
             let (states, link) = AsyncStream.makeStream(of: Bool.self)
-            struct Scripted: ConnectivityMonitor {
-                let stream: AsyncStream<Bool>
-                func states() -> AsyncStream<Bool> { stream }
-            }
             let session = SyncSession(
                 configuration: SessionConfiguration(
                     storeDirectory: TestDirectory.make("session"),
@@ -43,7 +45,7 @@ struct ConnectivityTests {
                 ),
                 transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
                 token: { try await TestServer.token(for: $0) },
-                connectivity: Scripted(stream: states),
+                connectivity: ScriptedConnectivity(stream: states),
                 clock: clock
             )
             try await session.signIn("alice")

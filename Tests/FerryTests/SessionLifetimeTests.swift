@@ -85,22 +85,13 @@ struct SessionLifetimeTests {
 
     @Test("offline, session.sync() and the start-up's initial sync fail at once instead of waiting; the trigger runs when the link returns")
     func offlineFailsFast() async throws {
-        struct Scripted: ConnectivityMonitor {
-            let stream: AsyncStream<Bool>
-            func states() -> AsyncStream<Bool> { stream }
-        }
         try await TestServer.run { server in
             let clock = TestClock()
             let (states, link) = AsyncStream.makeStream(of: Bool.self)
-            let session = SyncSession(
-                configuration: SessionConfiguration(
-                    storeDirectory: TestDirectory.make("session"),
-                    tables: [ClientFixture.events, ClientFixture.notes],
-                    schema: ClientFixture.schema()
-                ),
-                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
-                token: { user in try await TestServer.token(for: user) },
-                connectivity: Scripted(stream: states),
+            let session = SessionTests.session(
+                server: server,
+                directory: TestDirectory.make("session"),
+                connectivity: ScriptedConnectivity(stream: states),
                 clock: clock
             )
             link.yield(false)  // the monitor's first report: offline
@@ -162,13 +153,9 @@ struct SessionLifetimeTests {
     func hungTokenProvider() async throws {
         let asked = LockIsolated(false)
         try await TestServer.run { server in
-            let session = SyncSession(
-                configuration: SessionConfiguration(
-                    storeDirectory: TestDirectory.make("session"),
-                    tables: [ClientFixture.events, ClientFixture.notes],
-                    schema: ClientFixture.schema()
-                ),
-                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+            let session = SessionTests.session(
+                server: server,
+                directory: TestDirectory.make("session"),
                 token: { _ in
                     asked.setValue(true)
                     // A login screen nobody answers, and that ignores cancellation.

@@ -42,6 +42,8 @@ struct SessionTests {
         directory: URL,
         policy: SignOutPolicy = .keepPendingChanges,
         transport: (any SyncTransport)? = nil,
+        token: SyncSession.UserTokenProvider? = nil,
+        connectivity: (any ConnectivityMonitor)? = nil,
         clock: C
     ) -> SyncSession where C.Duration == Duration {
         var configuration = SessionConfiguration(
@@ -53,7 +55,8 @@ struct SessionTests {
         return SyncSession(
             configuration: configuration,
             transport: transport ?? URLSessionTransport(baseURL: URL(string: server.baseURL)!),
-            token: { user in try await TestServer.token(for: user) },
+            token: token ?? { user in try await TestServer.token(for: user) },
+            connectivity: connectivity,
             clock: clock
         )
     }
