@@ -126,7 +126,7 @@ struct Outbox: Sendable {
             }
             let sent = batch.entries.values.flatMap { $0 }
             if !sent.isEmpty {
-                try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = 1 WHERE \(Self.idIn)")
+                try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = 1, sent_at = \(OutboxState.nowSQL) WHERE \(Self.idIn)")
                     .execute(arguments: [OutboxState.inFlight.rawValue, Self.idList(sent)])
             }
             return batch

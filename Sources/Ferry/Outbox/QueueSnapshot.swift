@@ -25,6 +25,8 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var queuedByEntity: [String: Int]
     /// Of those, changes taken by a sync that has not applied their answer yet.
     public var inFlight: Int
+    /// When the oldest of those was taken; `nil` if none is in flight, or none has a time.
+    public var inFlightSince: Date?
     /// When the oldest queued change was made; `nil` if nothing is queued, or none has a time.
     public var oldestQueuedAt: Date?
     /// Queued changes without a time: queued by a version of Ferry that did not record it.
@@ -84,22 +86,26 @@ public struct QueueSnapshot: Sendable, Equatable {
     static func read(_ db: Database) throws -> QueueSnapshot {
         // Stores of older versions lack what later ones added: the queue times (ferry-v7) and
         // the lease (ferry-v4).
-        let hasQueueTimes = try db.columns(in: "ferry_outbox").contains { $0.name == "queued_at" }
+        let columns = Set(try db.columns(in: "ferry_outbox").map(\.name))
+        let hasQueueTimes = columns.contains("queued_at")
+        let sentSince = columns.contains("sent_at") ? "MIN(CASE WHEN state = \(OutboxState.inFlight.rawValue) THEN sent_at END)" : "NULL"
         var byEntity: [String: Int] = [:]
         var inFlight = 0
         var oldest: Double?
         var untimed = 0
+        var sentAt: Double?
         for row in try Row.fetchAll(
             db,
             sql: """
                 SELECT entity, COUNT(*), SUM(state = \(OutboxState.inFlight.rawValue)), \(hasQueueTimes ? "MIN(queued_at), COUNT(*) - COUNT(queued_at)" : "NULL, COUNT(*)")
-                FROM ferry_outbox WHERE \(OutboxState.queuedCondition) GROUP BY entity
+                , \(sentSince) FROM ferry_outbox WHERE \(OutboxState.queuedCondition) GROUP BY entity
                 """
         ) {
             byEntity[row[0]] = row[1]
             inFlight += row[2]
             if let time: Double = row[3] { oldest = min(oldest ?? time, time) }
             untimed += row[4]
+            if let time: Double = row[5] { sentAt = min(sentAt ?? time, time) }
         }
         let lease =
             try db.tableExists("ferry_lease")
@@ -127,6 +133,7 @@ public struct QueueSnapshot: Sendable, Equatable {
             takenAt: Date(),
             queuedByEntity: byEntity,
             inFlight: inFlight,
+            inFlightSince: sentAt.map(Date.init(timeIntervalSince1970:)),
             oldestQueuedAt: oldest.map(Date.init(timeIntervalSince1970:)),
             untimedQueued: untimed,
             lease: lease,
@@ -156,13 +163,14 @@ public struct QueueSnapshot: Sendable, Equatable {
         }
         switch (inFlight, lease) {
         case (_, let lease?) where running:
-            lines.append("Being synced by \(lease.holder), whose lease runs to \(Self.time(lease.expiresAt)).")
+            let since = inFlightSince.map { "; its changes in flight were sent \(Self.age(from: $0, to: takenAt)) ago" } ?? ""
+            lines.append("Being synced by \(lease.holder), whose lease runs to \(Self.time(lease.expiresAt))\(since).")
         case (let count, let lease?) where count > 0:
             let why =
                 lease.holderIsRunning
                 ? "whose lease ran out at \(Self.time(lease.expiresAt))" : "and no process \(lease.processID) runs on this machine"
             lines.append(
-                "Sent by \(lease.holder), \(why): the next sync returns the \(Self.changes(count)) in flight to the queue and sends them again; the server applies each once."
+                "Sent\(inFlightSince.map { " at \(Self.time($0))" } ?? "") by \(lease.holder), \(why): the next sync returns the \(Self.changes(count)) in flight to the queue and sends them again; the server applies each once."
             )
         case (let count, nil) where count > 0:
             lines.append("In flight with nobody syncing: the next sync returns the \(Self.changes(count)) to the queue.")

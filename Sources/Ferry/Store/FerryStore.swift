@@ -218,6 +218,10 @@ public final class FerryStore: Sendable {
             // since …" (`QueueSnapshot`). Entries queued before this migration have none.
             try db.execute(sql: "ALTER TABLE ferry_outbox ADD COLUMN queued_at REAL")
         }
+        migrator.registerMigration("ferry-v8") { db in
+            // When each entry was last taken in flight, for "in flight since …" (`QueueSnapshot`).
+            try db.execute(sql: "ALTER TABLE ferry_outbox ADD COLUMN sent_at REAL")
+        }
         return migrator
     }
 
