@@ -7,8 +7,8 @@ import Foundation
 final class Broadcast<Element: Sendable>: @unchecked Sendable {
     // @unchecked: `subscribers`, `finished` and `latest` are only read and written under
     // `lock`, and no continuation is finished while the lock is held (a finish runs
-    // `onTermination`, which takes the lock). The one yield under the lock is to a stream
-    // made a moment before, whose consumer cannot have ended it yet.
+    // `onTermination`, which takes the lock). The one yield under the lock, a subscriber's
+    // first value, is to a stream made a moment before, whose consumer cannot have ended it.
     private let lock = NSLock()
     private var subscribers: [UUID: AsyncStream<Element>.Continuation] = [:]
     /// Set by `finish()`: a later subscriber's stream ends after its first value.
@@ -16,32 +16,34 @@ final class Broadcast<Element: Sendable>: @unchecked Sendable {
     /// The latest value sent, for `subscribeFromLatest()`.
     private var latest: Element?
 
+    /// The latest value sent; `nil` before the first.
+    var latestValue: Element? { lock.withLock { latest } }
+
     /// Every value sent from now on, after `first` when given.
     func subscribe(
         startingWith first: Element? = nil,
         bufferingPolicy: AsyncStream<Element>.Continuation.BufferingPolicy = .unbounded
     ) -> AsyncStream<Element> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: bufferingPolicy)
-        let id = UUID()
-        if let first { continuation.yield(first) }
-        continuation.onTermination = { [weak self] _ in self?.drop(id) }
-        let open = lock.withLock {
-            if !finished { subscribers[id] = continuation }
-            return !finished
-        }
-        if !open { continuation.finish() }
-        return stream
+        subscribe(bufferingPolicy: bufferingPolicy) { first }
     }
 
     /// Every value sent from now on, after the latest one sent (if any): a subscriber that
-    /// needs no isolation of its owner's to learn the current value. The first value is yielded
-    /// under the lock, so a `send` at the same moment cannot overtake it.
+    /// needs no isolation of its owner's to learn the current value.
     func subscribeFromLatest() -> AsyncStream<Element> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Element.self)
+        subscribe(bufferingPolicy: .unbounded) { self.latest }
+    }
+
+    /// A new subscriber's stream, starting with `first()`, which is read and yielded under the
+    /// lock, so a `send` at the same moment can neither overtake it nor be missed.
+    private func subscribe(
+        bufferingPolicy: AsyncStream<Element>.Continuation.BufferingPolicy,
+        first: () -> Element?
+    ) -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: bufferingPolicy)
         let id = UUID()
         continuation.onTermination = { [weak self] _ in self?.drop(id) }
         let open = lock.withLock {
-            if let latest { continuation.yield(latest) }
+            if let value = first() { continuation.yield(value) }
             if !finished { subscribers[id] = continuation }
             return !finished
         }

@@ -68,9 +68,8 @@ public actor SyncSession {
     /// The latest sign-in or sign-out; the next one waits for it (`oneAtATime`).
     private var lastTransition: Task<Void, any Error>?
     private let engineObservers = Broadcast<Engine?>()
+    /// The status of whoever is signed in, the latest kept (`signedOut` while nobody is).
     private let statusObservers = Broadcast<SyncStatus>()
-    /// The latest status of whoever is signed in; `signedOut` while nobody is.
-    private var latestStatus = SyncStatus(phase: .signedOut)
     /// Carries the signed-in user's client status to the session's observers.
     private var statusForwarder: Task<Void, Never>?
     /// What the app last said with `setActive(_:)`; each new engine starts with it.
@@ -102,7 +101,7 @@ public actor SyncSession {
         self.clientClock = clock
         let schedulerConfiguration = configuration.scheduler
         self.makeScheduler = { runner in SyncScheduler(clock: clock, configuration: schedulerConfiguration, runner: runner) }
-        statusObservers.send(latestStatus)  // what a subscriber starts with until someone signs in
+        statusObservers.send(SyncStatus(phase: .signedOut))  // what a subscriber starts with until someone signs in
     }
 
     /// A session on real time (`ContinuousClock`); see the initializer that takes a clock.
@@ -136,7 +135,7 @@ public actor SyncSession {
     /// while nobody is signed in.
     public var status: SyncStatus {
         get async {
-            guard let client = engine?.client else { return latestStatus }
+            guard let client = engine?.client else { return statusObservers.latestValue ?? SyncStatus(phase: .signedOut) }
             return await client.status
         }
     }
@@ -239,17 +238,11 @@ public actor SyncSession {
         if engine != nil { try await performSignOut() }
         let configuration = self.configuration
         // Opening may migrate, move a store kept under its old name, and wait up to 10 s for
-        // another process's lock: on a dispatch queue of its own, never on a cooperative thread.
-        let store = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<FerryStore, any Error>) in
-            DispatchQueue(label: "ferry.store.open").async {
-                continuation.resume(
-                    with: Result {
-                        try FileManager.default.createDirectory(at: configuration.storeDirectory, withIntermediateDirectories: true)
-                        let path = try StoreLocation.path(forUser: userID, in: configuration.storeDirectory)
-                        return try FerryStore(path: path.path, schema: configuration.schema, tables: configuration.tables)
-                    }
-                )
-            }
+        // another process's lock.
+        let store = try await offCooperativeThreads("ferry.store.open") {
+            try FileManager.default.createDirectory(at: configuration.storeDirectory, withIntermediateDirectories: true)
+            let path = try StoreLocation.path(forUser: userID, in: configuration.storeDirectory)
+            return try FerryStore(path: path.path, schema: configuration.schema, tables: configuration.tables)
         }
         let token = self.token
         let client = FerryClient(
@@ -306,8 +299,7 @@ public actor SyncSession {
     }
 
     private func publish(_ status: SyncStatus) {
-        guard status != latestStatus else { return }
-        latestStatus = status
+        guard status != statusObservers.latestValue else { return }
         statusObservers.send(status)
     }
 

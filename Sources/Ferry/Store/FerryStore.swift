@@ -264,11 +264,7 @@ public final class FerryStore: Sendable {
     /// the few cooperative threads (two on a 2-core machine).
     public func close() async throws {
         let database = self.database
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            DispatchQueue(label: "ferry.store.close").async {
-                continuation.resume(with: Result { try database.close() })
-            }
-        }
+        try await offCooperativeThreads("ferry.store.close") { try database.close() }
     }
 }
 

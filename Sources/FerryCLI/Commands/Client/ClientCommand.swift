@@ -28,17 +28,32 @@ struct StoreOptions: ParsableArguments {
     /// The generic records table: every entity in one table, data as a JSON document.
     static let records = SyncedTable.multiEntity(table: "records", naturalKey: "natural_key", layout: .document(column: "data"))
 
-    func open() throws -> FerryStore {
+    /// Refuses an empty `--user` and a `--store` that is a file; `false` when the directory
+    /// does not exist.
+    private func checked() throws -> Bool {
         guard !user.isEmpty else { throw CommandFailure("--user must not be empty") }
         var isDirectory: ObjCBool = false
-        if !FileManager.default.fileExists(atPath: store, isDirectory: &isDirectory) {
+        guard FileManager.default.fileExists(atPath: store, isDirectory: &isDirectory) else { return false }
+        guard isDirectory.boolValue else { throw CommandFailure("--store \(store) is a file; pass the directory that holds the stores") }
+        return true
+    }
+
+    /// The user's store file as it is, found without creating, migrating or moving anything.
+    func existingStore() throws -> URL {
+        guard try checked() else { throw CommandFailure("no store for user \(user): --store \(store) does not exist") }
+        guard let file = StoreLocation.existingPath(forUser: user, in: URL(fileURLWithPath: store)) else {
+            throw CommandFailure("no store for user \(user) in \(store) (looked for \(StoreLocation.fileName(forUser: user)))")
+        }
+        return file
+    }
+
+    func open() throws -> FerryStore {
+        if try !checked() {
             do {
                 try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
             } catch {
                 throw CommandFailure("--store \(store): cannot create the directory: \(error.localizedDescription)")
             }
-        } else if !isDirectory.boolValue {
-            throw CommandFailure("--store \(store) is a file; pass a directory")
         }
         var schema = DatabaseMigrator()
         schema.registerMigration("ferry-client-records-v1") { db in

@@ -16,17 +16,7 @@ struct ClientInspectQueueCommand: AsyncParsableCommand {
     func run() async throws {
         // Looked at, never changed: no migration, no trigger, nothing created, so an app that
         // has the store open goes on as it was.
-        guard !options.user.isEmpty else { throw CommandFailure("--user must not be empty") }
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: options.store, isDirectory: &isDirectory) else {
-            throw CommandFailure("no store for user \(options.user): --store \(options.store) does not exist")
-        }
-        guard isDirectory.boolValue else { throw CommandFailure("--store \(options.store) is a file; pass the directory that holds the stores") }
-        guard let file = StoreLocation.existingPath(forUser: options.user, in: URL(fileURLWithPath: options.store)) else {
-            throw CommandFailure(
-                "no store for user \(options.user) in \(options.store) (looked for \(StoreLocation.fileName(forUser: options.user)))"
-            )
-        }
+        let file = try options.existingStore()
         let snapshot: QueueSnapshot
         do {
             snapshot = try QueueSnapshot.read(atPath: file.path)
