@@ -60,7 +60,11 @@ struct QueueSnapshotTests {
             #expect(words[2].hasPrefix("Set aside for the app to retry or discard: 1 change: data is "))
             #expect(words[2].hasSuffix(" (events/huge)."))
             #expect(words[3].hasPrefix("The last sync succeeded at "))
-            #expect(try QueueSnapshot.read(atPath: path).explanation == words.map { $0 }, "the same words from the file alone")
+            var fromFile = try QueueSnapshot.read(atPath: path)
+            fromFile.takenAt = snapshot.takenAt  // ages are counted to the same moment
+            fromFile.status = snapshot.status
+            #expect(fromFile == snapshot, "the same snapshot from the file alone")
+            #expect(fromFile.explanation == words)
 
             // The next sync takes the lease from the dead process, resends, and the queue empties.
             try await client.sync()
