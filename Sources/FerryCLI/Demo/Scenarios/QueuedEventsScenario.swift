@@ -56,6 +56,9 @@ struct QueuedEventsScenario: DemoScenario {
 
         let origin = Date()
         link.set(online: true)
+        // The report reaches the scheduler on a task of its own; a caller that asks for a run
+        // while the scheduler still holds the link down is told at once that it is offline.
+        while case .waitingForNetwork = await engine.scheduler.state { try await Task.sleep(for: .milliseconds(5)) }
         try await engine.scheduler.run(for: .manual)  // joins the run the returning link asks for
         let journal = try await app.journal(since: origin)
         let status = await engine.client.status
