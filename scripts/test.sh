@@ -4,7 +4,8 @@
 # engines and `swift test` beside it, then the contract test (schemathesis against a real
 # `ferry serve`), then the documentation (scripts/check-docs.sh), then the README's example app:
 # shown word for word (scripts/check-readme.py), built and run against a real server
-# (scripts/run-example.sh).
+# (scripts/run-example.sh), then the demo with its timeline page checked in headless Chromium
+# (scripts/check-timeline.sh; the page, its DOM and a screenshot stay in artifacts/).
 # Arguments go to `swift test`, for example: scripts/test.sh --filter Push
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +15,4 @@ scripts/contract-test.sh
 scripts/check-docs.sh
 python3 scripts/check-readme.py
 scripts/run-example.sh
+scripts/check-timeline.sh

@@ -145,6 +145,49 @@ struct ClientCommandTests {
         #expect(object["lease"] == .null)
     }
 
+    @Test("ferry client journal --html writes the timeline page without touching the store; bad paths and limits are refused")
+    func journalPage() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")
+        try await TestServer.run { server in
+            let scratch = TestDirectory.make("cli-journal-page")
+            let store = scratch.appendingPathComponent("store").path
+            let base = ["--store", store, "--user", "alice"]
+            let page = scratch.appendingPathComponent("timeline.html").path
+            var run = try await Self.ferry(["client", "journal"] + base + ["--html", page])
+            #expect(run.status != 0)
+            #expect(run.error.contains("no store for user alice"), "\(run.error)")
+
+            run = try await Self.ferry(["client", "add"] + base + ["--entity", "events", "--id", "e-1", "--data", #"{"v": 1}"#])
+            #expect(run.status == 0)
+            let token = try await TestServer.token(for: "alice")
+            run = try await Self.ferry(["client", "sync"] + base + ["--server", server.baseURL, "--token", token])
+            #expect(run.status == 0, "\(run.error)")
+            let file = URL(fileURLWithPath: store).appendingPathComponent(StoreLocation.fileName(forUser: "alice"))
+            let before = try Data(contentsOf: file)
+
+            run = try await Self.ferry(["client", "journal"] + base + ["--html", page])
+            #expect(run.status == 0, "\(run.error)")
+            #expect(run.output.contains("wrote \(page)"))
+            let html = try String(contentsOfFile: page, encoding: .utf8)
+            #expect(html.hasPrefix("<!DOCTYPE html>"))
+            #expect(html.contains("<p class=\"headline\">no triggers, one run</p>"), "a sync from the command line is a run no trigger asked for")
+            #expect(html.contains("<rect class=\"run run-succeeded\""))
+            #expect(html.contains("POST /v1/push → 200"))
+            #expect(try Data(contentsOf: file) == before, "journal --html changed the store")
+
+            for (arguments, message) in [
+                (["--html", scratch.appendingPathComponent("missing/timeline.html").path], "does not exist"),
+                (["--html", ""], "--html needs a file name"),
+                (["--limit", "0"], "--limit must be 1 to 1000000"),
+            ] {
+                run = try await Self.ferry(["client", "journal"] + base + arguments)
+                #expect(run.status != 0)
+                #expect(run.error.contains(message), "\(arguments): \(run.error)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: scratch.appendingPathComponent("missing").path))
+        }
+    }
+
     @Test("two syncs and an import running at once on one store: after a last sync every record is on the server, once")
     func concurrentProcesses() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")

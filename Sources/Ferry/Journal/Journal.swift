@@ -22,6 +22,20 @@ public struct JournalEvent: Sendable, Codable, Equatable {
     }
 }
 
+extension JournalEvent {
+    /// The progress a status observer was shown, in its words (`Synced 500 of 1,000 (50%)`),
+    /// with the counts as `done` and, while uploading, `total`.
+    static func progress(_ phase: SyncStatus.Phase) -> JournalEvent {
+        let details: [String: String] =
+            switch phase {
+            case .uploading(let done, let total): ["done": "\(done)", "total": "\(total)"]
+            case .downloading(let received): ["done": "\(received)"]
+            default: [:]
+            }
+        return JournalEvent(kind: "progress", message: SyncStatus(phase: phase).progressText, details: details)
+    }
+}
+
 /// The store's journal: structured events kept in the database and exported as JSON lines.
 /// It keeps the latest `capacity` events; older ones are dropped as new ones come.
 public struct Journal: Sendable {
@@ -50,6 +64,14 @@ public struct Journal: Sendable {
     /// happened may be written a little later, behind events that came after it).
     public func events(limit: Int = 10_000) async throws -> [JournalEvent] {
         try await database.read { db in try Self.events(limit: limit, db: db) }
+    }
+
+    /// The most recent `limit` events of the store file at `path`, in the order they happened,
+    /// read without changing a byte of it (see `QueueSnapshot.read(atPath:)`).
+    ///
+    /// - Throws: `FerryError.unreadableStore` for a file that is not a Ferry store.
+    public static func events(atPath path: String, limit: Int = 10_000) throws -> [JournalEvent] {
+        try FerryStore.readFile(atPath: path) { db in try events(limit: limit, db: db) }
     }
 
     /// The most recent `limit` events of `db`'s journal, in the order they happened.
@@ -88,7 +110,13 @@ public struct Journal: Sendable {
 
     /// The journal as JSON lines, one event a line, in the order they happened.
     public func jsonLines(limit: Int = 10_000) async throws -> String {
-        try await events(limit: limit).map { String(decoding: try JSONEncoder.journal.encode($0), as: UTF8.self) }.joined(separator: "\n")
+        try Self.jsonLines(of: await events(limit: limit))
+    }
+
+    /// `events` as JSON lines, one event a line, as the journal stores them.
+    public static func jsonLines(of events: [JournalEvent]) throws -> String {
+        let encoder = JSONEncoder.journal
+        return try events.map { String(decoding: try encoder.encode($0), as: UTF8.self) }.joined(separator: "\n")
     }
 }
 

@@ -65,22 +65,7 @@ public struct QueueSnapshot: Sendable, Equatable {
     ///
     /// - Throws: `FerryError.unreadableStore` for a file that is not a Ferry store.
     public static func read(atPath path: String) throws -> QueueSnapshot {
-        var configuration = Configuration()
-        configuration.readonly = true
-        configuration.busyMode = .timeout(10)
-        do {
-            let file = try DatabaseQueue(path: path, configuration: configuration)
-            defer { try? file.close() }
-            return try file.read { db in
-                guard try db.tableExists("grdb_migrations"),
-                    try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = 'ferry-v1')") == true,
-                    try db.tableExists("ferry_outbox"), try db.tableExists("ferry_meta"), try db.tableExists("ferry_journal")
-                else { throw FerryError.unreadableStore("\(path): not a Ferry store; nothing in it was changed") }
-                return try read(db)
-            }
-        } catch let error as DatabaseError {
-            throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed")
-        }
+        try FerryStore.readFile(atPath: path, read)
     }
 
     static func read(_ db: Database) throws -> QueueSnapshot {

@@ -58,6 +58,15 @@ extension TriggerFate {
         }
     }
 
+    /// The journal's details for the fate: its `fate` name, the `run` it names, why it was `ignored`.
+    var details: [String: String] {
+        switch self {
+        case .startedRun(let run), .coalescedIntoRun(let run), .queuedAfterRun(let run): ["fate": name, "run": "\(run)"]
+        case .waitingForNetwork: ["fate": name]
+        case .ignored(let why): ["fate": name, "why": why]
+        }
+    }
+
     /// The fate in words, as the journal's message gives it: `coalesced into run 3`.
     public var description: String {
         switch self {

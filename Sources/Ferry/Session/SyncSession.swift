@@ -320,12 +320,22 @@ extension SyncScheduler.Event {
                 at: at,
                 kind: "trigger",
                 message: "\(trigger.rawValue): \(fate.description)",
-                details: ["trigger": trigger.rawValue, "fate": fate.name]
+                details: fate.details.merging(["trigger": trigger.rawValue]) { $1 }
             )
         case .runStarted(let number, let kind):
-            JournalEvent(at: at, kind: "scheduler.run", message: "run \(number) started (\(kind.rawValue))", details: ["run": "\(number)"])
+            JournalEvent(
+                at: at,
+                kind: "scheduler.run",
+                message: "run \(number) started (\(kind.rawValue))",
+                details: ["run": "\(number)", "kind": kind.rawValue]
+            )
         case .runFinished(let number, let succeeded):
-            JournalEvent(at: at, kind: "scheduler.run", message: "run \(number) \(succeeded ? "succeeded" : "failed")", details: ["run": "\(number)"])
+            JournalEvent(
+                at: at,
+                kind: "scheduler.run",
+                message: "run \(number) \(succeeded ? "succeeded" : "failed")",
+                details: ["run": "\(number)", "outcome": succeeded ? "succeeded" : "failed"]
+            )
         }
     }
 }

@@ -266,6 +266,29 @@ public final class FerryStore: Sendable {
         let database = self.database
         try await offCooperativeThreads("ferry.store.close") { try database.close() }
     }
+
+    /// Reads the store file at `path` without changing a byte of it (no migration, no
+    /// trigger, nothing created), for tools that look at a store an app may have open.
+    ///
+    /// - Throws: `FerryError.unreadableStore` for a file that is not a Ferry store or cannot be read.
+    static func readFile<T>(atPath path: String, _ read: (Database) throws -> T) throws -> T {
+        var configuration = Configuration()
+        configuration.readonly = true
+        configuration.busyMode = .timeout(10)
+        do {
+            let file = try DatabaseQueue(path: path, configuration: configuration)
+            defer { try? file.close() }
+            return try file.read { db in
+                guard try db.tableExists("grdb_migrations"),
+                    try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = 'ferry-v1')") == true,
+                    try db.tableExists("ferry_outbox"), try db.tableExists("ferry_meta"), try db.tableExists("ferry_journal")
+                else { throw FerryError.unreadableStore("\(path): not a Ferry store; nothing in it was changed") }
+                return try read(db)
+            }
+        } catch let error as DatabaseError {
+            throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed")
+        }
+    }
 }
 
 /// States of an outbox entry.

@@ -23,6 +23,7 @@ struct Puller: Sendable {
         // the server and the local database work at the same time. Pages are still written
         // one at a time and in order, each in one transaction with its own cursor.
         var writing: Task<Int, any Error>?
+        var journaled = 0
         do {
             while true {
                 let fetched = try await fetchPage(after: cursor)
@@ -37,7 +38,14 @@ struct Puller: Sendable {
                 }
                 writing = Task { try await apply(page) }
                 summary.received += page.changes.count
-                await status.update { $0.phase = .downloading(received: summary.received) }
+                let phase = SyncStatus.Phase.downloading(received: summary.received)
+                await status.update { $0.phase = phase }
+                // The journal gets the words the status shows each time the count doubles, and
+                // the last: a long pull is a few lines, not one a page.
+                if summary.received >= 2 * max(journaled, 1) || (!page.hasMore && summary.received > journaled) {
+                    journaled = summary.received
+                    await connection.journal.record(.progress(phase))
+                }
                 if !page.hasMore { break }
                 cursor = page.cursor
             }

@@ -16,7 +16,7 @@ actor SyncConnection {
     private let tokens: TokenCache
     private let clock: any Clock<Duration>
     private let retry: RetryPolicy
-    private let journal: Journal
+    let journal: Journal
     private let status: StatusCenter
     private let logger = Logger(label: "ferry.connection")
     private var random: JitterGenerator

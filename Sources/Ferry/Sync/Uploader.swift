@@ -28,6 +28,8 @@ struct Uploader: Sendable {
             if total > 0 { $0.phase = .uploading(done: 0, total: total) }  // "Synced 0 of 0" would say nothing true
             $0.pending = total
         }
+        var journaledTenth = -1
+        await journalProgress(done: 0, total: total, journaledTenth: &journaledTenth)
         var current = try await read(limit: batchSize, into: &summary)
         // `current`'s answer and the batch after it, when both came while the batch before was applied.
         var ahead: (response: TransportResponse, next: OutboxBatch?)?
@@ -74,7 +76,7 @@ struct Uploader: Sendable {
                     try await record(apply(push, to: batch), push: push, into: &summary)
                     current = try await read(limit: batchSize, into: &summary)
                 }
-                await report(summary, total: total)
+                await report(summary, total: total, journaledTenth: &journaledTenth)
             case _ where refusedWhole:
                 // Split the batch until the mutation at fault is alone, and dead-letter that one
                 // with the server's reason: one record the server cannot take must not hold
@@ -98,7 +100,7 @@ struct Uploader: Sendable {
                     )
                 }
                 current = try await read(limit: batchSize, into: &summary)
-                await report(summary, total: total)
+                await report(summary, total: total, journaledTenth: &journaledTenth)
             default:
                 await returnToQueue(batch, next)
                 throw FerryError.protocolViolation("push answered \(response.status): \(SyncConnection.message(in: response))")
@@ -227,13 +229,22 @@ struct Uploader: Sendable {
     }
 
     /// Progress from what this drain has done, without counting the queue again.
-    private func report(_ summary: UploadSummary, total: Int) async {
+    private func report(_ summary: UploadSummary, total: Int, journaledTenth: inout Int) async {
         let done = summary.acknowledged + summary.deadLettered
         let total = max(total, done)
         await status.update(asOfCommit: outbox.store.outboxCommits.count) {
             $0.phase = .uploading(done: done, total: total)
             $0.pending = total - done
         }
+        await journalProgress(done: done, total: total, journaledTenth: &journaledTenth)
+    }
+
+    /// The journal gets the words the status shows at each tenth of the way, so a timeline
+    /// shows what a progress bar showed without a line per batch.
+    private func journalProgress(done: Int, total: Int, journaledTenth: inout Int) async {
+        guard total > 0, done * 10 / total > journaledTenth else { return }
+        journaledTenth = done * 10 / total
+        await journal.record(.progress(.uploading(done: done, total: total)))
     }
 }
 

@@ -24,10 +24,14 @@ struct DemoCommand: AsyncParsableCommand {
     @Option(help: "Keep the demo's databases in this directory instead of a temporary one that is removed.")
     var keep: String?
 
+    @Option(help: "Write every scenario's journals as one self-contained HTML timeline page to this file.")
+    var report: String?
+
     func validate() throws {
         if let scenario, !Self.scenarios.contains(where: { $0.name == scenario }) {
             throw ValidationError("unknown scenario '\(scenario)'; choose one of: \(Self.scenarios.map(\.name).joined(separator: ", "))")
         }
+        if let report { try validatePagePath(report, option: "--report") }
     }
 
     func run() async throws {
@@ -70,8 +74,15 @@ struct DemoCommand: AsyncParsableCommand {
             }
         }
 
+        if let report {
+            let tracks = results.flatMap { scenario, outcome in
+                (outcome?.timelines ?? []).map { JournalTimeline.Track(title: "\(scenario.name): \($0.title)", events: $0.events) }
+            }
+            try writePage(JournalTimeline(title: "Ferry demo: the sync timelines", tracks: tracks).html(), to: report)
+            if !json { printNow("The timelines are in \(report).") }
+        }
         if json {
-            printNow(String(decoding: try ProtocolValidation.encode(report(results)), as: UTF8.self))
+            printNow(String(decoding: try ProtocolValidation.encode(figures(results)), as: UTF8.self))
         } else {
             printSummary(results, output: output)
         }
@@ -91,7 +102,7 @@ struct DemoCommand: AsyncParsableCommand {
         }
     }
 
-    private func report(_ results: [(any DemoScenario, ScenarioOutcome?)]) -> JSONObject {
+    private func figures(_ results: [(any DemoScenario, ScenarioOutcome?)]) -> JSONObject {
         [
             "scenarios": .array(
                 results.map { scenario, outcome in

@@ -1,3 +1,4 @@
+import Ferry
 import FerryServer
 import FerryTesting
 import Foundation
@@ -17,6 +18,8 @@ struct ScenarioOutcome: Sendable {
     var metrics: KeyValuePairs<String, Int>
     /// Each check the verdict rests on: what it says, and whether it held.
     var checks: [(String, Bool)]
+    /// The journals of the scenario's users, for `ferry demo --report`.
+    var timelines: [JournalTimeline.Track] = []
 
     var passed: Bool { checks.allSatisfy(\.1) }
 }

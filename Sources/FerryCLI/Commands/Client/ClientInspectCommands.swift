@@ -82,13 +82,55 @@ struct ClientListCommand: AsyncParsableCommand {
 }
 
 struct ClientJournalCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "journal", abstract: "The sync journal as JSON lines.")
+    static let configuration = CommandConfiguration(
+        commandName: "journal",
+        abstract: "The sync journal as JSON lines, or as a timeline page (--html).",
+        discussion: "Reads the store without changing it, so an app that has it open goes on as it was."
+    )
 
     @OptionGroup var options: StoreOptions
+    @Option(help: "Write the journal as one self-contained HTML page (a timeline per episode, every event in a table) to this file.")
+    var html: String?
+    @Option(help: "How many of the newest events to read (1 to 1000000).") var limit = 10_000
+
+    func validate() throws {
+        guard (1...1_000_000).contains(limit) else { throw ValidationError("--limit must be 1 to 1000000, not \(limit)") }
+        if let html { try validatePagePath(html, option: "--html") }
+    }
 
     func run() async throws {
-        let store = try options.open()
-        let lines = try await Journal(store: store).jsonLines()
-        if !lines.isEmpty { printNow(lines) }
+        let file = try options.existingStore()
+        let events: [JournalEvent]
+        do {
+            events = try Journal.events(atPath: file.path, limit: limit)
+        } catch let error as FerryError {
+            throw CommandFailure("\(error)")
+        }
+        guard let html else {
+            if !events.isEmpty { printNow(try Journal.jsonLines(of: events)) }
+            return
+        }
+        let page = JournalTimeline(title: "Ferry sync timeline: \(options.user)", tracks: [.init(title: options.user, events: events)]).html()
+        try writePage(page, to: html)
+        printNow("wrote \(html): \(events.count) events of \(options.user)")
+    }
+}
+
+/// Refuses, before any work, a page path that is empty or whose folder does not exist.
+func validatePagePath(_ path: String, option: String) throws {
+    guard !path.isEmpty else { throw ValidationError("\(option) needs a file name") }
+    var isDirectory: ObjCBool = false
+    let folder = URL(fileURLWithPath: path).deletingLastPathComponent().path
+    guard FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory), isDirectory.boolValue else {
+        throw ValidationError("\(option) \(path): the folder \(folder) does not exist")
+    }
+}
+
+/// Writes a report page whole or not at all, with a message that says why it could not.
+func writePage(_ page: String, to path: String) throws {
+    do {
+        try Data(page.utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+    } catch {
+        throw CommandFailure("cannot write \(path): \(error.localizedDescription)")
     }
 }

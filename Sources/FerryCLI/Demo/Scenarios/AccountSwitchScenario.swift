@@ -77,7 +77,8 @@ struct AccountSwitchScenario: DemoScenario {
                     anaWhileBen.isEmpty && anaQueued == 25
                 ),
                 ("Ana's 25 were sent when she returned; \(anaStatus.pending) left pending", anaRemote.count == 25 && anaStatus.pending == 0),
-            ]
+            ],
+            timelines: [.init(title: "ben", events: benJournal), .init(title: "ana, back", events: anaJournal)]
         )
     }
 }

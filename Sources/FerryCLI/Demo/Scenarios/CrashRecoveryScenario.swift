@@ -127,7 +127,8 @@ struct CrashRecoveryScenario: DemoScenario {
                     status.pending == 0 && remote.count == 2000
                 ),
                 ("\(appliedTwice) mutations applied twice (every record at version 1)", appliedTwice == 0),
-            ]
+            ],
+            timelines: [.init(title: "lee, before the crash and after", events: journal)]
         )
     }
 }

@@ -69,7 +69,8 @@ struct HostileNetworkScenario: DemoScenario {
                 ("every kind of fault met: \(lost) lost responses among them", injected.count == 5 && lost > 0),
                 ("\(remote.count) of 1,000 records on the server, \(status.pending) pending", remote.count == 1000 && status.pending == 0),
                 ("\(appliedTwice) mutations applied twice (every record at version 1)", appliedTwice == 0),
-            ]
+            ],
+            timelines: [.init(title: "kim", events: journal)]
         )
     }
 }

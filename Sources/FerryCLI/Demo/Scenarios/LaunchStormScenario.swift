@@ -41,13 +41,16 @@ struct LaunchStormScenario: DemoScenario {
             .optional("Warm the map cache") { _ in throw CacheUnavailable() },
             .initialSync(app.session, weight: 4),
         ])
+        // What the app's start-up screen showed, kept for the report's progress lane.
         let progressWatcher = Task {
-            var shown = ""
+            var shown: [JournalEvent] = []
             for await progress in await pipeline.progressUpdates() where progress.phase != .idle {
                 let line = "Starting up: \(Int(progress.fraction * 100))% \(progress.message)"
-                if line != shown { output.progress(line) }
-                shown = line
+                guard line != shown.last?.message else { continue }
+                output.progress(line)
+                shown.append(JournalEvent(kind: "progress", message: line))
             }
+            return shown
         }
 
         let origin = Date()
@@ -63,6 +66,7 @@ struct LaunchStormScenario: DemoScenario {
         }
         let startup = await pipeline.completion()
         progressWatcher.cancel()
+        let startupShown = await progressWatcher.value
         // Anything still coalescing would start within a settle window; give it one.
         try await Task.sleep(for: .milliseconds(300))
         let history = await engine.scheduler.history
@@ -93,7 +97,8 @@ struct LaunchStormScenario: DemoScenario {
                     "startup finished; the permission timeout and the cache failure were skipped with their reasons",
                     startup.phase == .finished && skipped == ["Location permission", "Warm the map cache"]
                 ),
-            ]
+            ],
+            timelines: [.init(title: "maya", events: (journal + startupShown).sorted { $0.at < $1.at })]
         )
     }
 }

@@ -61,6 +61,7 @@ struct QueuedEventsScenario: DemoScenario {
         while case .waitingForNetwork = await engine.scheduler.state { try await Task.sleep(for: .milliseconds(5)) }
         try await engine.scheduler.run(for: .manual)  // joins the run the returning link asks for
         let journal = try await app.journal(since: origin)
+        let wholeJournal = try await app.journal(since: .distantPast)  // the offline spell too, for the report
         let status = await engine.client.status
         let local = try await engine.store.database.read { db in
             (
@@ -93,7 +94,8 @@ struct QueuedEventsScenario: DemoScenario {
                     status.pending == 0 && remote.count == 5000 && local.0 == 5000
                 ),
                 ("the status stream pushed \(progressUpdates) progress updates, nobody polled", progressUpdates >= 10),
-            ]
+            ],
+            timelines: [.init(title: "sam", events: wholeJournal)]
         )
     }
 }
