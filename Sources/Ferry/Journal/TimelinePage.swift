@@ -227,7 +227,7 @@ struct TimelinePage {
             }
         }
 
-        /// Merges, dead letters, split batches and refused tokens.
+        /// Merges, dead letters, split batches, refused tokens and how background syncs ended.
         mutating func outcomes(_ events: ArraySlice<JournalEvent>) {
             lane("Outcomes")
             for event in events {
@@ -235,6 +235,7 @@ struct TimelinePage {
                 case "deadLettered": svg += marker("dead-letter", at: event.at, title: "\(offset(event.at)) dead letter: \(event.message)")
                 case "batch.halved": svg += marker("halved", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case "token": svg += marker("token", at: event.at, title: "\(offset(event.at)) \(event.message)")
+                case "background": svg += marker("background", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case "run.finished" where (Int(event.details["merged"] ?? "") ?? 0) > 0:
                     svg += marker("merged", at: event.at, title: "\(offset(event.at)) merged \(event.details["merged"] ?? "") conflicting changes")
                 default: continue
@@ -359,6 +360,7 @@ struct TimelinePage {
         <li><svg width="12" height="12"><rect class="offline" width="12" height="12"/></svg>offline</li>
         <li><svg width="12" height="12"><polygon class="merged" points="6,0 12,6 6,12 0,6"/></svg>merge</li>
         <li><svg width="12" height="12"><polygon class="dead-letter" points="6,0 12,6 6,12 0,6"/></svg>dead letter</li>
+        <li><svg width="12" height="12"><polygon class="background" points="6,0 12,6 6,12 0,6"/></svg>background sync ended</li>
         </ul>
         """
 
@@ -395,6 +397,7 @@ struct TimelinePage {
         .merged { fill: #8250df; }
         .dead-letter { fill: #cf222e; }
         .halved, .token { fill: #bc4c00; }
+        .background { fill: #59636e; }
         .progress { fill: #0969da; }
         details.events summary { cursor: pointer; color: #0969da; }
         table { border-collapse: collapse; font-size: 12px; margin-top: 6px; }

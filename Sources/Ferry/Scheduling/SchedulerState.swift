@@ -14,6 +14,9 @@ public enum SchedulerState: Sendable, Equatable {
     /// `triggers` wait for the least time between runs (`SchedulerConfiguration.minimumInterval`)
     /// to pass, at `until`.
     case waitingForMinimumInterval(triggers: Int, until: Date)
+    /// Runs are held since a background task's time ran out (`SyncSession.backgroundSync(timeLimit:)`);
+    /// `triggers` wait until the app is active again (`setActive(true)`) or a caller waits for a run.
+    case held(triggers: Int)
     /// The scheduler was stopped (its user signed out).
     case stopped
 
@@ -29,6 +32,8 @@ public enum SchedulerState: Sendable, Equatable {
             "\(Self.triggers(triggers)) for the settle window; the run starts at \(until.formatted(.iso8601))."
         case .waitingForMinimumInterval(let triggers, let until):
             "\(Self.triggers(triggers)) for the least time between runs; the run starts at \(until.formatted(.iso8601))."
+        case .held(let triggers):
+            "Runs are held since a background task's time ran out; \(triggers == 0 ? "the next run starts" : Self.triggers(triggers) + ", and the run starts") when the app is active again."
         case .stopped: "The scheduler is stopped: nobody is signed in."
         }
     }

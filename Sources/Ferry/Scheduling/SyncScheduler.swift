@@ -4,9 +4,9 @@ import Logging
 
 /// Tuning of the scheduler.
 public struct SchedulerConfiguration: Sendable {
-    /// Triggers this close together coalesce into one run; manual triggers use `manualSettleWindow`.
+    /// Triggers this close together coalesce into one run; `manual` and `backgroundTask` triggers use `manualSettleWindow`.
     public var settleWindow: Duration = .milliseconds(250)
-    /// The settle window of `manual` triggers; zero by default, so a manual sync starts at once (the minimum interval and
+    /// The settle window of `manual` and `backgroundTask` triggers, which a caller waits on; zero by default, so a manual sync starts at once (the minimum interval and
     /// the network permitting).
     public var manualSettleWindow: Duration = .zero
     /// The least time from the end of one run to the start of the next. It delays runs, never drops them.
@@ -75,6 +75,8 @@ public actor SyncScheduler {
     private var timer: Task<Void, Never>?
     private var periodic: Task<Void, Never>?
     private var stopped = false
+    /// No run starts while held (see `hold()`); triggers are kept.
+    private var held = false
     /// Callers of `run(for:kind:)`: those waiting for the next run, and those the current run serves.
     private var waiters: [UUID: CheckedContinuation<Int, any Error>] = [:]
     private var waitingForNextRun: [UUID] = []
@@ -110,7 +112,7 @@ public actor SyncScheduler {
     public func trigger(_ trigger: SyncTrigger, kind: SyncKind? = nil) {
         guard !stopped else { return }
         let kind = kind ?? trigger.defaultKind
-        let window = trigger == .manual ? configuration.manualSettleWindow : configuration.settleWindow
+        let window = trigger.settlesAtOnce ? configuration.manualSettleWindow : configuration.settleWindow
         let due = now + window
         emit(.triggerReceived(trigger))
         if var request = pending {
@@ -161,6 +163,7 @@ public actor SyncScheduler {
                     return
                 }
                 waiters[id] = continuation
+                held = false  // a caller waits: the app is running
                 if joiningFullRun, runningKind == .full {
                     servedByCurrentRun.append(id)
                 } else {
@@ -195,7 +198,31 @@ public actor SyncScheduler {
     public func setActive(_ isActive: Bool) {
         active = isActive
         schedulePeriodic()
+        if isActive, held {
+            held = false
+            evaluate()
+        }
     }
+
+    /// Stops the run in progress, if any, and returns once it has ended: its batch answered or
+    /// back in the queue, nothing left in flight. Until the app is active again (`setActive(true)`)
+    /// or a caller waits for a run, no run starts; triggers are kept for then. For the end of a
+    /// background task, when the app is about to be suspended.
+    func hold() async {
+        guard !stopped else { return }
+        held = true
+        timer?.cancel()
+        timer = nil
+        let current = running
+        current?.cancel()
+        await current?.value
+        // Callers waiting for the next run would wait until the app is active: tell them now.
+        for id in waitingForNextRun { resumeWaiter(id, with: .failure(Self.heldError)) }
+        waitingForNextRun = []
+    }
+
+    /// What the callers of a run get when `hold()` cut it short.
+    private static let heldError = FerryError.interrupted("the background task's time ran out; the sync runs again when the app is active")
 
     /// What callers waiting for a run get when the scheduler stops before serving them.
     private static let stoppedError = FerryError.stopped("the scheduler was stopped (its user signed out)")
@@ -220,6 +247,7 @@ public actor SyncScheduler {
     public var state: SchedulerState {
         if stopped { return .stopped }
         if running != nil { return .running(queued: pending?.triggers.count ?? 0) }
+        if held { return .held(triggers: pending?.triggers.count ?? 0) }
         guard let pending else { return .idle }
         if online == false { return .waitingForNetwork(triggers: pending.triggers.count) }
         let afterInterval = lastRunEnded.map { $0 + configuration.minimumInterval }
@@ -240,7 +268,7 @@ public actor SyncScheduler {
 
     /// Starts a run if one is wanted and allowed now, else arms a timer for when it will be.
     private func evaluate() {
-        guard !stopped, running == nil, var request = pending else { return }
+        guard !stopped, !held, running == nil, var request = pending else { return }
         guard online != false else {
             for trigger in request.triggers[request.recordedOffline...] { record(trigger, .waitingForNetwork) }
             failWaitersWhileOffline()
@@ -287,7 +315,13 @@ public actor SyncScheduler {
         runningKind = nil
         // A run cut short by stop() did not fail its callers: their user signed out. (One that
         // succeeded before stop() was heard is a success.)
-        let served: Result<Int, any Error> = if stopped, case .failure = outcome { .failure(Self.stoppedError) } else { outcome }
+        // One cut short by hold() was interrupted, which its callers can tell from a failure.
+        let served: Result<Int, any Error> =
+            switch outcome {
+            case .failure where stopped: .failure(Self.stoppedError)
+            case .failure where held: .failure(Self.heldError)
+            default: outcome
+            }
         for id in servedByCurrentRun { resumeWaiter(id, with: served) }
         servedByCurrentRun = []
         emit(.runFinished(number, succeeded: (try? outcome.get()) != nil))

@@ -14,9 +14,15 @@ public enum SyncTrigger: String, Sendable, Hashable, CaseIterable {
     case periodic
     /// A person asked (pull to refresh): no settle window.
     case manual
+    /// The system woke the app for background work (`BGAppRefreshTask`, `BGProcessingTask`):
+    /// `SyncSession.backgroundSync(timeLimit:)`.
+    case backgroundTask
 
     /// What the trigger asks for unless told otherwise: a launch catches up fully, the rest incrementally.
     public var defaultKind: SyncKind { self == .launch ? .full : .incremental }
+
+    /// Whoever asks waits for the run, so it starts without a settle window.
+    var settlesAtOnce: Bool { self == .manual || self == .backgroundTask }
 }
 
 /// How much a run does.

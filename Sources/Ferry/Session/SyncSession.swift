@@ -61,12 +61,12 @@ public actor SyncSession {
     private let token: UserTokenProvider
     private let connectivity: (any ConnectivityMonitor)?
     private let makeScheduler: @Sendable (@escaping SyncScheduler.Runner) -> SyncScheduler
-    private let clientClock: any Clock<Duration>
+    let clientClock: any Clock<Duration>
     private let logger = Logger(label: "ferry.session")
     private var observer: QueuedChangeObserver?
     private var connectivityTask: Task<Void, Never>?
     /// The latest sign-in or sign-out; the next one waits for it (`oneAtATime`).
-    private var lastTransition: Task<Void, any Error>?
+    private(set) var lastTransition: Task<Void, any Error>?
     private let engineObservers = Broadcast<Engine?>()
     /// The status of whoever is signed in, the latest kept (`signedOut` while nobody is).
     private let statusObservers = Broadcast<SyncStatus>()

@@ -20,6 +20,10 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The engine was stopped (its user signed out, or nobody is signed in): there is nothing
     /// to sync with it. Ask the session for the signed-in user's.
     case stopped(String)
+    /// The run was stopped before it finished so that a background task could end in time
+    /// (`SyncSession.backgroundSync(timeLimit:)`): its batch was answered or went back to the
+    /// queue, nothing was lost, and it runs again when the app is active.
+    case interrupted(String)
 
     /// The error in one line, as logs, the journal and `SyncStatus.lastError` show it.
     public var description: String {
@@ -31,6 +35,7 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         case .leaseLost(let why): "sync stopped: \(why)"
         case .unreadableStore(let why): "cannot open the store: \(why)"
         case .stopped(let why): "not syncing: \(why)"
+        case .interrupted(let why): "sync interrupted: \(why)"
         }
     }
 }
