@@ -41,6 +41,7 @@ struct QueueSnapshotTests {
             let snapshot = try await client.queueSnapshot()
             #expect(snapshot.queuedByEntity == ["events": 30, "notes": 2])
             #expect(snapshot.inFlight == 10)
+            #expect(snapshot.inFlightByEntity == ["events": 10])
             #expect(snapshot.lease?.processID == dead)
             #expect(snapshot.lease?.holderIsRunning == false)
             #expect(snapshot.deadLetters.map(\.entityID) == ["huge"])
@@ -60,6 +61,7 @@ struct QueueSnapshotTests {
             #expect(words[2].hasPrefix("Set aside for the app to retry or discard: 1 change: data is "))
             #expect(words[2].hasSuffix(" (events/huge)."))
             #expect(words[3].hasPrefix("The last sync succeeded at "))
+            #expect(words[3].hasSuffix(": pushed 0, merged 0, pulled 0, in 1 request."), "\(words[3])")
             var fromFile = try QueueSnapshot.read(atPath: path)
             fromFile.takenAt = snapshot.takenAt  // ages are counted to the same moment
             fromFile.status = snapshot.status
@@ -156,5 +158,49 @@ struct QueueSnapshotTests {
         #expect(QueueSnapshot.age(from: start, to: start.addingTimeInterval(5 * 3600)) == "5 h")
         #expect(QueueSnapshot.age(from: start, to: start.addingTimeInterval(3 * 86400)) == "3 days")
         #expect(QueueSnapshot.age(from: start.addingTimeInterval(10), to: start) == "0 s")
+    }
+
+    @Test("edits coalesced into one mutation keep the time the first was queued: the age counts from the first edit")
+    func coalescedKeepsTheFirstTime() async throws {
+        let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+        try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES ('e-1', 1)") }
+        let first = try #require(
+            try await store.database.read { db in try Double.fetchOne(db, sql: "SELECT queued_at FROM ferry_outbox WHERE state = 0") }
+        )
+        // Later edits of the same record, queued an hour later (set by hand: no sleeping).
+        for value in 2...4 {
+            try await store.database.write { db in try db.execute(sql: "UPDATE events SET value = ? WHERE id = 'e-1'", arguments: [value]) }
+        }
+        try await store.database.write { db in try db.execute(sql: "UPDATE ferry_outbox SET queued_at = queued_at + 3600 WHERE id > 1") }
+        let lease = SyncLease(store: store, duration: 60)
+        #expect(try await lease.acquire() == nil)
+        let batch = try #require(try await Outbox(store: store, lease: lease).nextBatch(limit: 10))
+        #expect(batch.mutations.count == 1, "four edits, one mutation")
+        let kept = try await store.database.read { db in try Double?.fetchAll(db, sql: "SELECT queued_at FROM ferry_outbox WHERE state != 3") }
+        #expect(kept == [first], "one entry is left, and it carries the first edit's time")
+        #expect(try await QueueSnapshot.read(from: store).oldestQueuedAt == Date(timeIntervalSince1970: first))
+        try await store.close()
+    }
+
+    @Test("a session's snapshots follow the queue: writes, the run that sends them, and sign-out, each seen without polling")
+    func snapshotUpdates() async throws {
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("snapshots"), clock: clock)
+            var updates = session.queueSnapshotUpdates().makeAsyncIterator()
+            var seen = await updates.next()
+            #expect(seen == .some(nil), "nobody signed in: nil")
+            try await session.signIn("alice")
+            try await SessionTests.write("e-1", in: session)
+            try await SessionTests.write("e-2", in: session)
+            repeat { seen = await updates.next() } while seen != nil && seen??.queued != 2
+            #expect(seen??.queued == 2)
+            await clock.advance(by: .seconds(3))
+            repeat { seen = await updates.next() } while seen != nil && !(seen??.queued == 0 && seen??.lastRun != nil)
+            #expect(seen??.lastRun?.message == "sync finished")
+            try await session.signOut()
+            repeat { seen = await updates.next() } while seen != nil && seen != .some(nil)
+            #expect(seen == .some(nil), "signed out: nil")
+        }
     }
 }

@@ -86,6 +86,7 @@ struct Outbox: Sendable {
                 entries[record, default: []].append(row[0])
             }
             var batch = OutboxBatch(entryCount: rows.count)
+            var coalesced: [(kept: Int64, folded: [Int64])] = []
             // The version the server last gave a record: a delete needs it (none means the
             // server never saw the record) and so does an upsert that detects conflicts.
             let versioned = latest.filter { record, row in
@@ -115,9 +116,22 @@ struct Outbox: Sendable {
                 // The entries coalesced into the mutation are folded into its own: from now on
                 // one entry stands for what was sent, so a resend is the same mutation.
                 batch.entries[mutation.id] = [mutation.id]
-                batch.unsent += (entries[record] ?? []).filter { $0 != mutation.id }
+                let folded = (entries[record] ?? []).filter { $0 != mutation.id }
+                batch.unsent += folded
+                if !folded.isEmpty { coalesced.append((mutation.id, folded)) }
             }
             batch.mutations.sort { $0.id < $1.id }
+            // The entry that stands for coalesced edits keeps the time the first of them was
+            // queued: how long a change has waited is counted from the first edit.
+            for (kept, folded) in coalesced {
+                try db.cachedStatement(
+                    sql: """
+                        UPDATE ferry_outbox SET queued_at = (SELECT MIN(queued_at) FROM ferry_outbox WHERE id = ?1 OR id IN (SELECT value FROM json_each(?2)))
+                        WHERE id = ?1
+                        """
+                )
+                .execute(arguments: [kept, Self.idList(folded)])
+            }
             if !batch.unsent.isEmpty {
                 try db.cachedStatement(sql: "DELETE FROM ferry_outbox WHERE \(Self.idIn)").execute(arguments: [Self.idList(batch.unsent)])
             }

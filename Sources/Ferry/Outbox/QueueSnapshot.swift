@@ -23,8 +23,8 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var takenAt: Date
     /// Changes the server has not acknowledged yet (queued or in flight), by entity.
     public var queuedByEntity: [String: Int]
-    /// Of those, changes taken by a sync that has not applied their answer yet.
-    public var inFlight: Int
+    /// Of those, changes taken by a sync that has not applied their answer yet, by entity.
+    public var inFlightByEntity: [String: Int]
     /// When the oldest of those was taken; `nil` if none is in flight, or none has a time.
     public var inFlightSince: Date?
     /// When the oldest queued change was made; `nil` if nothing is queued, or none has a time.
@@ -54,6 +54,9 @@ public struct QueueSnapshot: Sendable, Equatable {
     /// Changes queued, in flight included.
     public var queued: Int { queuedByEntity.values.reduce(0, +) }
 
+    /// Changes taken by a sync that has not applied their answer yet.
+    public var inFlight: Int { inFlightByEntity.values.reduce(0, +) }
+
     /// The snapshot of `store` now.
     public static func read(from store: FerryStore) async throws -> QueueSnapshot {
         try await store.database.read { db in try read(db) }
@@ -75,7 +78,7 @@ public struct QueueSnapshot: Sendable, Equatable {
         let hasQueueTimes = columns.contains("queued_at")
         let sentSince = columns.contains("sent_at") ? "MIN(CASE WHEN state = \(OutboxState.inFlight.rawValue) THEN sent_at END)" : "NULL"
         var byEntity: [String: Int] = [:]
-        var inFlight = 0
+        var inFlight: [String: Int] = [:]
         var oldest: Double?
         var untimed = 0
         var sentAt: Double?
@@ -87,7 +90,7 @@ public struct QueueSnapshot: Sendable, Equatable {
                 """
         ) {
             byEntity[row[0]] = row[1]
-            inFlight += row[2]
+            if let count: Int = row[2], count > 0 { inFlight[row[0]] = count }
             if let time: Double = row[3] { oldest = min(oldest ?? time, time) }
             untimed += row[4]
             if let time: Double = row[5] { sentAt = min(sentAt ?? time, time) }
@@ -117,7 +120,7 @@ public struct QueueSnapshot: Sendable, Equatable {
         return QueueSnapshot(
             takenAt: Date(),
             queuedByEntity: byEntity,
-            inFlight: inFlight,
+            inFlightByEntity: inFlight,
             inFlightSince: sentAt.map(Date.init(timeIntervalSince1970:)),
             oldestQueuedAt: oldest.map(Date.init(timeIntervalSince1970:)),
             untimedQueued: untimed,
@@ -140,7 +143,8 @@ public struct QueueSnapshot: Sendable, Equatable {
             lines.append("Nothing is waiting to be sent.")
         } else {
             let entities = queuedByEntity.sorted { $0.key < $1.key }.map { "\($0.value.formatted()) \($0.key)" }.joined(separator: ", ")
-            let flying = inFlight > 0 ? ", \(inFlight.formatted()) of them in flight" : ""
+            let flyingEntities = inFlightByEntity.sorted { $0.key < $1.key }.map { "\($0.value.formatted()) \($0.key)" }.joined(separator: ", ")
+            let flying = inFlight > 0 ? ", \(inFlight.formatted()) of them in flight\(inFlightByEntity.count > 1 ? " (\(flyingEntities))" : "")" : ""
             var age =
                 oldestQueuedAt.map { "; the oldest was made \(untimedQueued > 0 ? "at least " : "")\(Self.age(from: $0, to: takenAt)) ago" } ?? ""
             if untimedQueued > 0 && oldestQueuedAt == nil { age = "; queued by a version of Ferry that did not record when" }
@@ -175,7 +179,10 @@ public struct QueueSnapshot: Sendable, Equatable {
             lines.append("Set aside for the app to retry or discard: \(Self.changes(deadLetters.count)): \(listed.joined(separator: "; "))\(more).")
         }
         switch lastRun {
-        case let run? where run.message == Self.runSucceeded: lines.append("The last sync succeeded at \(Self.time(run.at)).")
+        case let run? where run.message == Self.runSucceeded:
+            let counts = ["pushed", "merged", "pulled"].compactMap { key in run.details[key].map { "\(key) \($0)" } }
+            let requests = run.details["requests"].map { ", in \($0 == "1" ? "1 request" : "\($0) requests")" } ?? ""
+            lines.append("The last sync succeeded at \(Self.time(run.at))\(counts.isEmpty ? "" : ": \(counts.joined(separator: ", "))\(requests)").")
         case let run?: lines.append("The last sync ended at \(Self.time(run.at)): \(run.message).")
         case nil where lastSyncedAt == nil && unfinishedRunStartedAt == nil: lines.append("This store has never synced.")
         case nil: break

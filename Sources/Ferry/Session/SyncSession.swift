@@ -174,6 +174,44 @@ public actor SyncSession {
         return snapshot
     }
 
+    /// The signed-in user's queue snapshot now, then again after every change of status, every
+    /// trigger, run and scheduler decision, and every sign-in and sign-out (`nil` while nobody is
+    /// signed in): for a support screen that stays current. A snapshot equal to the one before
+    /// (but for `takenAt`) is not sent again; one read at a time, the latest change wins.
+    public nonisolated func queueSnapshotUpdates() -> AsyncStream<QueueSnapshot?> {
+        let (snapshots, output) = AsyncStream.makeStream(of: QueueSnapshot?.self, bufferingPolicy: .bufferingNewest(1))
+        let (changes, changed) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let watchers = Task {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { for await _ in self.statusUpdates() { changed.yield() } }
+                group.addTask {
+                    // A scheduler's events end when it stops (a sign-out); the next engine follows.
+                    for await engine in await self.engineUpdates() {
+                        changed.yield()
+                        guard let engine else { continue }
+                        for await _ in await engine.scheduler.eventStream() { changed.yield() }
+                    }
+                }
+            }
+        }
+        let reader = Task {
+            var last: QueueSnapshot??
+            for await _ in changes {
+                let snapshot = try? await self.queueSnapshot()
+                var compared = snapshot
+                if case .some(.some(let previous)) = last { compared?.takenAt = previous.takenAt }
+                guard last != .some(compared) else { continue }
+                last = .some(snapshot)
+                output.yield(snapshot)
+            }
+        }
+        output.onTermination = { _ in
+            watchers.cancel()
+            reader.cancel()
+        }
+        return snapshots
+    }
+
     /// The signed-in user's engine now, then on every sign-in (an engine) and sign-out (`nil`).
     public func engineUpdates() -> AsyncStream<Engine?> {
         engineObservers.subscribe(startingWith: .some(engine), bufferingPolicy: .bufferingNewest(1))

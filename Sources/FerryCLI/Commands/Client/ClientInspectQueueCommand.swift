@@ -47,6 +47,7 @@ struct ClientInspectQueueCommand: AsyncParsableCommand {
             "unfinishedRunStartedAt": time(snapshot.unfinishedRunStartedAt),
             "queuedByEntity": .object(snapshot.queuedByEntity.mapValues { .integer(Int64($0)) }),
             "inFlight": .integer(Int64(snapshot.inFlight)),
+            "inFlightByEntity": .object(snapshot.inFlightByEntity.mapValues { .integer(Int64($0)) }),
             "inFlightSince": time(snapshot.inFlightSince),
             "oldestQueuedAt": time(snapshot.oldestQueuedAt),
             "lease": snapshot.lease.map {
