@@ -179,12 +179,15 @@ struct ClientCommandTests {
                 (["--html", scratch.appendingPathComponent("missing/timeline.html").path], "does not exist"),
                 (["--html", ""], "--html needs a file name"),
                 (["--limit", "0"], "--limit must be 1 to 1000000"),
+                (["--html", file.path], "is the store itself"),
+                (["--html", file.path + "-wal"], "is the store itself"),
             ] {
                 run = try await Self.ferry(["client", "journal"] + base + arguments)
                 #expect(run.status != 0)
                 #expect(run.error.contains(message), "\(arguments): \(run.error)")
             }
             #expect(!FileManager.default.fileExists(atPath: scratch.appendingPathComponent("missing").path))
+            #expect(try Data(contentsOf: file) == before, "a page is never written over the store")
         }
     }
 

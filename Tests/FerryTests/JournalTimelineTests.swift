@@ -112,6 +112,29 @@ struct JournalTimelineTests {
         #expect(Self.count("<polygon class=\"dead-letter\"", in: html) == 2, "the legend's and this one")
     }
 
+    @Test("a quote with a combining mark, spaces in a kind and absurd numbers stay text: no attribute escapes, nothing traps")
+    func hostileDetails() {
+        let attack = "x\"\u{301} autofocus onfocus=alert(1) x=\""
+        let events = [
+            Self.trigger(0, "launch", attack),
+            Self.event(1, "run.started kind-x onclick=alert(2)", "sync started"),
+            Self.event(2, "request", "GET /v1/pull → 200", ["status": "200", "ms": "1e300", "bytes": "nan"]),
+            Self.event(3, "request", "GET /v1/pull → 200", ["status": "200", "ms": "nan"]),
+            Self.event(4, "wait", "rate limited", ["seconds": "1e300"]),
+            Self.event(5, "run.finished", "sync finished", ["pushed": "9223372036854775807", "pulled": "-5", "merged": "x"]),
+            Self.event(6, "run.finished", "sync finished", ["pushed": "9223372036854775807"]),
+            Self.event(-500, "deadLettered", "before the start", ["entries": "9223372036854775807"]),
+        ]
+        let html = Self.page(events)
+        let markedQuote = "\"\u{301}"
+        #expect(!html.contains(markedQuote), "the quote is escaped even with a mark on it")
+        #expect(html.contains("class=\"trigger fate-xautofocusonfocusalert1x\""), "a class name keeps letters and digits only")
+        #expect(html.contains("class=\"event kind-runstartedkind-xonclickalert2\""))
+        #expect(html.contains("x&quot;\u{301} autofocus onfocus=alert(1) x=&quot;"), "as text, escaped")
+        #expect(html.contains("pushed 0 · pulled 0"), "counts that cannot be true read 0")
+        #expect(html.contains("-500 ms"), "an event stamped before the one before it is shown as it was")
+    }
+
     @Test("an empty journal says so instead of drawing an empty axis")
     func emptyJournal() {
         let html = Self.page([])

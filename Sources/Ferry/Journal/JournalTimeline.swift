@@ -99,10 +99,10 @@ extension JournalTimeline.Track {
                 summary.requests += 1
                 if !(event.details["status"]?.hasPrefix("2") ?? false) { summary.failedRequests += 1 }
             case "run.finished":
-                summary.pushed += Int(event.details["pushed"] ?? "") ?? 0
-                summary.pulled += Int(event.details["pulled"] ?? "") ?? 0
-                summary.merged += Int(event.details["merged"] ?? "") ?? 0
-            case "deadLettered": summary.deadLetters += Int(event.details["entries"] ?? "") ?? 1
+                summary.pushed += count(event.details["pushed"])
+                summary.pulled += count(event.details["pulled"])
+                summary.merged += count(event.details["merged"])
+            case "deadLettered": summary.deadLetters += max(1, count(event.details["entries"]))
             case "wait", "lease.wait": summary.waits += 1
             default: break
             }

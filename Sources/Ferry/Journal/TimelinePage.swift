@@ -115,7 +115,7 @@ struct TimelinePage {
             lane("Triggers", rows: rowEnds.count)
             for (event, x, row) in placed {
                 let fate = event.details["fate"] ?? "unknown"
-                svg += "<circle class=\"trigger fate-\(escape(fate))\" cx=\"\(format(x))\" cy=\"\(format(middle(row: row)))\" r=\"4.5\">"
+                svg += "<circle class=\"trigger fate-\(token(fate))\" cx=\"\(format(x))\" cy=\"\(format(middle(row: row)))\" r=\"4.5\">"
                 svg += "<title>\(escape("\(offset(event.at)) \(event.message)"))</title></circle>\n"
             }
         }
@@ -143,7 +143,7 @@ struct TimelinePage {
             var started: JournalEvent?
             for event in events {
                 switch event.kind {
-                case "scheduler.run" where event.details["outcome"] == nil:
+                case "scheduler.run" where event.details["outcome"] == nil && event.message.contains(" started"):
                     name = "run \(event.details["run"] ?? "?")" + (event.details["kind"].map { " (\($0))" } ?? "")
                 case "run.started":
                     if let started { drawRun(started, name: name, end: nil, at: event.at) }
@@ -196,7 +196,7 @@ struct TimelinePage {
         mutating func requests(_ events: ArraySlice<JournalEvent>) {
             lane("Requests")
             for event in events where event.kind == "request" {
-                let milliseconds = Double(event.details["ms"] ?? "") ?? 0
+                let milliseconds = Double(count(event.details["ms"]))
                 let status = event.details["status"].flatMap(Int.init)
                 let kind =
                     switch status {
@@ -236,7 +236,7 @@ struct TimelinePage {
                 case "batch.halved": svg += marker("halved", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case "token": svg += marker("token", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case "background": svg += marker("background", at: event.at, title: "\(offset(event.at)) \(event.message)")
-                case "run.finished" where (Int(event.details["merged"] ?? "") ?? 0) > 0:
+                case "run.finished" where count(event.details["merged"]) > 0:
                     svg += marker("merged", at: event.at, title: "\(offset(event.at)) merged \(event.details["merged"] ?? "") conflicting changes")
                 default: continue
                 }
@@ -311,10 +311,13 @@ struct TimelinePage {
 
         /// `+0 ms`, `+359 ms`, `+1.5 s`, `+2 min 5 s`.
         static func offset(_ seconds: TimeInterval) -> String {
-            switch seconds {
+            guard seconds.isFinite else { return "+?" }
+            guard seconds >= 0 else { return "-" + offset(-seconds).dropFirst() }  // a wall clock set back
+            return switch seconds {
             case ..<1: "+\(Int((seconds * 1_000).rounded())) ms"
             case ..<60: "+" + String(format: seconds < 10 ? "%.2f s" : "%.1f s", seconds)
-            default: "+\(Int(seconds) / 60) min \(Int(seconds) % 60) s"
+            case ..<1e9: "+\(Int(seconds) / 60) min \(Int(seconds) % 60) s"
+            default: "+a long time"
             }
         }
 
@@ -331,7 +334,7 @@ struct TimelinePage {
         var rows = ""
         for event in events {
             let details = event.details.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-            rows += "<tr class=\"event kind-\(escape(event.kind))\"><td>\(escape(Plot.offset(event.at.timeIntervalSince(origin))))</td>"
+            rows += "<tr class=\"event kind-\(token(event.kind))\"><td>\(escape(Plot.offset(event.at.timeIntervalSince(origin))))</td>"
             rows += "<td>\(escape(event.kind))</td><td>\(escape(event.message))</td><td>\(escape(details))</td></tr>\n"
         }
         return """
@@ -354,7 +357,8 @@ struct TimelinePage {
         <li><svg width="12" height="12"><circle class="trigger fate-ignored" cx="6" cy="6" r="4.5"/></svg>ignored (a connectivity report)</li>
         <li><svg width="12" height="12"><rect class="request-ok" width="12" height="12"/></svg>request 2xx</li>
         <li><svg width="12" height="12"><rect class="request-limited" width="12" height="12"/></svg>429 rate limited</li>
-        <li><svg width="12" height="12"><rect class="request-error" width="12" height="12"/></svg>5xx or refused</li>
+        <li><svg width="12" height="12"><rect class="request-refused" width="12" height="12"/></svg>4xx refused</li>
+        <li><svg width="12" height="12"><rect class="request-error" width="12" height="12"/></svg>5xx</li>
         <li><svg width="12" height="12"><rect class="request-failed" width="12" height="12"/></svg>no answer</li>
         <li><svg width="12" height="12"><rect class="wait" width="12" height="12"/></svg>wait</li>
         <li><svg width="12" height="12"><rect class="offline" width="12" height="12"/></svg>offline</li>
@@ -389,7 +393,8 @@ struct TimelinePage {
         .run-label, .progress-label { fill: #1f2328; }
         .request-ok { fill: #1a7f37; }
         .request-limited { fill: #bf8700; }
-        .request-refused, .request-error { fill: #cf222e; }
+        .request-refused { fill: #fa4549; }
+        .request-error { fill: #cf222e; }
         .request-failed { fill: #82071e; }
         .wait { fill: #fff1b3; stroke: #bf8700; }
         .offline { fill: #d1d9e0; }
@@ -406,21 +411,37 @@ struct TimelinePage {
         """
 }
 
-/// Text made safe inside HTML elements and quoted attributes.
+/// Text made safe inside HTML elements and quoted attributes. Scalar by scalar: a quote with a
+/// combining mark after it is one `Character` that is not `"`, and would end an attribute.
 private func escape(_ text: String) -> String {
-    var escaped = ""
-    escaped.reserveCapacity(text.utf8.count)
-    for character in text {
-        switch character {
-        case "&": escaped += "&amp;"
-        case "<": escaped += "&lt;"
-        case ">": escaped += "&gt;"
-        case "\"": escaped += "&quot;"
-        case "'": escaped += "&#39;"
-        default: escaped.append(character)
+    var escaped = String.UnicodeScalarView()
+    for scalar in text.unicodeScalars {
+        switch scalar {
+        case "&": escaped.append(contentsOf: "&amp;".unicodeScalars)
+        case "<": escaped.append(contentsOf: "&lt;".unicodeScalars)
+        case ">": escaped.append(contentsOf: "&gt;".unicodeScalars)
+        case "\"": escaped.append(contentsOf: "&quot;".unicodeScalars)
+        case "'": escaped.append(contentsOf: "&#39;".unicodeScalars)
+        default: escaped.append(scalar)
         }
     }
-    return escaped
+    return String(escaped)
+}
+
+/// A journal value as one CSS class name: letters, digits, `-` and `_` only, so that no value
+/// adds a class or leaves the attribute.
+private func token(_ text: String) -> String {
+    String(
+        String.UnicodeScalarView(
+            text.unicodeScalars.filter { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_") }
+        )
+    )
+}
+
+/// A journal count as a number: missing, unreadable, negative or absurd counts read 0.
+func count(_ text: String?) -> Int {
+    guard let text, let value = Int(text), value >= 0, value < 1_000_000_000_000 else { return 0 }
+    return value
 }
 
 /// A coordinate with two decimals, as SVG wants it.

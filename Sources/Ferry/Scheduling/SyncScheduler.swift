@@ -77,6 +77,11 @@ public actor SyncScheduler {
     private var stopped = false
     /// No run starts while held (see `hold()`); triggers are kept.
     private var held = false
+    /// `hold()` is stopping runs: what would lift the hold waits until it has returned.
+    private var holding = false
+    private var releaseAfterHold = false
+    /// The run in progress was cut short by `hold()`: its callers are told so.
+    private var runInterrupted = false
     /// Callers of `run(for:kind:)`: those waiting for the next run, and those the current run serves.
     private var waiters: [UUID: CheckedContinuation<Int, any Error>] = [:]
     private var waitingForNextRun: [UUID] = []
@@ -115,6 +120,7 @@ public actor SyncScheduler {
         let window = trigger.settlesAtOnce ? configuration.manualSettleWindow : configuration.settleWindow
         let due = now + window
         emit(.triggerReceived(trigger))
+        if trigger.isForeground { releaseHold() }  // evaluated below
         if var request = pending {
             request.kind = max(request.kind, kind)
             request.triggers.append(trigger)
@@ -163,7 +169,7 @@ public actor SyncScheduler {
                     return
                 }
                 waiters[id] = continuation
-                held = false  // a caller waits: the app is running
+                releaseHold()  // a caller waits: the app is running (the trigger below evaluates)
                 if joiningFullRun, runningKind == .full {
                     servedByCurrentRun.append(id)
                 } else {
@@ -198,8 +204,8 @@ public actor SyncScheduler {
     public func setActive(_ isActive: Bool) {
         active = isActive
         schedulePeriodic()
-        if isActive, held {
-            held = false
+        if isActive {
+            releaseHold()
             evaluate()
         }
     }
@@ -211,14 +217,35 @@ public actor SyncScheduler {
     func hold() async {
         guard !stopped else { return }
         held = true
+        holding = true
         timer?.cancel()
         timer = nil
-        let current = running
-        current?.cancel()
-        await current?.value
-        // Callers waiting for the next run would wait until the app is active: tell them now.
-        for id in waitingForNextRun { resumeWaiter(id, with: .failure(Self.heldError)) }
-        waitingForNextRun = []
+        while let current = running {
+            runInterrupted = true
+            current.cancel()
+            await current.value
+        }
+        holding = false
+        if releaseAfterHold {  // the app came back meanwhile: its callers get their run
+            releaseHold()
+            evaluate()
+        } else {
+            // Callers waiting for the next run would wait until the app is active: tell them now.
+            for id in waitingForNextRun { resumeWaiter(id, with: .failure(Self.heldError)) }
+            waitingForNextRun = []
+        }
+    }
+
+    /// Lets runs start again after `hold()` (while it is still stopping runs, once it has);
+    /// the caller evaluates.
+    private func releaseHold() {
+        guard held else { return }
+        guard !holding else {
+            releaseAfterHold = true
+            return
+        }
+        held = false
+        releaseAfterHold = false
     }
 
     /// What the callers of a run get when `hold()` cut it short.
@@ -319,11 +346,12 @@ public actor SyncScheduler {
         let served: Result<Int, any Error> =
             switch outcome {
             case .failure where stopped: .failure(Self.stoppedError)
-            case .failure where held: .failure(Self.heldError)
+            case .failure where runInterrupted: .failure(Self.heldError)
             default: outcome
             }
         for id in servedByCurrentRun { resumeWaiter(id, with: served) }
         servedByCurrentRun = []
+        runInterrupted = false
         emit(.runFinished(number, succeeded: (try? outcome.get()) != nil))
         evaluate()
     }

@@ -21,6 +21,9 @@ public enum SyncTrigger: String, Sendable, Hashable, CaseIterable {
     /// What the trigger asks for unless told otherwise: a launch catches up fully, the rest incrementally.
     public var defaultKind: SyncKind { self == .launch ? .full : .incremental }
 
+    /// The app is in front of its user: runs held after a background task start again.
+    var isForeground: Bool { self == .launch || self == .becameActive || self == .manual }
+
     /// Whoever asks waits for the run, so it starts without a settle window.
     var settlesAtOnce: Bool { self == .manual || self == .backgroundTask }
 }

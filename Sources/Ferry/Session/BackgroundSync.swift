@@ -78,6 +78,7 @@ extension SyncSession {
             case is TimeLimitExceeded: outcome = .timeLimitReached
             case is CancellationError: outcome = .expired
             case FerryError.stopped: outcome = .signedOut
+            case FerryError.interrupted: outcome = .timeLimitReached  // another background sync's time ran out
             case FerryError.unreachable where await scheduler.state.isWaitingForNetwork: outcome = .offline
             case let error as FerryError: outcome = .failed(error.description)
             default: outcome = .failed("\(error)")

@@ -100,11 +100,20 @@ struct ClientJournalCommand: AsyncParsableCommand {
 
     func run() async throws {
         let file = try options.existingStore()
+        if let html {
+            let page = URL(fileURLWithPath: html).standardizedFileURL.resolvingSymlinksInPath().path
+            let store = file.standardizedFileURL.resolvingSymlinksInPath().path
+            guard ![store, store + "-wal", store + "-shm"].contains(page) else {
+                throw CommandFailure("--html \(html) is the store itself; name another file for the page")
+            }
+        }
         let events: [JournalEvent]
         do {
             events = try Journal.events(atPath: file.path, limit: limit)
         } catch let error as FerryError {
             throw CommandFailure("\(error)")
+        } catch {
+            throw CommandFailure("cannot read the journal of \(file.path): \(error); nothing in it was changed")
         }
         guard let html else {
             if !events.isEmpty { printNow(try Journal.jsonLines(of: events)) }
