@@ -26,6 +26,8 @@ class Page(HTMLParser):
         super().__init__()
         self.tracks = []
         self.scripts = 0
+        self.style = ""
+        self._in_style = False
         self.fetches = []
         self.texts = []
         self._capture = None
@@ -34,9 +36,10 @@ class Page(HTMLParser):
         attributes = dict(attrs)
         if tag == "script":
             self.scripts += 1
-        for name in ("src", "href"):
-            if attributes.get(name):
-                self.fetches.append(f"<{tag} {name}={attributes[name]}>")
+        self._in_style = tag == "style"
+        for name, value in attributes.items():
+            if name in ("src", "href", "xlink:href", "srcset", "action", "style") or name.startswith("on"):
+                self.fetches.append(f"<{tag} {name}={value}>")
         classes = attributes.get("class", "").split()
         if tag == "section" and "track" in classes:
             self.tracks.append({"title": "", "headline": "", "shapes": [], "rows": 0, "summary": "", "labels": []})
@@ -62,6 +65,8 @@ class Page(HTMLParser):
 
     def handle_data(self, data):
         self.texts.append(data)
+        if self._in_style:
+            self.style += data
         if self._capture and self.tracks:
             track = self.tracks[-1]
             if self._capture == "labels":
@@ -78,10 +83,12 @@ def check_dom(path, failures):
     page = Page()
     with open(path, encoding="utf-8") as file:
         page.feed(file.read())
+    if "url(" in page.style or "@import" in page.style:
+        failures.append("the page's style fetches something (url() or @import); it must fetch nothing")
     if page.scripts:
         failures.append(f"the page runs {page.scripts} script(s); it must run none")
     if page.fetches:
-        failures.append(f"the page loads {page.fetches[:3]}; it must load nothing")
+        failures.append(f"the page loads or runs {page.fetches[:3]}; it must do neither")
     tracks = {track["title"]: track for track in page.tracks}
     expected = ["launch-storm: maya", "queued-events: sam", "crash-recovery: lee, before the crash and after",
                 "account-switch: ben", "account-switch: ana, back", "hostile-network: kim"]

@@ -252,9 +252,10 @@ struct TimelinePage {
                 svg += "<title>\(escape("\(offset(event.at)) \(event.message)"))</title></circle>\n"
             }
             // Where a bar stopped matters most: the last words of each upload, pull or start-up
-            // are labelled first, then the others, on two rows, wherever they do not overlap.
+            // are labelled first, the latest first, then the others, on two rows, wherever they
+            // do not overlap.
             let isLast = shown.indices.map { $0 == shown.count - 1 || Self.stage(of: shown[$0]) != Self.stage(of: shown[$0 + 1]) }
-            let order = shown.indices.filter { isLast[$0] } + shown.indices.filter { !isLast[$0] }
+            let order = shown.indices.filter { isLast[$0] }.reversed() + shown.indices.filter { !isLast[$0] }
             var taken: [[ClosedRange<Double>]] = [[], []]
             for index in order {
                 let event = shown[index]
