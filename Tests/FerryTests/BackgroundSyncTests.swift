@@ -201,4 +201,24 @@ struct BackgroundSyncTests {
             try await session.signOut()
         }
     }
+
+    @Test("a sign-out during a background sync ends it as signed out, with nothing to reschedule and nothing left in flight")
+    func signOutDuringBackgroundSync() async throws {
+        try await TestServer.run { server in
+            let withheld = WithheldAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("background"), transport: withheld, clock: TestClock())
+            try await session.signIn("alice")
+            try await Self.write(50, in: session)
+            let background = Task { await session.backgroundSync(timeLimit: .seconds(25)) }
+            await withheld.serverApplied()
+            try await session.signOut()
+            let result = await background.value
+            #expect(result.outcome == .signedOut)
+            #expect(!result.workRemains)
+            try await session.signIn("alice")
+            #expect(try await Self.inFlight(session) == 0, "the batch went back to the queue")
+            #expect(await session.status.pending == 50)
+            try await session.signOut()
+        }
+    }
 }

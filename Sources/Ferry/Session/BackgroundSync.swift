@@ -60,13 +60,15 @@ extension SyncSession {
     ///
     /// Leave the system a margin: iOS gives an app refresh about 30 s, so ask for 25.
     public func backgroundSync(timeLimit: Duration) async -> BackgroundSyncResult {
-        _ = await lastTransition?.result
+        // The time limit counts from the call: a sign-in still opening its store takes from it.
+        let transition = lastTransition
+        let waited = await clientClock.measure { _ = await transition?.result }
         guard let engine else { return BackgroundSyncResult(outcome: .signedOut, runs: 0, remaining: 0) }
         let (scheduler, store, journal) = (engine.scheduler, engine.store, engine.client.journal)
         let runs = RunCounter()
         let outcome: BackgroundSyncResult.Outcome
         do {
-            try await withTimeLimit(max(timeLimit, .zero), clock: clientClock) {
+            try await withTimeLimit(max(timeLimit - waited, .zero), clock: clientClock) {
                 repeat {
                     try await scheduler.run(for: .backgroundTask)
                     await runs.add()
@@ -77,7 +79,7 @@ extension SyncSession {
             switch error {
             case is TimeLimitExceeded: outcome = .timeLimitReached
             case is CancellationError: outcome = .expired
-            case FerryError.stopped: outcome = .signedOut
+            case _ where await scheduler.state == .stopped: outcome = .signedOut  // signed out meanwhile, whatever the error
             case FerryError.interrupted: outcome = .timeLimitReached  // another background sync's time ran out
             case FerryError.unreachable where await scheduler.state.isWaitingForNetwork: outcome = .offline
             case let error as FerryError: outcome = .failed(error.description)
