@@ -221,4 +221,28 @@ struct BackgroundSyncTests {
             try await session.signOut()
         }
     }
+
+    @Test("an app opened while its background sync ran is not held: at the time limit the run goes on in front of its user")
+    func activeAppIsNotHeld() async throws {
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let withheld = WithheldAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("background"), transport: withheld, clock: clock)
+            try await session.signIn("alice")
+            try await Self.write(10, in: session)
+            let background = Task { await session.backgroundSync(timeLimit: .seconds(25)) }
+            await withheld.serverApplied()
+            await session.setActive(true)  // the user opened the app
+            await clock.untilSomeoneSleeps()
+            await clock.advance(by: .seconds(25) + .milliseconds(1))
+            let result = await background.value
+            #expect(result.outcome == .timeLimitReached)
+            let state = try await Self.schedulerState(session)
+            guard case .running? = state else {
+                Issue.record("the run was stopped or held: \(String(describing: state))")
+                return
+            }
+            try await session.signOut()
+        }
+    }
 }

@@ -235,7 +235,7 @@ struct TimelinePage {
                 case "deadLettered": svg += marker("dead-letter", at: event.at, title: "\(offset(event.at)) dead letter: \(event.message)")
                 case "batch.halved": svg += marker("halved", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case "token": svg += marker("token", at: event.at, title: "\(offset(event.at)) \(event.message)")
-                case "background": svg += marker("background", at: event.at, title: "\(offset(event.at)) \(event.message)")
+                case "background", "scheduler.held": svg += marker("background", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case "run.finished" where count(event.details["merged"]) > 0:
                     svg += marker("merged", at: event.at, title: "\(offset(event.at)) merged \(event.details["merged"] ?? "") conflicting changes")
                 default: continue
@@ -423,6 +423,7 @@ private func escape(_ text: String) -> String {
         case ">": escaped.append(contentsOf: "&gt;".unicodeScalars)
         case "\"": escaped.append(contentsOf: "&quot;".unicodeScalars)
         case "'": escaped.append(contentsOf: "&#39;".unicodeScalars)
+        case "\u{0}": escaped.append("\u{FFFD}")
         default: escaped.append(scalar)
         }
     }

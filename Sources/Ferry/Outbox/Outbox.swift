@@ -122,11 +122,14 @@ struct Outbox: Sendable {
             }
             batch.mutations.sort { $0.id < $1.id }
             // The entry that stands for coalesced edits keeps the time the first of them was
-            // queued: how long a change has waited is counted from the first edit.
+            // queued: how long a change has waited is counted from the first edit (and stays
+            // untimed if one of them was queued by a version that recorded no time).
             for (kept, folded) in coalesced {
                 try db.cachedStatement(
                     sql: """
-                        UPDATE ferry_outbox SET queued_at = (SELECT MIN(queued_at) FROM ferry_outbox WHERE id = ?1 OR id IN (SELECT value FROM json_each(?2)))
+                        UPDATE ferry_outbox SET queued_at = (
+                            SELECT CASE WHEN COUNT(*) = COUNT(queued_at) THEN MIN(queued_at) END
+                            FROM ferry_outbox WHERE id = ?1 OR id IN (SELECT value FROM json_each(?2)))
                         WHERE id = ?1
                         """
                 )

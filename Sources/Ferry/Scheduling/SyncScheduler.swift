@@ -37,6 +37,8 @@ public actor SyncScheduler {
         case runStarted(Int, SyncKind)
         /// Run number N ended, with or without an error.
         case runFinished(Int, succeeded: Bool)
+        /// Runs were held after a background task's time ran out (`true`), or may start again (`false`).
+        case held(Bool)
     }
 
     /// Performs one run of the given kind; an error marks the run failed and is thrown to the callers waiting for it.
@@ -80,6 +82,9 @@ public actor SyncScheduler {
     /// `hold()` is stopping runs: what would lift the hold waits until it has returned.
     private var holding = false
     private var releaseAfterHold = false
+    /// How many times the app said it became active: a background sync that started before the
+    /// latest does not hold runs the app in front of its user is making.
+    private(set) var activations = 0
     /// The run in progress was cut short by `hold()`: its callers are told so.
     private var runInterrupted = false
     /// Callers of `run(for:kind:)`: those waiting for the next run, and those the current run serves.
@@ -120,7 +125,7 @@ public actor SyncScheduler {
         let window = trigger.settlesAtOnce ? configuration.manualSettleWindow : configuration.settleWindow
         let due = now + window
         emit(.triggerReceived(trigger))
-        if trigger.isForeground { releaseHold() }  // evaluated below
+        if trigger.isForeground { releaseHold() }  // evaluated below (once hold() is done, if it is stopping runs)
         if var request = pending {
             request.kind = max(request.kind, kind)
             request.triggers.append(trigger)
@@ -169,7 +174,8 @@ public actor SyncScheduler {
                     return
                 }
                 waiters[id] = continuation
-                releaseHold()  // a caller waits: the app is running (the trigger below evaluates)
+                // A person waiting, or a new background task: the app runs (the trigger below evaluates).
+                if trigger.isForeground || trigger == .backgroundTask { releaseHold() }
                 if joiningFullRun, runningKind == .full {
                     servedByCurrentRun.append(id)
                 } else {
@@ -205,8 +211,11 @@ public actor SyncScheduler {
         active = isActive
         schedulePeriodic()
         if isActive {
+            activations += 1
             releaseHold()
             evaluate()
+        } else {
+            releaseAfterHold = false  // back in the background before the hold was done: it stays
         }
     }
 
@@ -214,9 +223,10 @@ public actor SyncScheduler {
     /// back in the queue, nothing left in flight. Until the app is active again (`setActive(true)`)
     /// or a caller waits for a run, no run starts; triggers are kept for then. For the end of a
     /// background task, when the app is about to be suspended.
-    func hold() async {
-        guard !stopped else { return }
+    func hold(unlessActivatedAfter activation: Int) async {
+        guard !stopped, !held, activations == activation else { return }
         held = true
+        emit(.held(true))
         holding = true
         timer?.cancel()
         timer = nil
@@ -246,6 +256,7 @@ public actor SyncScheduler {
         }
         held = false
         releaseAfterHold = false
+        emit(.held(false))
     }
 
     /// What the callers of a run get when `hold()` cut it short.
@@ -346,7 +357,7 @@ public actor SyncScheduler {
         let served: Result<Int, any Error> =
             switch outcome {
             case .failure where stopped: .failure(Self.stoppedError)
-            case .failure where runInterrupted: .failure(Self.heldError)
+            case .failure(let error) where runInterrupted && !(error is FerryError): .failure(Self.heldError)
             default: outcome
             }
         for id in servedByCurrentRun { resumeWaiter(id, with: served) }

@@ -56,7 +56,9 @@ extension SyncSession {
     /// in flight while the app is suspended (a push the server applied is sent again later and
     /// applied once). Callers that had joined that run get `FerryError.interrupted`. Then no run
     /// starts until the app is active again (`setActive(true)`) or something waits for a run
-    /// (`sync()`); triggers that arrive meanwhile are kept for then.
+    /// (`sync()`); triggers that arrive meanwhile are kept for then. If the app became active
+    /// while the background sync ran (`setActive(true)`), nothing is stopped or held: the run
+    /// goes on in front of its user.
     ///
     /// Leave the system a margin: iOS gives an app refresh about 30 s, so ask for 25.
     public func backgroundSync(timeLimit: Duration) async -> BackgroundSyncResult {
@@ -66,7 +68,9 @@ extension SyncSession {
         guard let engine else { return BackgroundSyncResult(outcome: .signedOut, runs: 0, remaining: 0) }
         let (scheduler, store, journal) = (engine.scheduler, engine.store, engine.client.journal)
         let runs = RunCounter()
+        let activation = await scheduler.activations
         let outcome: BackgroundSyncResult.Outcome
+        var stoppedHere = false  // this call's time ran out, or its task was cancelled: it stops the run
         do {
             try await withTimeLimit(max(timeLimit - waited, .zero), clock: clientClock) {
                 repeat {
@@ -77,10 +81,14 @@ extension SyncSession {
             outcome = .caughtUp
         } catch {
             switch error {
-            case is TimeLimitExceeded: outcome = .timeLimitReached
-            case is CancellationError: outcome = .expired
+            case is TimeLimitExceeded:
+                outcome = .timeLimitReached
+                stoppedHere = true
+            case is CancellationError:
+                outcome = .expired
+                stoppedHere = true
             case _ where await scheduler.state == .stopped: outcome = .signedOut  // signed out meanwhile, whatever the error
-            case FerryError.interrupted: outcome = .timeLimitReached  // another background sync's time ran out
+            case FerryError.interrupted: outcome = .timeLimitReached  // another background sync's time ran out; it holds
             case FerryError.unreachable where await scheduler.state.isWaitingForNetwork: outcome = .offline
             case let error as FerryError: outcome = .failed(error.description)
             default: outcome = .failed("\(error)")
@@ -89,9 +97,7 @@ extension SyncSession {
         // In a task of its own: when the system cancelled us, the store still has to be read
         // and the journal written (GRDB refuses both to a cancelled task).
         return await Task {
-            if outcome == .timeLimitReached || outcome == .expired {
-                await scheduler.hold()
-            }
+            if stoppedHere { await scheduler.hold(unlessActivatedAfter: activation) }
             let remaining = (try? await Outbox.counts(in: store).pending) ?? 0
             let result = BackgroundSyncResult(outcome: outcome, runs: await runs.count, remaining: remaining)
             await journal.record(result.journalEvent)

@@ -197,9 +197,13 @@ public actor SyncSession {
         let reader = Task {
             var last: QueueSnapshot??
             for await _ in changes {
-                let snapshot = try? await self.queueSnapshot()
+                // A read that fails (a store closing, busy) is skipped, not shown as a sign-out.
+                guard let snapshot = try? await self.queueSnapshot() as QueueSnapshot?? else { continue }
                 var compared = snapshot
-                if case .some(.some(let previous)) = last { compared?.takenAt = previous.takenAt }
+                // Ages are counted to `takenAt`: a snapshot a second newer is news even if nothing else moved.
+                if case .some(.some(let previous)) = last, let taken = snapshot?.takenAt, taken.timeIntervalSince(previous.takenAt) < 1 {
+                    compared?.takenAt = previous.takenAt
+                }
                 guard last != .some(compared) else { continue }
                 last = .some(snapshot)
                 output.yield(snapshot)
@@ -373,6 +377,13 @@ extension SyncScheduler.Event {
                 kind: "scheduler.run",
                 message: "run \(number) \(succeeded ? "succeeded" : "failed")",
                 details: ["run": "\(number)", "outcome": succeeded ? "succeeded" : "failed"]
+            )
+        case .held(let held):
+            JournalEvent(
+                at: at,
+                kind: "scheduler.held",
+                message: held ? "runs held until the app is active (a background task's time ran out)" : "runs may start again",
+                details: ["held": "\(held)"]
             )
         }
     }
