@@ -64,6 +64,22 @@ struct BackgroundSyncTests {
         try await session.queueSnapshot()?.scheduler
     }
 
+    /// Alice signed in with `count` changes queued, and a background sync with 25 s whose first
+    /// push the server has applied and whose answer never comes.
+    static func pushOnTheWire(
+        _ count: Int,
+        server: TestServer,
+        clock: TestClock<Duration>
+    ) async throws -> (SyncSession, WithheldAnswerTransport, Task<BackgroundSyncResult, Never>) {
+        let withheld = WithheldAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+        let session = SessionTests.session(server: server, directory: TestDirectory.make("background"), transport: withheld, clock: clock)
+        try await session.signIn("alice")
+        try await write(count, in: session)
+        let background = Task { await session.backgroundSync(timeLimit: .seconds(25)) }
+        await withheld.serverApplied()
+        return (session, withheld, background)
+    }
+
     @Test("with time to spare, a background sync runs until nothing is left and says no work remains")
     func caughtUp() async throws {
         try await TestServer.run { server in
@@ -90,13 +106,7 @@ struct BackgroundSyncTests {
     func timeLimit() async throws {
         try await TestServer.run { server in
             let clock = TestClock()
-            let withheld = WithheldAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("background"), transport: withheld, clock: clock)
-            try await session.signIn("alice")
-            try await Self.write(300, in: session)
-
-            let background = Task { await session.backgroundSync(timeLimit: .seconds(25)) }
-            await withheld.serverApplied()
+            let (session, withheld, background) = try await Self.pushOnTheWire(300, server: server, clock: clock)
             #expect(try await Self.inFlight(session) == 300, "the batch is on the wire")
             let waiting = Task { try await session.sync() }  // the app asks meanwhile: it waits for the next run
             while case .running(queued: 0)? = try await Self.schedulerState(session) { await Task.megaYield() }
@@ -142,13 +152,8 @@ struct BackgroundSyncTests {
     @Test("the system's expiration handler cancels the task: the run stops cleanly and the result says work remains")
     func expired() async throws {
         try await TestServer.run { server in
-            let withheld = WithheldAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
             let clock = TestClock()
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("background"), transport: withheld, clock: clock)
-            try await session.signIn("alice")
-            try await Self.write(120, in: session)
-            let background = Task { await session.backgroundSync(timeLimit: .seconds(25)) }
-            await withheld.serverApplied()
+            let (session, _, background) = try await Self.pushOnTheWire(120, server: server, clock: clock)
             background.cancel()
             let result = await background.value
             #expect(result == BackgroundSyncResult(outcome: .expired, runs: 0, remaining: 120))
@@ -205,12 +210,7 @@ struct BackgroundSyncTests {
     @Test("a sign-out during a background sync ends it as signed out, with nothing to reschedule and nothing left in flight")
     func signOutDuringBackgroundSync() async throws {
         try await TestServer.run { server in
-            let withheld = WithheldAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("background"), transport: withheld, clock: TestClock())
-            try await session.signIn("alice")
-            try await Self.write(50, in: session)
-            let background = Task { await session.backgroundSync(timeLimit: .seconds(25)) }
-            await withheld.serverApplied()
+            let (session, _, background) = try await Self.pushOnTheWire(50, server: server, clock: TestClock())
             try await session.signOut()
             let result = await background.value
             #expect(result.outcome == .signedOut)
@@ -226,12 +226,7 @@ struct BackgroundSyncTests {
     func activeAppIsNotHeld() async throws {
         try await TestServer.run { server in
             let clock = TestClock()
-            let withheld = WithheldAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("background"), transport: withheld, clock: clock)
-            try await session.signIn("alice")
-            try await Self.write(10, in: session)
-            let background = Task { await session.backgroundSync(timeLimit: .seconds(25)) }
-            await withheld.serverApplied()
+            let (session, _, background) = try await Self.pushOnTheWire(10, server: server, clock: clock)
             await session.setActive(true)  // the user opened the app
             await clock.untilSomeoneSleeps()
             await clock.advance(by: .seconds(25) + .milliseconds(1))

@@ -220,9 +220,11 @@ public actor SyncScheduler {
     }
 
     /// Stops the run in progress, if any, and returns once it has ended: its batch answered or
-    /// back in the queue, nothing left in flight. Until the app is active again (`setActive(true)`)
-    /// or a caller waits for a run, no run starts; triggers are kept for then. For the end of a
-    /// background task, when the app is about to be suspended.
+    /// back in the queue, nothing left in flight. Until the app is in front of its user again
+    /// (`setActive(true)`, a `launch`, `becameActive` or `manual` trigger, a caller of `sync()`) or
+    /// a new background task asks, no run starts; triggers are kept for then. For the end of a
+    /// background task, when the app is about to be suspended; nothing is stopped or held if the
+    /// app became active after `activation` (the count of `setActive(true)` calls it saw).
     func hold(unlessActivatedAfter activation: Int) async {
         guard !stopped, !held, activations == activation else { return }
         held = true

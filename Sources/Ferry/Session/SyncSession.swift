@@ -176,8 +176,10 @@ public actor SyncSession {
 
     /// The signed-in user's queue snapshot now, then again after every change of status, every
     /// trigger, run and scheduler decision, and every sign-in and sign-out (`nil` while nobody is
-    /// signed in): for a support screen that stays current. A snapshot equal to the one before
-    /// (but for `takenAt`) is not sent again; one read at a time, the latest change wins.
+    /// signed in): for a support screen that stays current. A snapshot equal to the one before is
+    /// not sent again unless a second has passed (its ages are counted to `takenAt`); one read at
+    /// a time, the latest change wins. Each read counts the queue (tens of milliseconds for
+    /// 100,000 queued changes), so observe while the screen is shown, not for the app's life.
     public nonisolated func queueSnapshotUpdates() -> AsyncStream<QueueSnapshot?> {
         let (snapshots, output) = AsyncStream.makeStream(of: QueueSnapshot?.self, bufferingPolicy: .bufferingNewest(1))
         let (changes, changed) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
