@@ -20,3 +20,22 @@ struct CommandFailure: Error, CustomStringConvertible {
 func printNow(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
+
+/// Refuses, before any work, a page path that is empty or whose folder does not exist.
+func validatePagePath(_ path: String, option: String) throws {
+    guard !path.isEmpty else { throw ValidationError("\(option) needs a file name") }
+    var isDirectory: ObjCBool = false
+    let folder = URL(fileURLWithPath: path).deletingLastPathComponent().path
+    guard FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory), isDirectory.boolValue else {
+        throw ValidationError("\(option) \(path): the folder \(folder) does not exist")
+    }
+}
+
+/// Writes a report page whole or not at all, with a message that says why it could not.
+func writePage(_ page: String, to path: String) throws {
+    do {
+        try Data(page.utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+    } catch {
+        throw CommandFailure("cannot write \(path): \(error.localizedDescription)")
+    }
+}

@@ -99,10 +99,10 @@ extension JournalTimeline.Track {
                 summary.requests += 1
                 if !(event.details["status"]?.hasPrefix("2") ?? false) { summary.failedRequests += 1 }
             case "run.finished":
-                summary.pushed += count(event.details["pushed"])
-                summary.pulled += count(event.details["pulled"])
-                summary.merged += count(event.details["merged"])
-            case "deadLettered": summary.deadLetters += max(1, count(event.details["entries"]))
+                summary.pushed += event.number("pushed")
+                summary.pulled += event.number("pulled")
+                summary.merged += event.number("merged")
+            case "deadLettered": summary.deadLetters += max(1, event.number("entries"))
             case "wait", "lease.wait": summary.waits += 1
             default: break
             }
@@ -132,6 +132,13 @@ extension JournalTimeline.Track {
 }
 
 extension JournalEvent {
+    /// The count a detail holds, as a page can show it: missing, unreadable, negative or
+    /// absurd counts read 0.
+    func number(_ key: String) -> Int {
+        guard let value = details[key].flatMap({ Int($0) }), value >= 0, value < 1_000_000_000_000 else { return 0 }
+        return value
+    }
+
     /// When the event stopped mattering: a wait's end, or the moment itself.
     var end: Date {
         guard kind == "wait", let seconds = Double(details["seconds"] ?? ""), seconds.isFinite, seconds > 0 else { return at }

@@ -196,7 +196,7 @@ struct TimelinePage {
         mutating func requests(_ events: ArraySlice<JournalEvent>) {
             lane("Requests")
             for event in events where event.kind == "request" {
-                let milliseconds = Double(count(event.details["ms"]))
+                let milliseconds = Double(event.number("ms"))
                 let status = event.details["status"].flatMap(Int.init)
                 let kind =
                     switch status {
@@ -236,7 +236,7 @@ struct TimelinePage {
                 case "batch.halved": svg += marker("halved", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case "token": svg += marker("token", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case "background", "scheduler.held": svg += marker("background", at: event.at, title: "\(offset(event.at)) \(event.message)")
-                case "run.finished" where count(event.details["merged"]) > 0:
+                case "run.finished" where event.number("merged") > 0:
                     svg += marker("merged", at: event.at, title: "\(offset(event.at)) merged \(event.details["merged"] ?? "") conflicting changes")
                 default: continue
                 }
@@ -438,12 +438,6 @@ private func token(_ text: String) -> String {
             text.unicodeScalars.filter { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_") }
         )
     )
-}
-
-/// A journal count as a number: missing, unreadable, negative or absurd counts read 0.
-func count(_ text: String?) -> Int {
-    guard let text, let value = Int(text), value >= 0, value < 1_000_000_000_000 else { return 0 }
-    return value
 }
 
 /// A coordinate with two decimals, as SVG wants it.

@@ -142,13 +142,13 @@ public struct QueueSnapshot: Sendable, Equatable {
         if queued == 0 {
             lines.append("Nothing is waiting to be sent.")
         } else {
-            let entities = queuedByEntity.sorted { $0.key < $1.key }.map { "\($0.value.formatted()) \($0.key)" }.joined(separator: ", ")
-            let flyingEntities = inFlightByEntity.sorted { $0.key < $1.key }.map { "\($0.value.formatted()) \($0.key)" }.joined(separator: ", ")
-            let flying = inFlight > 0 ? ", \(inFlight.formatted()) of them in flight\(inFlightByEntity.count > 1 ? " (\(flyingEntities))" : "")" : ""
+            let flying =
+                inFlight > 0
+                ? ", \(inFlight.formatted()) of them in flight\(inFlightByEntity.count > 1 ? " (\(Self.list(inFlightByEntity)))" : "")" : ""
             var age =
                 oldestQueuedAt.map { "; the oldest was made \(untimedQueued > 0 ? "at least " : "")\(Self.age(from: $0, to: takenAt)) ago" } ?? ""
             if untimedQueued > 0 && oldestQueuedAt == nil { age = "; queued by a version of Ferry that did not record when" }
-            lines.append("Not yet acknowledged by the server: \(Self.changes(queued)) (\(entities))\(flying)\(age).")
+            lines.append("Not yet acknowledged by the server: \(Self.changes(queued)) (\(Self.list(queuedByEntity)))\(flying)\(age).")
         }
         switch (inFlight, lease) {
         case (_, let lease?) where running:
@@ -215,6 +215,11 @@ public struct QueueSnapshot: Sendable, Equatable {
 
     /// The journal's message for a run that succeeded (`FerryClient`).
     static let runSucceeded = "sync finished"
+
+    /// "40 events, 1 notes": counts by entity, in the entities' order.
+    private static func list(_ byEntity: [String: Int]) -> String {
+        byEntity.sorted { $0.key < $1.key }.map { "\($0.value.formatted()) \($0.key)" }.joined(separator: ", ")
+    }
 
     private static func changes(_ count: Int) -> String {
         count == 1 ? "1 change" : "\(count.formatted()) changes"
