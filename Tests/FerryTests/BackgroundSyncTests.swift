@@ -188,13 +188,7 @@ struct BackgroundSyncTests {
     @Test("offline, a background sync returns at once, saying work remains")
     func offlineAndNoTime() async throws {
         try await TestServer.run { server in
-            let (states, link) = AsyncStream.makeStream(of: Bool.self)
-            let session = SessionTests.session(
-                server: server,
-                directory: TestDirectory.make("background"),
-                connectivity: ScriptedConnectivity(stream: states),
-                clock: TestClock()
-            )
+            let (session, link) = SessionTests.scriptedSession(server: server, clock: TestClock())
             link.yield(false)
             try await session.signIn("alice")
             let scheduler = try #require(await session.engine?.scheduler)

@@ -36,18 +36,7 @@ struct ConnectivityTests {
     func sessionFollowsConnectivity() async throws {
         try await TestServer.run { server in
             let clock = TestClock()
-            let (states, link) = AsyncStream.makeStream(of: Bool.self)
-            let session = SyncSession(
-                configuration: SessionConfiguration(
-                    storeDirectory: TestDirectory.make("session"),
-                    tables: [ClientFixture.events],
-                    schema: ClientFixture.schema()
-                ),
-                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
-                token: { try await TestServer.token(for: $0) },
-                connectivity: ScriptedConnectivity(stream: states),
-                clock: clock
-            )
+            let (session, link) = SessionTests.scriptedSession(server: server, clock: clock)
             try await session.signIn("alice")
             let scheduler = try #require(await session.engine?.scheduler)
             var events = EventReader(await scheduler.eventStream())

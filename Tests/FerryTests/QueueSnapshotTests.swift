@@ -116,13 +116,7 @@ struct QueueSnapshotTests {
     func schedulerState() async throws {
         try await TestServer.run { server in
             let clock = TestClock()
-            let (states, link) = AsyncStream.makeStream(of: Bool.self)
-            let session = SessionTests.session(
-                server: server,
-                directory: TestDirectory.make("session"),
-                connectivity: ScriptedConnectivity(stream: states),
-                clock: clock
-            )
+            let (session, link) = SessionTests.scriptedSession(server: server, clock: clock)
             #expect(try await session.queueSnapshot() == nil)
             link.yield(true)
             try await session.signIn("alice")  // raises launch, which settles for 250 ms

@@ -87,13 +87,7 @@ struct SessionLifetimeTests {
     func offlineFailsFast() async throws {
         try await TestServer.run { server in
             let clock = TestClock()
-            let (states, link) = AsyncStream.makeStream(of: Bool.self)
-            let session = SessionTests.session(
-                server: server,
-                directory: TestDirectory.make("session"),
-                connectivity: ScriptedConnectivity(stream: states),
-                clock: clock
-            )
+            let (session, link) = SessionTests.scriptedSession(server: server, clock: clock)
             link.yield(false)  // the monitor's first report: offline
             try await session.signIn("alice")
             let scheduler = try #require(await session.engine?.scheduler)

@@ -61,6 +61,21 @@ struct SessionTests {
         )
     }
 
+    /// A session whose connectivity monitor reports what the test yields to `link`.
+    static func scriptedSession<C: Clock>(
+        server: TestServer,
+        clock: C
+    ) -> (session: SyncSession, link: AsyncStream<Bool>.Continuation) where C.Duration == Duration {
+        let (states, link) = AsyncStream.makeStream(of: Bool.self)
+        let session = session(
+            server: server,
+            directory: TestDirectory.make("session"),
+            connectivity: ScriptedConnectivity(stream: states),
+            clock: clock
+        )
+        return (session, link)
+    }
+
     static func write(_ id: String, in session: SyncSession) async throws {
         let store = try #require(await session.engine?.store)
         try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, 1)", arguments: [id]) }
