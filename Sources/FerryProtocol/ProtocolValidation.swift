@@ -116,7 +116,7 @@ extension Mutation {
         case .delete:
             if data != nil { return "data must be absent for a delete" }
             if naturalKey != nil { return "naturalKey is only allowed on an upsert" }
-            if baseVersion != nil { return "baseVersion is only allowed on an upsert" }
+            if let baseVersion, baseVersion < 0 { return "baseVersion must be 0 or more, got \(baseVersion)" }
         }
         return nil
     }

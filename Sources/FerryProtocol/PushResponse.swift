@@ -57,6 +57,14 @@ public struct PushResult: Sendable, Codable, Hashable {
     public var current: RecordState?
     /// Only with `rejected`: why.
     public var error: String?
+    /// Only with `rejected`, when the reason is one a client acts on by itself:
+    /// ``PushResult/mutationIDReused`` says the id was already used by this client id for another
+    /// change, so another store holds this client id.
+    public var code: String?
+
+    /// The `code` of a mutation whose id this client id already used for another change: the
+    /// store was copied to another device or restored from a backup.
+    public static let mutationIDReused = "mutation_id_reused"
 
     /// A result from its fields.
     public init(
@@ -65,7 +73,8 @@ public struct PushResult: Sendable, Codable, Hashable {
         entityID: String?,
         version: Int64?,
         current: RecordState? = nil,
-        error: String? = nil
+        error: String? = nil,
+        code: String? = nil
     ) {
         self.id = id
         self.status = status
@@ -73,10 +82,11 @@ public struct PushResult: Sendable, Codable, Hashable {
         self.version = version
         self.current = current
         self.error = error
+        self.code = code
     }
 
     /// Encodes `entityID` and `version` always (`null` when absent), `current` only with `conflict` and `duplicate`,
-    /// and `error` only with `rejected`.
+    /// and `error` (and `code`, when there is one) only with `rejected`.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(id, forKey: .id)
@@ -84,7 +94,10 @@ public struct PushResult: Sendable, Codable, Hashable {
         try container.encode(entityID, forKey: .entityID)
         try container.encode(version, forKey: .version)
         if status == .conflict || status == .duplicate { try container.encode(current, forKey: .current) }
-        if status == .rejected { try container.encode(error, forKey: .error) }
+        if status == .rejected {
+            try container.encode(error, forKey: .error)
+            try container.encodeIfPresent(code, forKey: .code)
+        }
     }
 }
 

@@ -63,7 +63,8 @@ extension PushResult {
             entityID: try fields.optional("entityID", JSONFields.string),
             version: try fields.optional("version", JSONFields.integer),
             current: try fields.optionalObject("current", RecordState.init),
-            error: try fields.optional("error", JSONFields.string)
+            error: try fields.optional("error", JSONFields.string),
+            code: try fields.optional("code", JSONFields.string)
         )
     }
 }

@@ -141,7 +141,9 @@ struct NaturalKeyTests {
                     let entityID = "r\(random.next() % 5)"
                     let key: String? = [nil, "k1", "k2", "k3"][Int(random.next() % 4)]
                     if random.next() % 4 == 0 {
-                        mutations.append(.delete(id: nextID[client]!, entity: "events", entityID: entityID))
+                        var delete = Mutation.delete(id: nextID[client]!, entity: "events", entityID: entityID)
+                        if random.next() % 3 == 0 { delete.baseVersion = Int64(random.next() % 4) }
+                        mutations.append(delete)
                     } else {
                         var mutation = Mutation.upsert(
                             id: nextID[client]!,

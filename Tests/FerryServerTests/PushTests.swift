@@ -399,6 +399,77 @@ struct PushTests {
     }
 
     @Test(
+        "a delete with baseVersion conflicts when the record changed since, and applies when it did not; older clients' deletes without it still win",
+        arguments: StorageBackend.allCases
+    )
+    func conflictCheckedDelete(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "c1",
+                    mutations: [
+                        .upsert(id: 1, entity: "notes", entityID: "a", data: .value(1)),
+                        .upsert(id: 2, entity: "notes", entityID: "a", data: .value(2)),
+                        .upsert(id: 3, entity: "notes", entityID: "b", data: .value(1)),
+                    ]
+                ),
+                token: token
+            )
+            var stale = Mutation.delete(id: 1, entity: "notes", entityID: "a")
+            stale.baseVersion = 1
+            var current = Mutation.delete(id: 2, entity: "notes", entityID: "b")
+            current.baseVersion = 1
+            var missing = Mutation.delete(id: 3, entity: "notes", entityID: "never")
+            missing.baseVersion = 0
+            let answer = try await server.pushOK(PushRequest(clientID: "c2", mutations: [stale, current, missing]), token: token)
+            #expect(answer.results.map(\.status) == [.conflict, .applied, .applied])
+            #expect(answer.results[0].current?.data == .value(2))
+            #expect(answer.results[0].version == 2)
+            #expect(answer.results[1].version == 2)
+            let records = try await server.pullAll(token: token)
+            #expect(records["notes/a"]?.op == .upsert, "the stale delete changed nothing")
+            #expect(records["notes/b"]?.op == .delete)
+            let old = try await server.pushOK(
+                PushRequest(clientID: "c3", mutations: [.delete(id: 1, entity: "notes", entityID: "a")]),
+                token: token
+            )
+            #expect(old.results.map(\.status) == [.applied])
+        }
+    }
+
+    @Test(
+        "a conflict-checked upsert whose natural key another record holds is a conflict naming that record, never a blind merge",
+        arguments: StorageBackend.allCases
+    )
+    func conflictAgainstKeyHolder(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(
+                PushRequest(clientID: "phone", mutations: [.upsert(id: 1, entity: "samples", entityID: "p1", data: .value(1), naturalKey: "K")]),
+                token: token
+            )
+            // Base version 1 equals the holder's version by chance: still a conflict.
+            for base in [Int64(0), 1] {
+                let answer = try await server.pushOK(
+                    PushRequest(
+                        clientID: "watch-\(base)",
+                        mutations: [.upsert(id: 1, entity: "samples", entityID: "w1", data: .value(2), naturalKey: "K", baseVersion: base)]
+                    ),
+                    token: token
+                )
+                #expect(answer.results.first?.status == .conflict)
+                #expect(answer.results.first?.entityID == "p1")
+                #expect(answer.results.first?.current?.data == .value(1))
+                #expect(answer.results.first?.current?.naturalKey == "K")
+            }
+            let records = try await server.pullAll(token: token)
+            #expect(records.keys.sorted() == ["samples/p1"])
+            #expect(records["samples/p1"]?.version == 1)
+        }
+    }
+
+    @Test(
         "a mutation id reused for another change (a copied store) is rejected, never answered with the other change's result",
         arguments: StorageBackend.allCases
     )
@@ -415,6 +486,7 @@ struct PushTests {
             )
             #expect(reused.results.first?.status == .rejected)
             #expect(reused.results.first?.error?.contains("already used mutation id 1") == true)
+            #expect(reused.results.first?.code == PushResult.mutationIDReused, "a code the client acts on by itself")
             #expect(reused.results.first?.entityID == nil)
             let records = try await server.pullAll(token: token)
             #expect(records["events/A"]?.data == .value(1))

@@ -135,9 +135,9 @@ struct LostAnswerTests {
                 #expect(try await lease.acquire() == nil)
                 let outbox = Outbox(store: store, lease: lease)
                 let first = try #require(try await outbox.nextBatch(limit: 100))
-                #expect(try await server.send(.POST, "/v1/push", token: token, body: first.requestBody(clientID: store.clientID)).status == 200)
+                #expect(try await server.send(.POST, "/v1/push", token: token, body: first.requestBody()).status == 200)
                 let second = try #require(try await outbox.nextBatch(limit: 100, inFlight: first.records))
-                #expect(try await server.send(.POST, "/v1/push", token: token, body: second.requestBody(clientID: store.clientID)).status == 200)
+                #expect(try await server.send(.POST, "/v1/push", token: token, body: second.requestBody()).status == 200)
                 try await store.database.write { db in try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [try deadProcessID()]) }
             }
             let reopened = try ClientFixture.openStore(at: path)
@@ -225,7 +225,7 @@ struct LostAnswerTests {
                 // process dies with neither answer applied.
                 let first = try #require(try await outbox.nextBatch(limit: 6))
                 #expect(first.records.contains(RecordRef(entity: "events", entityID: "r")))
-                #expect(try await server.send(.POST, "/v1/push", token: token, body: first.requestBody(clientID: store.clientID)).status == 200)
+                #expect(try await server.send(.POST, "/v1/push", token: token, body: first.requestBody()).status == 200)
                 let second = try #require(try await outbox.nextBatch(limit: 6, inFlight: first.records))
                 #expect(second.mutations.map(\.entityID) == ["f"], "a change of a record in flight waits for its answer")
                 try await store.database.write { db in try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [try deadProcessID()]) }

@@ -1,3 +1,5 @@
+import Clocks
+import ConcurrencyExtras
 import Ferry
 import FerryProtocol
 import FerryTestSupport
@@ -7,6 +9,39 @@ import Testing
 
 @Suite("Pull", .timeLimit(.minutes(1)))
 struct ClientPullTests {
+    @Test("a relaunch with nothing changed costs one pull that returns nothing; an explicit full sync pulls everything again")
+    func relaunchPullsFromCursor() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            for push in 0..<3 {
+                let mutations = (0..<1000).map { index in
+                    Mutation.upsert(id: Int64(push * 1000 + index + 1), entity: "events", entityID: "e-\(push)-\(index)", data: .value(Int64(index)))
+                }
+                _ = try await server.pushOK(PushRequest(clientID: "web", mutations: mutations), token: token)
+            }
+            let path = ClientFixture.storePath()
+            let first = try ClientFixture.openStore(at: path)
+            #expect(try await ClientFixture.client(store: first, server: server).sync().pull.received == 3000)
+            try await first.close()
+
+            // The app starts again: a new client and scheduler on the same file, the launch trigger.
+            let store = try ClientFixture.openStore(at: path)
+            let client = ClientFixture.client(store: store, server: server)
+            let pulls = LockIsolated<[PullSummary]>([])
+            let scheduler = SyncScheduler(clock: ImmediateClock()) { kind in
+                let report = try await client.sync(full: kind == .full)
+                pulls.withValue { $0.append(report.pull) }
+            }
+            await scheduler.connectivityChanged(online: true)
+            try await scheduler.initialSync()
+            #expect(pulls.value.map(\.requests) == [1])
+            #expect(pulls.value.map(\.received) == [0])
+            try await scheduler.run(for: .manual, kind: .full)
+            #expect(pulls.value.last?.received == 3000, "asked for explicitly, a pull from scratch")
+            await scheduler.stop()
+        }
+    }
+
     @Test("remote inserts, updates and deletes arrive; pulled rows are not re-uploaded; a pending local edit survives")
     func remoteChanges() async throws {
         try await TestServer.run { server in

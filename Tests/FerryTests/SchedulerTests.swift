@@ -89,7 +89,7 @@ struct SchedulerTests {
             await clock.advance(by: .milliseconds(251))
             let started = await events.runStarted()
             #expect(started?.0 == 1)
-            #expect(started?.1 == .full)
+            #expect(started?.1 == .incremental)
             #expect(await events.runFinished() == 1)
             await clock.advance(by: .seconds(10))
             await Task.megaYield()
@@ -165,7 +165,7 @@ struct SchedulerTests {
         #expect(await events.runFinished() == 1)
         await clock.advance(by: .seconds(60))
         await Task.megaYield()
-        #expect(await gate.kinds == [.full])
+        #expect(await gate.kinds == [.incremental])
     }
 
     @Test("the trigger history keeps the newest fates, up to its capacity")

@@ -101,6 +101,8 @@ struct StoreTests {
                 "CREATE TABLE items (entity TEXT NOT NULL, id TEXT PRIMARY KEY NOT NULL)", SyncedTable.multiEntity(table: "items"),
                 "exactly (entity, id)"
             ),
+            ("CREATE TABLE photos (id TEXT PRIMARY KEY NOT NULL, image BLOB)", SyncedTable(table: "photos"), "column image is declared BLOB"),
+            ("CREATE TABLE photos (id TEXT PRIMARY KEY NOT NULL, anything)", SyncedTable(table: "photos"), "column anything has no declared type"),
         ]
     )
     func tablesThatCannotSync(sql: String, table: SyncedTable, reason: String) throws {
@@ -113,6 +115,26 @@ struct StoreTests {
             guard case .invalidTable(let why) = error as? FerryError else { return false }
             return why.contains(reason)
         }
+    }
+
+    @Test("a BLOB column kept as a document's text, or in a table that is not synced, opens; the app's writes to a synced table never fail on bytes")
+    func blobOutsideSyncedColumns() async throws {
+        var schema = DatabaseMigrator()
+        schema.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE docs (id TEXT PRIMARY KEY NOT NULL, body TEXT);
+                    CREATE TABLE thumbnails (id TEXT PRIMARY KEY NOT NULL, image BLOB);
+                    """
+            )
+        }
+        let path = TestDirectory.make("store").appendingPathComponent("alice.sqlite").path
+        let store = try FerryStore(path: path, schema: schema, tables: [SyncedTable(table: "docs", layout: .document(column: "body"))])
+        try await store.database.write { db in
+            try db.execute(sql: "INSERT INTO docs (id, body) VALUES ('d', '{\"a\":1}')")
+            try db.execute(sql: "INSERT INTO thumbnails (id, image) VALUES ('d', ?)", arguments: [Data([0, 1, 2])])
+        }
+        #expect(try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 0") } == 1)
     }
 
     @Test("a table opens with any key pulls can match: a primary key, a unique index, the composite key of a multi-entity table")

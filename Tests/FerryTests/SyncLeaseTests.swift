@@ -66,7 +66,7 @@ struct SyncLeaseTests {
             #expect(try await lease.acquire() == nil)
             let outbox = Outbox(store: app, lease: lease)
             let batch = try #require(try await outbox.nextBatch(limit: 500))
-            let reply = try await server.send(.POST, "/v1/push", token: token, body: batch.requestBody(clientID: app.clientID))
+            let reply = try await server.send(.POST, "/v1/push", token: token, body: batch.requestBody())
             // The app is suspended past its lease; the widget takes over and syncs everything.
             try await app.database.write { db in try db.execute(sql: "UPDATE ferry_lease SET expires_at = 0") }
             try await Self.insert(10..<12, into: widget)

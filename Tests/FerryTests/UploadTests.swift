@@ -347,7 +347,7 @@ struct UploadTests {
                     .POST,
                     "/v1/push",
                     token: try await TestServer.token(for: "alice"),
-                    body: batch.requestBody(clientID: store.clientID)
+                    body: batch.requestBody()
                 )
                 #expect(sent.status == 200)
                 let inFlight = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 1") }

@@ -76,6 +76,11 @@ struct Outbox: Sendable {
                 sentBefore[record] = (sentBefore[record] ?? false) || sent
             }
             guard !rows.isEmpty else { return nil }
+            // The client id the batch goes out under, read with it: another process on this
+            // store may have taken a new one.
+            let meta = try Row.fetchOne(db.cachedStatement(sql: "SELECT client_id, highest_sent FROM ferry_meta"))
+            var batch = OutboxBatch(entryCount: rows.count, clientID: meta?[0] ?? store.clientID)
+            store.identity.clientID = batch.clientID
             var latest: [RecordRef: Row] = [:]
             var entries: [RecordRef: [Int64]] = [:]
             // Columns by position: GRDB matches names case-insensitively, which costs more
@@ -85,7 +90,6 @@ struct Outbox: Sendable {
                 latest[record] = row
                 entries[record, default: []].append(row[0])
             }
-            var batch = OutboxBatch(entryCount: rows.count)
             var coalesced: [(kept: Int64, folded: [Int64])] = []
             // The version the server last gave a record: a delete needs it (none means the
             // server never saw the record) and so does an upsert that detects conflicts.
@@ -106,13 +110,15 @@ struct Outbox: Sendable {
                 if op == .upsert {
                     mutation.dataText = row[4]
                     mutation.naturalKey = row[5]
-                    if detectsConflicts { mutation.baseVersion = version ?? 0 }
                 }
+                // A delete is checked too: a stale delete must not silently beat another device's edit.
+                if detectsConflicts { mutation.baseVersion = version ?? 0 }
                 if let problem = mutation.problem() {
                     batch.refused.append(RefusedMutation(id: mutation.id, entries: entries[record] ?? [], reason: problem))
                     continue
                 }
                 batch.mutations.append(mutation)
+                if (row[6] as Bool?) != true { batch.firstSent.insert(mutation.id) }
                 // The entries coalesced into the mutation are folded into its own: from now on
                 // one entry stands for what was sent, so a resend is the same mutation.
                 batch.entries[mutation.id] = [mutation.id]
@@ -146,6 +152,9 @@ struct Outbox: Sendable {
                 try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = 1, sent_at = \(OutboxState.nowSQL) WHERE \(Self.idIn)")
                     .execute(arguments: [OutboxState.inFlight.rawValue, Self.idList(sent)])
             }
+            if let highest = batch.mutations.last?.id, highest > meta?[1] ?? 0 {
+                try db.cachedStatement(sql: "UPDATE ferry_meta SET highest_sent = ?").execute(arguments: [highest])
+            }
             return batch
         }
     }
@@ -169,9 +178,22 @@ struct Outbox: Sendable {
         }
     }
 
+    /// Sets `entries` aside with `reason`. A record keeps one dead letter, its newest change:
+    /// the dead letters of its earlier changes go (101 autosaves of a document too large to
+    /// send were 101 dead letters; retrying the old ones would only undo the newest).
     private static func deadLetter(_ entries: [Int64], reason: String, db: Database) throws {
+        let ids = idList(entries)
+        try remove(
+            where: """
+                state = \(OutboxState.deadLettered.rawValue) AND id NOT IN (SELECT value FROM json_each(?1))
+                AND (entity, entity_id) IN (SELECT entity, entity_id FROM ferry_outbox WHERE id IN (SELECT value FROM json_each(?1)))
+                AND entity_id IN (SELECT entity_id FROM ferry_outbox WHERE id IN (SELECT value FROM json_each(?1)))
+                """,
+            arguments: [ids],
+            db: db
+        )
         try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, error = ? WHERE \(idIn)")
-            .execute(arguments: [OutboxState.deadLettered.rawValue, reason, idList(entries)])
+            .execute(arguments: [OutboxState.deadLettered.rawValue, reason, ids])
     }
 
     /// Applies the server's results in one transaction: acknowledged entries leave the
@@ -179,15 +201,32 @@ struct Outbox: Sendable {
     /// resolved by `policy`. A `duplicate` (a resent mutation whose first result the server no
     /// longer keeps) brings the record as the server has it now, which the local row takes
     /// unless more local changes of it are queued. Returns the outcome counts.
+    ///
+    /// A store that is not the only holder of its client id (copied to another device, or
+    /// restored from an older backup) learns it here: the server answers a mutation this store
+    /// never sent before as one it already processed (`duplicate`, or `rejected` as a reused
+    /// id), or reports a `lastMutationID` above any id this store ever sent. Those mutations
+    /// are no acknowledgement: their entries go back to the queue, and the store takes a new
+    /// client id under which they are sent again (`BatchOutcome.newClientID`).
     func apply(_ response: PushResponse, to batch: OutboxBatch, policy: ConflictPolicy) async throws -> BatchOutcome {
         guard response.results.count == batch.mutations.count,
             zip(response.results, batch.mutations).allSatisfy({ $0.id == $1.id })
         else {
             throw FerryError.protocolViolation("push results do not match the batch's mutations one to one")
         }
-        return try await store.database.write { db in
+        let outcome = try await store.database.write { db in
             try lease.confirm(db)
             var outcome = BatchOutcome(acknowledgedEntries: batch.unsent.count)
+            let meta = try Row.fetchOne(db.cachedStatement(sql: "SELECT client_id, highest_sent FROM ferry_meta"))
+            // A batch sent under a client id the store has since given up proves nothing new.
+            let underCurrentID = batch.clientID.hasSameBytes(as: meta?[0] ?? "")
+            let highestSent: Int64 = meta?[1] ?? 0
+            var anotherHolder: String? =
+                underCurrentID && response.lastMutationID > highestSent
+                ? "the server has processed mutation \(response.lastMutationID), and this store never sent one above \(highestSent)"
+                : nil
+            var notOurs: [Int64] = []
+            var absorbed: [RecordRef] = []
             var finished: [Int64] = []
             var rekeys: [(record: RecordRef, canonical: String)] = []
             var serverStates: [(record: RecordRef, state: RecordState)] = []
@@ -197,6 +236,18 @@ struct Outbox: Sendable {
             try FerryStore.withoutCapture(db) {
                 for (mutation, result) in zip(batch.mutations, response.results) {
                     let entryIDs = batch.entries[mutation.id] ?? []
+                    if batch.firstSent.contains(mutation.id),
+                        result.status == .duplicate || (result.status == .rejected && result.code == PushResult.mutationIDReused)
+                    {
+                        // Someone else's mutation under this id, never ours: sent again under a new client id.
+                        notOurs += entryIDs
+                        if underCurrentID, anotherHolder == nil {
+                            anotherHolder =
+                                "mutation \(mutation.id) was sent from this store for the first time, and the server answered it "
+                                + "\(result.status.rawValue), as one it had already processed"
+                        }
+                        continue
+                    }
                     switch result.status {
                     case .applied, .merged, .duplicate:
                         if let canonical = result.entityID, !canonical.hasSameBytes(as: mutation.entityID) {
@@ -216,25 +267,73 @@ struct Outbox: Sendable {
                         outcome.acknowledgedEntries += entryIDs.count
                         if result.status == .merged { outcome.merged += 1 }
                     case .rejected:
-                        try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, error = ? WHERE \(Self.idIn)")
-                            .execute(arguments: [OutboxState.deadLettered.rawValue, result.error ?? "rejected", Self.idList(entryIDs)])
+                        try Self.deadLetter(entryIDs, reason: result.error ?? "rejected", db: db)
                         outcome.deadLettered += entryIDs.count
                     case .conflict:
                         finished += entryIDs
                         outcome.acknowledgedEntries += entryIDs.count
                         outcome.conflicts += 1
-                        try resolve(mutation, current: result.current, policy: policy, later: &later, versions: &versions, db: db)
+                        var judged = mutation
+                        if let holder = result.entityID, !holder.hasSameBytes(as: mutation.entityID) {
+                            // Judged against the record that holds the mutation's natural key: the
+                            // same thing under another id. The local row takes the holder's id, as
+                            // for a merge, and the policy decides between the two.
+                            let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
+                            try rekey(entity: mutation.entity, from: mutation.entityID, to: holder, after: mutation.id, later: later, db: db)
+                            later.follow(own, to: RecordRef(entity: mutation.entity, entityID: holder), after: mutation.id)
+                            rekeys.append((own, holder))
+                            outcome.rekeyed += 1
+                            judged.entityID = holder
+                            // The server has the mutation's own record too: it goes, as a merge would delete it.
+                            if (mutation.baseVersion ?? 0) > 0 { absorbed.append(own) }
+                        }
+                        try resolve(judged, current: result.current, policy: policy, later: &later, versions: &versions, db: db)
                     }
                 }
+                if !notOurs.isEmpty {
+                    try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = NULL WHERE \(Self.idIn)")
+                        .execute(arguments: [OutboxState.pending.rawValue, Self.idList(notOurs)])
+                    outcome.returnedToQueue = notOurs.count
+                }
                 try rekeyQueuedEntries(rekeys, db: db)
+                for record in absorbed {  // queued after the re-keying, which would move them to the holder
+                    try Self.queue(entity: record.entity, entityID: record.entityID, op: .delete, data: nil, naturalKey: nil, db: db)
+                }
                 if !finished.isEmpty {
                     try Self.remove(where: Self.idIn, arguments: [Self.idList(finished)], db: db)
                 }
                 try adopt(serverStates, versions: &versions, db: db)
             }
             try versions.save(db: db)
+            // Ids go out increasing under a client id, so the entries back in the queue need one
+            // under which nothing above them was sent: a batch read ahead may already have gone
+            // out above them under the current id.
+            let reason =
+                anotherHolder.map {
+                    "another store holds client id \(batch.clientID) (a copy of this store on another device, or a backup restored here): \($0)"
+                }
+                ?? notOurs.min().flatMap { lowest in
+                    lowest <= highestSent
+                        ? "changes of another holder's client id \(batch.clientID) are back in the queue below ids already sent under client id \(meta?[0] ?? "")"
+                        : nil
+                }
+            if let reason {
+                let clientID = ClientIdentity.newClientID()
+                try db.execute(sql: "UPDATE ferry_meta SET client_id = ?, highest_sent = 0", arguments: [clientID])
+                outcome.newClientID = (meta?[0] ?? batch.clientID, clientID, reason)
+            }
             return outcome
         }
+        if let change = outcome.newClientID { store.identity.clientID = change.new }
+        return outcome
+    }
+
+    /// Adds a change to the queue, as capture would.
+    static func queue(entity: String, entityID: String, op: MutationOp, data: String?, naturalKey: String?, db: Database) throws {
+        try db.cachedStatement(
+            sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL))"
+        )
+        .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey])
     }
 
     /// Local rows take the server's state of records the server reported as they are now,
@@ -381,18 +480,28 @@ struct Outbox: Sendable {
                 entity: mutation.entity,
                 entityID: mutation.entityID,
                 data: current?.deleted == false ? current?.data : nil,
-                naturalKey: mutation.naturalKey,
+                naturalKey: current?.naturalKey ?? mutation.naturalKey,
                 db: db
             )
             if let current { versions.set(current.version, of: record) }
         case .keep(let data):
             // Re-send over the server's version: a new entry, so it goes through the queue like any change.
             if let current { versions.set(current.version, of: record) }
-            try writer.write(entity: mutation.entity, entityID: mutation.entityID, data: data, naturalKey: mutation.naturalKey, db: db)
+            try writer.write(
+                entity: mutation.entity,
+                entityID: mutation.entityID,
+                data: data,
+                naturalKey: mutation.naturalKey ?? current?.naturalKey,
+                db: db
+            )
             let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
-            try db.execute(
-                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL))",
-                arguments: [mutation.entity, mutation.entityID, data == nil ? "delete" : "upsert", text, mutation.naturalKey]
+            try Self.queue(
+                entity: mutation.entity,
+                entityID: mutation.entityID,
+                op: data == nil ? .delete : .upsert,
+                data: text,
+                naturalKey: data == nil ? nil : mutation.naturalKey ?? current?.naturalKey,
+                db: db
             )
             later.add(db.lastInsertedRowID, of: record)  // a merge into this record later in the batch must see it
         }
@@ -416,7 +525,12 @@ struct RecordRef: Hashable {
 struct OutboxBatch: Sendable {
     /// Entries read from the queue for this batch.
     var entryCount: Int
+    /// The client id it is sent under.
+    var clientID: String
     var mutations: [OutgoingMutation] = []
+    /// The mutations whose entries were never sent before: an answer that calls one of them
+    /// already processed came from another holder of the client id.
+    var firstSent: Set<Int64> = []
     /// The outbox entries each mutation stands for (itself and the edits coalesced into it).
     var entries: [Int64: [Int64]] = [:]
     /// Entries removed without being sent: they cancelled out, or were folded into the
@@ -444,7 +558,7 @@ struct OutboxBatch: Sendable {
     }
 
     /// The `PushRequest` body of PROTOCOL.md for this batch.
-    func requestBody(clientID: String) -> Data {
+    func requestBody() -> Data {
         var json = JSONTextWriter(capacity: 64 + mutations.reduce(0) { $0 + 128 + ($1.dataText?.utf8.count ?? 0) })
         json.raw("{\"clientID\":")
         json.string(clientID)
@@ -466,12 +580,16 @@ struct RefusedMutation: Sendable {
 }
 
 /// What applying one push response did.
-struct BatchOutcome: Sendable, Equatable {
+struct BatchOutcome: Sendable {
     var acknowledgedEntries = 0
     var deadLettered = 0
     var merged = 0
     var rekeyed = 0
     var conflicts = 0
+    /// Entries answered as another holder's mutations, queued again to go under a new client id.
+    var returnedToQueue = 0
+    /// The client id the store gave up, the one it took, and why.
+    var newClientID: (old: String, new: String, reason: String)?
 }
 
 /// The queued entry ids of the records a batch's answer re-keys or reports in conflict, read

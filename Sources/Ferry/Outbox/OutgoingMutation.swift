@@ -54,15 +54,15 @@ struct OutgoingMutation: Sendable {
         json.string(entity)
         json.raw(",\"entityID\":")
         json.string(entityID)
-        guard op == .upsert else {
-            json.raw(",\"op\":\"delete\"}")
-            return
-        }
-        json.raw(",\"op\":\"upsert\",\"data\":")
-        if let dataText { json.fragment(dataText.utf8) } else { json.raw("{}") }
-        if let naturalKey {
-            json.raw(",\"naturalKey\":")
-            json.string(naturalKey)
+        if op == .upsert {
+            json.raw(",\"op\":\"upsert\",\"data\":")
+            if let dataText { json.fragment(dataText.utf8) } else { json.raw("{}") }
+            if let naturalKey {
+                json.raw(",\"naturalKey\":")
+                json.string(naturalKey)
+            }
+        } else {
+            json.raw(",\"op\":\"delete\"")
         }
         if let baseVersion {
             json.raw(",\"baseVersion\":")

@@ -68,7 +68,7 @@ public actor SyncScheduler {
     private var pending: Request?
     private var running: Task<Void, Never>?
     private var runningKind: SyncKind?
-    private var fullRunSucceeded = false
+    private var runSucceeded = false
     private var runNumber = 0
     private var lastRunEnded: Duration?
     /// The latest connectivity report; `nil` before the first.
@@ -149,19 +149,19 @@ public actor SyncScheduler {
     /// the wait, not the run.
     @discardableResult
     public func run(for trigger: SyncTrigger, kind: SyncKind? = nil) async throws -> Int {
-        try await wait(for: trigger, kind: kind, joiningFullRun: false)
+        try await wait(for: trigger, kind: kind, joiningRun: false)
     }
 
-    /// Returns once a full run has succeeded since the scheduler started: at once if one
-    /// has, else with the full run in progress (the launch run, typically), else with a
-    /// new one asked for by `launch`. It never makes a run that launch already makes. Throws
+    /// Returns once a run has succeeded since the scheduler started: at once if one has, else
+    /// with the run in progress (the launch run, typically), else with a new one asked for by
+    /// `launch`. It never makes a run that launch already makes. Throws
     /// as `run(for:kind:)` does, at once while offline.
     public func initialSync() async throws {
-        guard !fullRunSucceeded else { return }
-        _ = try await wait(for: .launch, kind: .full, joiningFullRun: true)
+        guard !runSucceeded else { return }
+        _ = try await wait(for: .launch, kind: nil, joiningRun: true)
     }
 
-    private func wait(for trigger: SyncTrigger, kind: SyncKind?, joiningFullRun: Bool) async throws -> Int {
+    private func wait(for trigger: SyncTrigger, kind: SyncKind?, joiningRun: Bool) async throws -> Int {
         let id = UUID()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
@@ -176,7 +176,7 @@ public actor SyncScheduler {
                 waiters[id] = continuation
                 // A person waiting, or a new background task: the app runs (the trigger below evaluates).
                 if trigger.isForeground || trigger == .backgroundTask { releaseHold() }
-                if joiningFullRun, runningKind == .full {
+                if joiningRun, runningKind != nil {
                     servedByCurrentRun.append(id)
                 } else {
                     waitingForNextRun.append(id)
@@ -351,7 +351,7 @@ public actor SyncScheduler {
     private func finished(_ number: Int, _ outcome: Result<Int, any Error>) {
         running = nil
         lastRunEnded = now
-        if runningKind == .full, case .success = outcome { fullRunSucceeded = true }
+        if case .success = outcome { runSucceeded = true }
         runningKind = nil
         // A run cut short by stop() did not fail its callers: their user signed out. (One that
         // succeeded before stop() was heard is a success.)

@@ -1,6 +1,7 @@
 /// Why a sync was asked for.
 public enum SyncTrigger: String, Sendable, Hashable, CaseIterable {
-    /// The app started (a full catch-up unless told otherwise).
+    /// The app started: a catch-up from the saved cursor, as every trigger (a launch that
+    /// pulled everything again cost a whole data set on every start).
     case launch
     /// The app came to the foreground.
     case becameActive
@@ -18,8 +19,10 @@ public enum SyncTrigger: String, Sendable, Hashable, CaseIterable {
     /// `SyncSession.backgroundSync(timeLimit:)`.
     case backgroundTask
 
-    /// What the trigger asks for unless told otherwise: a launch catches up fully, the rest incrementally.
-    public var defaultKind: SyncKind { self == .launch ? .full : .incremental }
+    /// What the trigger asks for unless told otherwise: incremental, for every trigger. A pull
+    /// starts from scratch only when the store is new, the server refuses the cursor, or the
+    /// app asks for it (`SyncSession.sync(full:)`).
+    public var defaultKind: SyncKind { .incremental }
 
     /// The app is in front of its user: runs held after a background task start again.
     var isForeground: Bool { self == .launch || self == .becameActive || self == .manual }

@@ -65,7 +65,20 @@ private struct Expressions {
                 "table \(table.table) does not exist; create it (for example in the schema migrator) before opening the store"
             )
         }
-        let columns = try db.columns(in: table.table).map(\.name)
+        let columnInfos = try db.columns(in: table.table)
+        let columns = columnInfos.map(\.name)
+        if case .columns = table.layout {
+            // JSON has no bytes: a BLOB column would pass here and fail every write of the table.
+            let reserved = [table.primaryKey, table.naturalKey, table.entityColumn].compactMap { $0?.lowercased() }
+            for column in columnInfos where !reserved.contains(column.name.lowercased()) && Self.hasBlobAffinity(column.type) {
+                let declared = column.type.isEmpty ? "has no declared type" : "is declared \(column.type)"
+                throw FerryError.invalidTable(
+                    "table \(table.table): column \(column.name) \(declared), so SQLite stores bytes in it, and JSON cannot carry "
+                        + "bytes; declare it TEXT (holding base64, for example), INTEGER or REAL in a migration, or keep the bytes in "
+                        + "a table that is not synced"
+                )
+            }
+        }
         for required in [table.primaryKey] + [table.naturalKey, table.entityColumn].compactMap({ $0 }) where !columns.contains(required) {
             throw FerryError.invalidTable("table \(table.table) has no column \(required)")
         }
@@ -91,6 +104,14 @@ private struct Expressions {
         }
         self.table = table
         self.columns = columns
+    }
+
+    /// SQLite's rule for a column's affinity: BLOB when the declared type names none of INT,
+    /// CHAR, CLOB, TEXT, REAL, FLOA, DOUB and is BLOB or empty (sqlite.org/datatype3.html, 3.1).
+    static func hasBlobAffinity(_ declared: String) -> Bool {
+        let type = declared.uppercased()
+        guard !["INT", "CHAR", "CLOB", "TEXT"].contains(where: type.contains) else { return false }
+        return type.isEmpty || type.contains("BLOB")
     }
 
     var pk: String { table.primaryKey.quotedDatabaseIdentifier }

@@ -11,8 +11,12 @@ import GRDB
 public final class FerryStore: Sendable {
     /// The app's handle on its data. Writes to synced tables are captured automatically.
     public let database: DatabasePool
-    /// This installation's client id, stable for the life of the file.
-    public let clientID: String
+    /// This installation's client id. It changes only when the store finds that another store
+    /// holds it too (a copy on another device, or a backup restored here): the server then
+    /// knows ids this store never sent, and the store takes a new one (`Outbox.apply`).
+    public var clientID: String { identity.clientID }
+    /// The client id as this process last read or changed it.
+    let identity: ClientIdentity
     /// The synced tables, each with its change capture installed.
     public let tables: [SyncedTable]
     /// The store's file.
@@ -62,13 +66,15 @@ public final class FerryStore: Sendable {
             try database.write(ChangeCapture.uninstallAll)
             try schema.migrate(database)
         }
-        clientID = try database.write { db in
-            guard let clientID = try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta") else {
-                throw FerryError.unreadableStore("\(path): ferry_meta holds no client id; the file is damaged")
+        identity = ClientIdentity(
+            try database.write { db in
+                guard let clientID = try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta") else {
+                    throw FerryError.unreadableStore("\(path): ferry_meta holds no client id; the file is damaged")
+                }
+                for table in tables { try ChangeCapture.install(for: table, in: db) }
+                return clientID
             }
-            for table in tables { try ChangeCapture.install(for: table, in: db) }
-            return clientID
-        }
+        )
         database.add(transactionObserver: outboxCommits)
     }
 
@@ -139,8 +145,7 @@ public final class FerryStore: Sendable {
                     );
                     """
             )
-            let clientID = "c-" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(20)
-            try db.execute(sql: "INSERT INTO ferry_meta (id, client_id, capturing) VALUES (1, ?, 1)", arguments: [clientID])
+            try db.execute(sql: "INSERT INTO ferry_meta (id, client_id, capturing) VALUES (1, ?, 1)", arguments: [ClientIdentity.newClientID()])
         }
         migrator.registerMigration("ferry-v2") { db in
             // Every captured write paid for this index, to spare `nextBatch` a walk in id
@@ -221,6 +226,17 @@ public final class FerryStore: Sendable {
         migrator.registerMigration("ferry-v8") { db in
             // When each entry was last taken in flight, for "in flight since …" (`QueueSnapshot`).
             try db.execute(sql: "ALTER TABLE ferry_outbox ADD COLUMN sent_at REAL")
+        }
+        migrator.registerMigration("ferry-v9") { db in
+            // The highest mutation id this store ever sent under its client id: a server that has
+            // processed a higher one heard from another holder of the id (`Outbox.apply`). A store
+            // from before knows no better bound than its highest id.
+            try db.execute(
+                sql: """
+                    ALTER TABLE ferry_meta ADD COLUMN highest_sent INTEGER NOT NULL DEFAULT 0;
+                    UPDATE ferry_meta SET highest_sent = coalesce((SELECT max(id) FROM ferry_outbox), 0);
+                    """
+            )
         }
         return migrator
     }

@@ -130,7 +130,7 @@ public actor FerryClient {
             journal: journal,
             status: statusCenter,
             random: jitterSeed.map { JitterGenerator(seed: $0) } ?? JitterGenerator(),
-            clientID: store.clientID
+            clientID: { [identity = store.identity] in identity.clientID }
         )
     }
 
@@ -239,7 +239,6 @@ public actor FerryClient {
             connection: connection,
             journal: journal,
             status: statusCenter,
-            clientID: store.clientID,
             conflictPolicy: configuration.conflictPolicy,
             maximumBatchSize: configuration.batchSize
         ).drain()

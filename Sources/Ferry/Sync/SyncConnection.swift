@@ -21,7 +21,7 @@ actor SyncConnection {
     private let logger = Logger(label: "ferry.connection")
     private var random: JitterGenerator
     /// Sent as `Ferry-Client-ID` with every request, for the server's access log.
-    private let clientID: String
+    private let clientID: @Sendable () -> String
     /// Requests answered 429 so far, for reports.
     private(set) var rateLimitedCount = 0
     private(set) var requestCount = 0
@@ -34,7 +34,7 @@ actor SyncConnection {
         journal: Journal,
         status: StatusCenter,
         random: JitterGenerator = JitterGenerator(),
-        clientID: String
+        clientID: @escaping @Sendable () -> String
     ) {
         self.clientID = clientID
         self.transport = transport
@@ -58,7 +58,7 @@ actor SyncConnection {
             var request = request
             let token = try await tokens.token()
             request.headers["Authorization"] = "Bearer \(token)"
-            request.headers["Ferry-Client-ID"] = clientID
+            request.headers["Ferry-Client-ID"] = clientID()
             if request.body != nil { request.headers["Content-Type"] = "application/json" }
             let started = ContinuousClock.now
             let response: TransportResponse

@@ -14,7 +14,6 @@ struct Uploader: Sendable {
     let connection: SyncConnection
     let journal: Journal
     let status: StatusCenter
-    let clientID: String
     let conflictPolicy: ConflictPolicy
     let maximumBatchSize: Int
 
@@ -150,7 +149,7 @@ struct Uploader: Sendable {
             guard batch.mutations.isEmpty else {
                 reading.batch = batch  // its cancelled-out entries count when its answer is applied
                 // Encoded now, while the batch before it is on the wire, not after its answer.
-                reading.batch?.body = batch.requestBody(clientID: clientID)
+                reading.batch?.body = batch.requestBody()
                 break
             }
             reading.cancelledOut += batch.unsent.count
@@ -191,7 +190,7 @@ struct Uploader: Sendable {
     private func send(_ batch: OutboxBatch) async throws -> TransportResponse {
         do {
             return try await connection.send(
-                TransportRequest(method: "POST", path: "/v1/push", body: batch.body ?? batch.requestBody(clientID: clientID))
+                TransportRequest(method: "POST", path: "/v1/push", body: batch.body ?? batch.requestBody())
             )
         } catch {
             await returnToQueue(batch)
@@ -211,6 +210,16 @@ struct Uploader: Sendable {
 
     private func record(_ outcome: BatchOutcome, push: PushResponse, into summary: inout UploadSummary) async {
         summary.add(outcome)
+        if let change = outcome.newClientID {
+            await journal.record(
+                JournalEvent(
+                    kind: "client.renewed",
+                    message: "this store is now client \(change.new) in place of \(change.old): \(change.reason); every change the "
+                        + "server has not acknowledged goes again under the new id",
+                    details: ["old": change.old, "new": change.new]
+                )
+            )
+        }
         guard outcome.deadLettered > 0 else { return }
         for result in push.results where result.status == .rejected {
             await journal.record(

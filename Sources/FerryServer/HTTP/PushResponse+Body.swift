@@ -33,6 +33,10 @@ extension PushResponse {
             if result.status == .rejected {
                 json.raw(",\"error\":")
                 if let error = result.error { json.string(error) } else { json.raw("null") }
+                if let code = result.code {
+                    json.raw(",\"code\":")
+                    json.string(code)
+                }
             }
             json.raw("}")
         }

@@ -114,7 +114,8 @@ struct BatchPlanner {
                 entityID: nil,
                 version: nil,
                 error: "this client already used mutation id \(mutation.id) for another change; ids must never be reused "
-                    + "(a store copied to another device, or restored from a backup, needs a client id of its own)"
+                    + "(a store copied to another device, or restored from a backup, needs a client id of its own)",
+                code: PushResult.mutationIDReused
             )
         }
         var result = kept.result(for: mutation)
@@ -153,7 +154,10 @@ struct BatchPlanner {
             merged = true
         }
         let existing = records[key]
-        if let baseVersion = mutation.baseVersion, baseVersion != (existing?.version ?? 0) {
+        // A conflict-checked upsert whose natural key another record holds was written without
+        // seeing that record (its base version is its own record's): never merged blindly, it
+        // is a conflict against the holder, which the client's policy decides (PROTOCOL.md).
+        if let baseVersion = mutation.baseVersion, merged || baseVersion != (existing?.version ?? 0) {
             // A tombstone still exists (with its version), so 0 conflicts with it too.
             return PushResult(
                 id: mutation.id,
@@ -185,6 +189,16 @@ struct BatchPlanner {
 
     private mutating func delete(_ mutation: Mutation, at index: Int) -> PushResult {
         let key = RecordKey(entity: mutation.entity, entityID: mutation.entityID)
+        if let baseVersion = mutation.baseVersion, baseVersion != (records[key]?.version ?? 0) {
+            // A delete of a record that changed since the client saw it: the client's policy decides.
+            return PushResult(
+                id: mutation.id,
+                status: .conflict,
+                entityID: key.entityID,
+                version: records[key]?.version,
+                current: try? records[key]?.state()
+            )
+        }
         guard let record = records[key] else {
             // Nothing to delete and nothing to tell other clients: no tombstone.
             return PushResult(id: mutation.id, status: .applied, entityID: key.entityID, version: nil)

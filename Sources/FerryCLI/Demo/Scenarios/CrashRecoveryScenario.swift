@@ -82,7 +82,11 @@ struct CrashRecoveryScenario: DemoScenario {
         var crashed = dying.crashed.makeAsyncIterator()
         _ = await crashed.next()
         let file = phone.appendingPathComponent(StoreLocation.fileName(forUser: "lee")).path  // the store the session keeps for lee
-        let states = try await DatabaseQueue(path: file).write { db in
+        // The dying app's tasks may still be writing to the file (its journal, a lease renewal):
+        // wait for their transactions as the app's own store would, instead of failing at once.
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        let states = try await DatabaseQueue(path: file, configuration: configuration).write { db in
             // The process is gone: no process has the id its hold on the store's sync names.
             try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [try Self.endedProcessID()])
             return try Dictionary(
