@@ -105,6 +105,46 @@ struct SessionTests {
         }
     }
 
+    @Test("a widget writes into the app's store from another process: the app counts the changes in its status and syncs them")
+    func otherProcessWrites() async throws {
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let directory = TestDirectory.make("session")
+            var configuration = SessionConfiguration(
+                storeDirectory: directory,
+                tables: [ClientFixture.events, ClientFixture.notes],
+                schema: ClientFixture.schema()
+            )
+            configuration.otherProcessCheckInterval = .milliseconds(50)
+            let session = SyncSession(
+                configuration: configuration,
+                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                token: { user in try await TestServer.token(for: user) },
+                clock: clock
+            )
+            try await session.signIn("alice")
+            let scheduler = try #require(await session.engine?.scheduler)
+            var events = EventReader(await scheduler.eventStream())
+            await clock.advance(by: .milliseconds(251))
+            #expect(await events.runFinished() == 1)
+
+            // The widget: its own store handle (its own connections, as in another process) on the same file.
+            let widget = try ClientFixture.openStore(at: directory.appendingPathComponent(StoreLocation.fileName(forUser: "alice")).path)
+            try await widget.database.write { db in
+                for index in 0..<20 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["w-\(index)", index]) }
+            }
+            for await status in await session.statusUpdates() where status.pending == 20 { break }
+            await clock.untilSomeoneSleeps()  // the trigger waits for its settle window
+            await clock.advance(by: .milliseconds(2001))
+            #expect(await events.runFinished() == 2)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote.keys.filter { $0.hasPrefix("events/w-") }.count == 20)
+            #expect(await session.status.pending == 0)
+            try await widget.close()
+            try await session.signOut()
+        }
+    }
+
     @Test("sign-out mid-upload stops cleanly: nothing left in flight, everything still queued")
     func signOutMidUpload() async throws {
         try await TestServer.run { server in

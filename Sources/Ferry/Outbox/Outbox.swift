@@ -227,6 +227,7 @@ struct Outbox: Sendable {
                 : nil
             var notOurs: [Int64] = []
             var absorbed: [RecordRef] = []
+            var children = ForeignKeyChildren()
             var finished: [Int64] = []
             var rekeys: [(record: RecordRef, canonical: String)] = []
             var serverStates: [(record: RecordRef, state: RecordState)] = []
@@ -252,7 +253,15 @@ struct Outbox: Sendable {
                     case .applied, .merged, .duplicate:
                         if let canonical = result.entityID, !canonical.hasSameBytes(as: mutation.entityID) {
                             let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
-                            try rekey(entity: mutation.entity, from: mutation.entityID, to: canonical, after: mutation.id, later: later, db: db)
+                            try rekey(
+                                entity: mutation.entity,
+                                from: mutation.entityID,
+                                to: canonical,
+                                after: mutation.id,
+                                later: later,
+                                children: &children,
+                                db: db
+                            )
                             later.follow(own, to: RecordRef(entity: mutation.entity, entityID: canonical), after: mutation.id)
                             rekeys.append((own, canonical))
                             outcome.rekeyed += 1
@@ -279,7 +288,15 @@ struct Outbox: Sendable {
                             // same thing under another id. The local row takes the holder's id, as
                             // for a merge, and the policy decides between the two.
                             let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
-                            try rekey(entity: mutation.entity, from: mutation.entityID, to: holder, after: mutation.id, later: later, db: db)
+                            try rekey(
+                                entity: mutation.entity,
+                                from: mutation.entityID,
+                                to: holder,
+                                after: mutation.id,
+                                later: later,
+                                children: &children,
+                                db: db
+                            )
                             later.follow(own, to: RecordRef(entity: mutation.entity, entityID: holder), after: mutation.id)
                             rekeys.append((own, holder))
                             outcome.rekeyed += 1
@@ -433,22 +450,38 @@ struct Outbox: Sendable {
     /// But when this store changed the canonical record after the merged mutation, and more
     /// recently than it changed the merged row, that change reaches the server last and decides
     /// the record: the local canonical row (or its absence) stays, and the merged row goes.
-    private func rekey(entity: String, from local: String, to canonical: String, after mutationID: Int64, later: LaterChanges, db: Database) throws {
+    ///
+    /// Rows of the app's other tables that reference the local row through a foreign key follow
+    /// it to the canonical id, checked at commit (`defer_foreign_keys`), and those of synced
+    /// tables are queued for upload, since the server's copies still name the local id.
+    private func rekey(
+        entity: String,
+        from local: String,
+        to canonical: String,
+        after mutationID: Int64,
+        later: LaterChanges,
+        children: inout ForeignKeyChildren,
+        db: Database
+    ) throws {
         guard let table = store.table(forEntity: entity) else { return }
         let name = table.table.quotedDatabaseIdentifier
         let canonicalRow = table.rowCondition(entity: entity, entityID: canonical)
         let localRow = table.rowCondition(entity: entity, entityID: local)
+        let moving = try children.rows(referencing: local, in: table, store: store, db: db)
         if let canonicalLatest = later.newest(of: RecordRef(entity: entity, entityID: canonical), after: mutationID),
             canonicalLatest > later.newest(of: RecordRef(entity: entity, entityID: local), after: mutationID) ?? 0
         {
             try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(localRow.sql)").execute(arguments: StatementArguments(localRow.arguments))
-            return
+        } else {
+            // Cached: the statements are the same for every record of the table, and preparing
+            // them for each merged record was most of the cost of a batch of merges.
+            try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(canonicalRow.sql)").execute(
+                arguments: StatementArguments(canonicalRow.arguments)
+            )
+            try db.cachedStatement(sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)")
+                .execute(arguments: StatementArguments([canonical] + localRow.arguments))
         }
-        // Cached: the statements are the same for every record of the table, and preparing
-        // them for each merged record was most of the cost of a batch of merges.
-        try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(canonicalRow.sql)").execute(arguments: StatementArguments(canonicalRow.arguments))
-        try db.cachedStatement(sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)")
-            .execute(arguments: StatementArguments([canonical] + localRow.arguments))
+        try moving.move(from: local, to: canonical, db: db)
     }
 
     /// Ends a conflict as `policy` says. Changes of the record queued after the conflicting one

@@ -19,6 +19,19 @@ public struct QueueSnapshot: Sendable, Equatable {
         public var holderIsRunning: Bool
     }
 
+    /// A record pulled from the server that the app's schema refused (a UNIQUE index, a NOT
+    /// NULL column, a foreign key): kept beside the app's tables and tried again after every pull.
+    public struct SetAsideRecord: Sendable, Equatable {
+        /// The protocol's entity name of the record.
+        public var entity: String
+        /// The record's id.
+        public var entityID: String
+        /// The server's version that was refused.
+        public var version: Int64
+        /// What the app's schema said.
+        public var reason: String
+    }
+
     /// When the snapshot was read.
     public var takenAt: Date
     /// Changes the server has not acknowledged yet (queued or in flight), by entity.
@@ -35,6 +48,8 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var lease: Lease?
     /// Changes set aside, oldest first, each with why.
     public var deadLetters: [DeadLetter]
+    /// Pulled records the app's schema refused, oldest first.
+    public var setAside: [SetAsideRecord] = []
     /// When the last successful sync ended; `nil` if none has.
     public var lastSyncedAt: Date?
     /// The journal's latest `run.finished` event: how the last run ended, and when.
@@ -111,6 +126,11 @@ public struct QueueSnapshot: Sendable, Equatable {
             arguments: [OutboxState.deadLettered.rawValue]
         )
         .map { DeadLetter(id: $0[0], entity: $0[1], entityID: $0[2], op: MutationOp(rawValue: $0[3]) ?? .upsert, reason: $0[4] ?? "") }
+        let setAside =
+            try db.tableExists("ferry_set_aside")
+            ? try Row.fetchAll(db, sql: "SELECT entity, entity_id, version, error FROM ferry_set_aside ORDER BY at").map {
+                SetAsideRecord(entity: $0[0], entityID: $0[1], version: $0[2], reason: $0[3])
+            } : []
         let lastSynced = try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta")
         // The newest of each kind in the whole journal: a long offline spell fills it with
         // triggers, and the run that matters may be thousands of events back.
@@ -126,6 +146,7 @@ public struct QueueSnapshot: Sendable, Equatable {
             untimedQueued: untimed,
             lease: lease,
             deadLetters: deadLetters,
+            setAside: setAside,
             lastSyncedAt: lastSynced.map(Date.init(timeIntervalSince1970:)),
             lastRun: lastRun,
             lastWait: wait.flatMap { wait in lastStart.map { wait.at >= $0.at } ?? true ? wait : nil },
@@ -177,6 +198,13 @@ public struct QueueSnapshot: Sendable, Equatable {
             }
             let more = byReason.count > 3 ? "; and \(byReason.count - 3) other reasons" : ""
             lines.append("Set aside for the app to retry or discard: \(Self.changes(deadLetters.count)): \(listed.joined(separator: "; "))\(more).")
+        }
+        if !setAside.isEmpty {
+            let named = setAside.prefix(3).map { "\($0.entity)/\($0.entityID): \($0.reason)" }.joined(separator: "; ")
+            let more = setAside.count > 3 ? "; and \(setAside.count - 3) more" : ""
+            lines.append(
+                "Pulled but refused by the app's schema, tried again after every pull: \(setAside.count == 1 ? "1 record" : "\(setAside.count.formatted()) records"): \(named)\(more)."
+            )
         }
         switch lastRun {
         case let run? where run.message == Self.runSucceeded:

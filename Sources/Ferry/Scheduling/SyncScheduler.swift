@@ -51,6 +51,10 @@ public actor SyncScheduler {
         var due: Duration
         /// How many of `triggers` have been recorded as waiting for the network.
         var recordedOffline = 0
+
+        /// The minimum interval spaces automatic runs; someone waiting for this one (a manual
+        /// sync right after a write, a background task) does not wait it out.
+        var waitsForMinimumInterval: Bool { !triggers.contains(where: \.settlesAtOnce) }
     }
 
     /// Time since the scheduler was made, on its clock.
@@ -290,7 +294,7 @@ public actor SyncScheduler {
         if held { return .held(triggers: pending?.triggers.count ?? 0) }
         guard let pending else { return .idle }
         if online == false { return .waitingForNetwork(triggers: pending.triggers.count) }
-        let afterInterval = lastRunEnded.map { $0 + configuration.minimumInterval }
+        let afterInterval = pending.waitsForMinimumInterval ? lastRunEnded.map { $0 + configuration.minimumInterval } : nil
         let due = max(pending.due, afterInterval ?? pending.due)
         let until = Date().addingTimeInterval(max(0, (due - now).seconds))
         if let afterInterval, afterInterval > pending.due { return .waitingForMinimumInterval(triggers: pending.triggers.count, until: until) }
@@ -317,7 +321,7 @@ public actor SyncScheduler {
             return
         }
         var due = request.due
-        if let lastRunEnded { due = max(due, lastRunEnded + configuration.minimumInterval) }
+        if let lastRunEnded, request.waitsForMinimumInterval { due = max(due, lastRunEnded + configuration.minimumInterval) }
         if now < due {
             arm(at: due)
             return

@@ -24,6 +24,10 @@ public struct SessionConfiguration: Sendable {
     public var sync = SyncConfiguration()
     /// The tuning of each user's scheduler.
     public var scheduler = SchedulerConfiguration()
+    /// How often the session looks for changes another process (a widget, an extension) wrote
+    /// into the store, to count them in the status and sync them as it would its own; `nil`
+    /// never looks. One indexed read each time.
+    public var otherProcessCheckInterval: Duration? = .seconds(1)
 
     /// A configuration with the default sign-out policy and the default client and scheduler tuning.
     public init(storeDirectory: URL, tables: [SyncedTable], schema: DatabaseMigrator? = nil) {
@@ -65,6 +69,7 @@ public actor SyncSession {
     private let logger = Logger(label: "ferry.session")
     private var observer: QueuedChangeObserver?
     private var connectivityTask: Task<Void, Never>?
+    private var otherProcessTask: Task<Void, Never>?
     /// The latest sign-in or sign-out; the next one waits for it (`oneAtATime`).
     private(set) var lastTransition: Task<Void, any Error>?
     private let engineObservers = Broadcast<Engine?>()
@@ -311,6 +316,16 @@ public actor SyncSession {
         statusForwarder = Task { [weak self] in
             for await status in statuses { await self?.publish(status) }
         }
+        if let interval = configuration.otherProcessCheckInterval {
+            // Wall time shared with other processes, not a wait of the sync: the real clock (a
+            // test clock's sleeper would also stand in the way of tests that wait for one).
+            otherProcessTask = Task {
+                await OtherProcessWrites.watch(store, every: interval, clock: ContinuousClock()) {
+                    await client.refreshCounts()
+                    await scheduler.trigger(.localChange)
+                }
+            }
+        }
         if let connectivity {
             connectivityTask = Task {
                 for await online in connectivity.states() { await scheduler.connectivityChanged(online: online) }
@@ -326,6 +341,9 @@ public actor SyncSession {
         self.engine = nil
         connectivityTask?.cancel()
         connectivityTask = nil
+        otherProcessTask?.cancel()
+        await otherProcessTask?.value  // no read of the store after it closes
+        otherProcessTask = nil
         observer = nil
         await engine.scheduler.stop()
         await engine.client.stop()

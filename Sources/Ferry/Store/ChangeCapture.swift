@@ -129,9 +129,16 @@ private struct Expressions {
         case .document(let column):
             return "json(\(row).\(column.quotedDatabaseIdentifier))"
         case .columns:
-            let fields = columns.filter { $0 != table.primaryKey && $0 != table.naturalKey && $0 != table.entityColumn }
-                .map { "\($0.sqlLiteral), \(row).\($0.quotedDatabaseIdentifier)" }
-            return "json_object(\(fields.joined(separator: ", ")))"
+            let dataColumns = columns.filter { $0 != table.primaryKey && $0 != table.naturalKey && $0 != table.entityColumn }
+            let fields = dataColumns.map { "\(table.field(ofColumn: $0).sqlLiteral), \(row).\($0.quotedDatabaseIdentifier)" }
+            let object = "json_object(\(fields.joined(separator: ", ")))"
+            // Fields this version's columns do not hold, pulled from devices that have them
+            // (`ferry_extras`), go back with the row's change, under its columns' values.
+            // A JSON path cannot name a field with a double quote: such a table keeps its columns only.
+            guard !dataColumns.contains(where: { table.field(ofColumn: $0).contains("\"") }) else { return object }
+            let extras = "(SELECT data FROM ferry_extras WHERE entity = \(entity(row)) AND entity_id = \(row).\(pk))"
+            let paths = dataColumns.map { ", '$.\"\(table.field(ofColumn: $0).replacingOccurrences(of: "'", with: "''"))\"', \(row).\($0.quotedDatabaseIdentifier)" }
+            return "CASE WHEN \(extras) IS NULL THEN \(object) ELSE json_set(\(extras)\(paths.joined())) END"
         }
     }
 

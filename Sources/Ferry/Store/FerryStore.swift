@@ -231,10 +231,31 @@ public final class FerryStore: Sendable {
             // The highest mutation id this store ever sent under its client id: a server that has
             // processed a higher one heard from another holder of the id (`Outbox.apply`). A store
             // from before knows no better bound than its highest id.
+            // Fields of pulled records that the app's columns do not hold (`ferry_extras`), sent
+            // back with the row's next change. Pulled records the app's schema refused (a UNIQUE
+            // index, NOT NULL, a foreign key): kept with why, retried at the end of every pull,
+            // instead of failing the page (`ferry_set_aside`).
             try db.execute(
                 sql: """
                     ALTER TABLE ferry_meta ADD COLUMN highest_sent INTEGER NOT NULL DEFAULT 0;
                     UPDATE ferry_meta SET highest_sent = coalesce((SELECT max(id) FROM ferry_outbox), 0);
+                    CREATE TABLE ferry_extras (
+                        entity TEXT NOT NULL,
+                        entity_id TEXT NOT NULL,
+                        data TEXT NOT NULL,
+                        PRIMARY KEY (entity, entity_id)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE ferry_set_aside (
+                        entity TEXT NOT NULL,
+                        entity_id TEXT NOT NULL,
+                        version INTEGER NOT NULL,
+                        deleted INTEGER NOT NULL,
+                        data TEXT,
+                        natural_key TEXT,
+                        error TEXT NOT NULL,
+                        at REAL NOT NULL,
+                        PRIMARY KEY (entity, entity_id)
+                    ) WITHOUT ROWID;
                     """
             )
         }

@@ -31,6 +31,12 @@ public struct SyncedTable: Sendable, Hashable {
     /// concurrent change elsewhere comes back as a conflict for the `ConflictPolicy`
     /// instead of being overwritten (last writer wins).
     public var detectsConflicts: Bool
+    /// Columns whose field in a record's `data` has another name, column to field: after an app
+    /// renames a column (`value` to `amount`) it maps the new column to the old field
+    /// (`["amount": "value"]`), so devices on the old and the new version read and write the
+    /// same field. Fields that a device's columns do not hold are kept beside its row and sent
+    /// back with its next change, so no version of the app erases what it does not know.
+    public var fieldNames: [String: String] = [:]
 
     /// A table with its own entity; `entity` defaults to the table's name. Nothing is checked here: opening a
     /// `FerryStore` throws `FerryError.invalidTable` for a table that does not fit.
@@ -40,8 +46,10 @@ public struct SyncedTable: Sendable, Hashable {
         primaryKey: String = "id",
         naturalKey: String? = nil,
         layout: Layout = .columns,
-        detectsConflicts: Bool = false
+        detectsConflicts: Bool = false,
+        fieldNames: [String: String] = [:]
     ) {
+        self.fieldNames = fieldNames
         self.table = table
         self.entity = entity ?? table
         self.primaryKey = primaryKey
@@ -61,6 +69,11 @@ public struct SyncedTable: Sendable, Hashable {
         var synced = SyncedTable(table: table, primaryKey: primaryKey, naturalKey: naturalKey, layout: layout)
         synced.entityColumn = entityColumn
         return synced
+    }
+
+    /// The field of `data` that `column` holds.
+    func field(ofColumn column: String) -> String {
+        fieldNames[column] ?? column
     }
 
     /// SQL matching one record's row, with its arguments: `pk = ?`, plus the entity column when there is one.

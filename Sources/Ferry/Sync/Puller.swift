@@ -22,13 +22,13 @@ struct Puller: Sendable {
         // While one page is written locally, the next is fetched and decoded, so the network,
         // the server and the local database work at the same time. Pages are still written
         // one at a time and in order, each in one transaction with its own cursor.
-        var writing: Task<Int, any Error>?
+        var writing: Task<PageOutcome, any Error>?
         var journaled = 0
         do {
             while true {
                 let fetched = try await fetchPage(after: cursor)
                 summary.requests += 1
-                summary.applied += try await writing?.value ?? 0
+                if let written = try await writing?.value { await count(written, into: &summary) }
                 writing = nil
                 guard let page = fetched else {
                     // The server no longer knows our position: start over; pages are idempotent.
@@ -49,12 +49,20 @@ struct Puller: Sendable {
                 if !page.hasMore { break }
                 cursor = page.cursor
             }
-            summary.applied += try await writing?.value ?? 0
+            if let written = try await writing?.value { await count(written, into: &summary) }
+            let retried = try await retrySetAside()
+            summary.applied += retried.applied
+            summary.setAside = retried.refused.count
             return summary
         } catch {
             _ = try? await writing?.value  // the page being written commits or rolls back whole before we return
             throw error
         }
+    }
+
+    private func count(_ outcome: PageOutcome, into summary: inout PullSummary) async {
+        summary.applied += outcome.applied
+        await journal(outcome.refused)
     }
 
     /// One page after `cursor`; `nil` when the server refuses the cursor as unknown.
@@ -73,37 +81,67 @@ struct Puller: Sendable {
         }
     }
 
-    /// Applies one page and saves its cursor; returns how many changes were written locally.
-    private func apply(_ page: PullResponse) async throws -> Int {
+    /// Applies one page and saves its cursor; returns how many changes were written locally,
+    /// and what the app's schema refused (set aside, `PulledRecords`). The cursor moves on
+    /// whatever was refused: one record must not stop every pull after it.
+    private func apply(_ page: PullResponse) async throws -> PageOutcome {
         try await store.database.write { db in
             try lease.confirm(db)
             var writer = RecordWriter(store: store)
-            var applied = 0
             let records = page.changes.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }
             let known = try KnownVersions.of(records, db: db)
             var learned = KnownVersions()
             let queued = try Outbox.queuedRecords(among: records, db: db)
-            try FerryStore.withoutCapture(db) {
-                for (change, record) in zip(page.changes, records) {
-                    // Our own upload coming back, or a record already this new: nothing to do.
-                    if let version = known[record], version >= change.version { continue }
-                    if queued.contains(record) { continue }
-                    try writer.write(
-                        entity: change.entity,
-                        entityID: change.entityID,
+            var news: [PulledRecords.Record] = []
+            for (change, record) in zip(page.changes, records) {
+                // Our own upload coming back, or a record already this new: nothing to do.
+                if let version = known[record], version >= change.version { continue }
+                if queued.contains(record) { continue }
+                news.append(
+                    PulledRecords.Record(
+                        ref: record,
+                        version: change.version,
                         data: change.op == .delete ? nil : (change.data ?? [:]),
-                        naturalKey: change.naturalKey,
-                        db: db
+                        naturalKey: change.naturalKey
                     )
-                    learned.set(change.version, of: record)
-                    applied += 1
-                }
+                )
             }
+            let outcome = try FerryStore.withoutCapture(db) { try PulledRecords.write(news, writer: &writer, db: db) }
+            for record in outcome.written { learned.set(record.version, of: record.ref) }
             try learned.save(db: db)
+            try PulledRecords.save(outcome, db: db)
             try db.execute(sql: "UPDATE ferry_meta SET cursor = ?", arguments: [page.cursor])
-            return applied
+            return PageOutcome(applied: outcome.written.count, refused: outcome.refused.map { ($0.record.ref, $0.reason) })
         }
     }
+
+    /// Tries the records set aside by this pull or earlier ones again, once the pull is caught up.
+    private func retrySetAside() async throws -> PageOutcome {
+        try await store.database.write { db in
+            try lease.confirm(db)
+            let outcome = try PulledRecords.retrySetAside(store: store, db: db)
+            return PageOutcome(applied: outcome.written.count, refused: outcome.refused.map { ($0.record.ref, $0.reason) })
+        }
+    }
+
+    /// Journals the records a page set aside.
+    private func journal(_ refused: [(RecordRef, String)]) async {
+        for (record, reason) in refused {
+            await connection.journal.record(
+                JournalEvent(
+                    kind: "pull.setAside",
+                    message: "pulled \(record.entity)/\(record.entityID) set aside: \(reason); it is tried again after every pull",
+                    details: ["entity": record.entity, "entityID": record.entityID]
+                )
+            )
+        }
+    }
+}
+
+/// What writing one page did.
+private struct PageOutcome: Sendable {
+    var applied: Int
+    var refused: [(RecordRef, String)]
 }
 
 /// Totals of one pull.
@@ -112,8 +150,12 @@ public struct PullSummary: Sendable, Equatable {
     public var requests = 0
     /// Changes the server sent, including those skipped as already known or still queued locally.
     public var received = 0
-    /// Changes written locally: received, less those skipped as already known or behind queued local edits.
+    /// Changes written locally: received, less those skipped as already known or behind queued
+    /// local edits, plus records set aside earlier that could now be written.
     public var applied = 0
+    /// Records the app's schema refused that wait in the store after this pull, each journaled
+    /// (`pull.setAside`) with why; they are tried again after every pull.
+    public var setAside = 0
 
     /// Zero totals.
     public init() {}

@@ -84,7 +84,8 @@ actor SyncConnection {
                     kind: "request",
                     message: "\(request.method) \(request.path) → \(response.status)",
                     details: [
-                        "bytes": "\(request.body?.count ?? 0)", "status": "\(response.status)", "ms": "\(milliseconds)", "attempt": "\(attempt)",
+                        "bytes": "\(request.body?.count ?? 0)", "received": "\(response.body.count)", "status": "\(response.status)",
+                        "ms": "\(milliseconds)", "attempt": "\(attempt)",
                     ]
                 )
             )

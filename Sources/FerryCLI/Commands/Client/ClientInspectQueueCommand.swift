@@ -64,6 +64,14 @@ struct ClientInspectQueueCommand: AsyncParsableCommand {
                     ])
                 }
             ),
+            "setAside": .array(
+                snapshot.setAside.map {
+                    .object([
+                        "entity": .string($0.entity), "entityID": .string($0.entityID), "version": .integer($0.version),
+                        "reason": .string($0.reason),
+                    ])
+                }
+            ),
             "lastSyncedAt": time(snapshot.lastSyncedAt),
             "lastRun": event(snapshot.lastRun),
             "lastWait": event(snapshot.lastWait),

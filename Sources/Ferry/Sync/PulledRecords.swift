@@ -1,0 +1,118 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// Writes pulled records into the app's tables so that no record the app's schema refuses (a
+/// UNIQUE index, a NOT NULL column, a foreign key, a CHECK) stops the pull: what can be written
+/// is written, and what the schema refuses is set aside in `ferry_set_aside` with the reason,
+/// retried at the end of every pull (`retrySetAside`), until a later version of the record, or
+/// a migration of the app, lets it in.
+///
+/// Runs inside the caller's transaction with change capture off.
+struct PulledRecords {
+    /// A record as the server sent it.
+    struct Record {
+        var ref: RecordRef
+        var version: Int64
+        /// `nil` for a tombstone.
+        var data: JSONObject?
+        var naturalKey: String?
+    }
+
+    /// What writing a list of records did.
+    struct Outcome {
+        var written: [Record] = []
+        var refused: [(record: Record, reason: String)] = []
+    }
+
+    /// Writes `records`: all at once when the schema takes them, else one at a time, in passes,
+    /// until a pass writes nothing more (a task before its project, a natural key taken before
+    /// the record that held it gives it up: each goes in once the other has).
+    static func write(_ records: [Record], writer: inout RecordWriter, db: Database) throws -> Outcome {
+        guard !records.isEmpty else { return Outcome() }
+        // Deletes first: they free natural keys and unique values the upserts may take.
+        let ordered = records.filter { $0.data == nil } + records.filter { $0.data != nil }
+        do {
+            try db.inSavepoint {
+                for record in ordered { try write(record, writer: &writer, db: db) }
+                return .commit
+            }
+            return Outcome(written: ordered)
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+            // Refused somewhere in the page: record by record.
+        }
+        var outcome = Outcome()
+        var remaining = ordered
+        while !remaining.isEmpty {
+            var refused: [(record: Record, reason: String)] = []
+            for record in remaining {
+                do {
+                    try db.inSavepoint {
+                        try write(record, writer: &writer, db: db)
+                        return .commit
+                    }
+                    outcome.written.append(record)
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                    refused.append((record, "the app's schema refused it: \(error.message ?? "\(error.resultCode)")"))
+                }
+            }
+            let progress = refused.count < remaining.count
+            remaining = refused.map(\.record)
+            if !progress {
+                outcome.refused = refused
+                break
+            }
+        }
+        return outcome
+    }
+
+    private static func write(_ record: Record, writer: inout RecordWriter, db: Database) throws {
+        try writer.write(entity: record.ref.entity, entityID: record.ref.entityID, data: record.data, naturalKey: record.naturalKey, db: db)
+    }
+
+    /// Keeps what `outcome` set aside and forgets what it wrote.
+    static func save(_ outcome: Outcome, db: Database) throws {
+        if try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_set_aside)")) == true {
+            let forget = try db.cachedStatement(sql: "DELETE FROM ferry_set_aside WHERE entity = ? AND entity_id = ?")
+            for record in outcome.written { try forget.execute(arguments: [record.ref.entity, record.ref.entityID]) }
+        }
+        let keep = try db.cachedStatement(
+            sql: """
+                INSERT OR REPLACE INTO ferry_set_aside (entity, entity_id, version, deleted, data, natural_key, error, at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, \(OutboxState.nowSQL))
+                """
+        )
+        for (record, reason) in outcome.refused {
+            let data = try record.data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
+            try keep.execute(
+                arguments: [record.ref.entity, record.ref.entityID, record.version, record.data == nil, data, record.naturalKey, reason]
+            )
+        }
+    }
+
+    /// Tries the records set aside again; returns what happened. Records with local changes
+    /// queued wait (their change reaches the server and comes back), and records this store
+    /// already holds at their version or newer are forgotten.
+    static func retrySetAside(store: FerryStore, db: Database) throws -> Outcome {
+        let rows = try Row.fetchAll(db, sql: "SELECT entity, entity_id, version, deleted, data, natural_key FROM ferry_set_aside")
+        guard !rows.isEmpty else { return Outcome() }
+        var records: [Record] = []
+        for row in rows {
+            let data: JSONObject? =
+                (row[3] as Bool) ? nil : try JSONDecoder().decode(JSONObject.self, from: Data(((row[4] as String?) ?? "{}").utf8))
+            records.append(Record(ref: RecordRef(entity: row[0], entityID: row[1]), version: row[2], data: data, naturalKey: row[5]))
+        }
+        let known = try KnownVersions.of(records.map(\.ref), db: db)
+        let queued = try Outbox.queuedRecords(among: records.map(\.ref), db: db)
+        let stale = records.filter { record in known[record.ref].map { $0 >= record.version } ?? false }
+        var writer = RecordWriter(store: store)
+        let outcome = try FerryStore.withoutCapture(db) {
+            try write(records.filter { record in !queued.contains(record.ref) && !stale.contains { $0.ref == record.ref } }, writer: &writer, db: db)
+        }
+        var versions = KnownVersions()
+        for record in outcome.written { versions.set(record.version, of: record.ref) }
+        try versions.save(db: db)
+        try save(Outcome(written: outcome.written + stale, refused: outcome.refused), db: db)
+        return outcome
+    }
+}
