@@ -5,8 +5,8 @@ Usage: scripts/push-cost.py URL TOKEN [ROUNDS]
 
 Sends ROUNDS pushes (default 40) of 500 new records each, then ROUNDS pushes
 updating those records, then ROUNDS pushes that merge by natural key, over
-one keep-alive connection, and prints client-side latency percentiles.
-Until `ferry bench` exists this is the measurement behind the closing note.
+one keep-alive connection, and prints client-side latency percentiles: the
+server's cost alone, where `ferry bench` measures the client and server together.
 """
 import http.client, json, statistics, sys, time, urllib.parse, uuid
 

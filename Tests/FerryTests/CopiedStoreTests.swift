@@ -116,6 +116,44 @@ struct CopiedStoreTests {
         }
     }
 
+    /// Refuses every push before it leaves, as a dead link does.
+    struct NoPushes: SyncTransport {
+        let base: any SyncTransport
+        func send(_ request: TransportRequest) async throws -> TransportResponse {
+            guard request.path != "/v1/push" else { throw URLError(.notConnectedToInternet) }
+            return try await base.send(request)
+        }
+    }
+
+    @Test(
+        "changes the copy sent once into a dead link, whose ids the original then used: answered duplicate, they are no acknowledgement and reach the server"
+    )
+    func sentBeforeThenTakenByTheOriginal() async throws {
+        try await TestServer.run { server in
+            let phone = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await Self.insert(["shared"], into: phone)
+            try await ClientFixture.client(store: phone, server: server).sync()
+            let copy = try ClientFixture.openStore(at: try Self.copy(of: phone))
+            try await Self.insert(["copy-1", "copy-2", "copy-3"], into: copy, value: 2)
+            let dead = NoPushes(base: URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            await #expect(throws: (any Error).self) {
+                try await ClientFixture.client(store: copy, server: server, transport: dead, configuration: LostAnswerTests.givingUp()).sync()
+            }
+            for round in 0..<4 {  // the original takes the same ids and more, past the server's kept results
+                try await Self.insert((0..<3).map { "phone-\(round)-\($0)" }, into: phone)
+                try await ClientFixture.client(store: phone, server: server).sync()
+            }
+            let client = ClientFixture.client(store: copy, server: server)
+            try await client.sync()
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            for id in ["copy-1", "copy-2", "copy-3"] { #expect(remote["events/\(id)"]?.data?["value"] == .integer(2), "\(id) reached the server") }
+            #expect(remote.count == 1 + 3 + 12)
+            #expect(remote.values.allSatisfy { $0.version == 1 }, "nothing applied twice")
+            #expect(try await Self.rows(of: copy)["copy-1"] == 2)
+            #expect(await client.status.pending == 0)
+        }
+    }
+
     @Test("a duplicate answered to a change never sent is not an acknowledgement: the edit stays and reaches the server")
     func duplicateIsNotAnAcknowledgement() async throws {
         try await TestServer.run { server in

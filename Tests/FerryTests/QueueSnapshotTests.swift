@@ -129,7 +129,7 @@ struct QueueSnapshotTests {
             var events = EventReader(await scheduler.eventStream())
             await clock.advance(by: .milliseconds(251))
             #expect(await events.runFinished() == 1)
-            await session.trigger(.manual)  // right after a run: the minimum interval holds it
+            await session.trigger(.localChange)  // right after a run: the minimum interval holds it
             guard case .waitingForMinimumInterval(1, _) = await scheduler.state else {
                 Issue.record("\(await scheduler.state)")
                 return

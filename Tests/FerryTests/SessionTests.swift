@@ -133,7 +133,7 @@ struct SessionTests {
             try await widget.database.write { db in
                 for index in 0..<20 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["w-\(index)", index]) }
             }
-            for await status in await session.statusUpdates() where status.pending == 20 { break }
+            for await status in session.statusUpdates() where status.pending == 20 { break }
             await clock.untilSomeoneSleeps()  // the trigger waits for its settle window
             await clock.advance(by: .milliseconds(2001))
             #expect(await events.runFinished() == 2)

@@ -1,8 +1,8 @@
 import Foundation
 
 /// A portable monitor that asks the server's `/v1/health`: every `interval` while
-/// reachable, with exponential backoff (up to `interval`) while not. Used on Linux
-/// and by `ferry client`.
+/// reachable, with exponential backoff (up to `interval`) while not. For Linux, where
+/// `PathConnectivityMonitor` does not exist.
 public struct HealthProbeMonitor: ConnectivityMonitor {
     private let transport: any SyncTransport
     private let clock: any Clock<Duration>

@@ -6,7 +6,7 @@ import GRDB
 public struct JournalEvent: Sendable, Codable, Equatable {
     /// When it happened; the journal keeps it to the millisecond.
     public var at: Date
-    /// `run.started`, `run.finished`, `request`, `wait`, `deadLettered`, `pull.page`, …
+    /// `run.started`, `run.finished`, `request`, `wait`, `deadLettered`, `pull.setAside`, `client.renewed`, …
     public var kind: String
     /// What happened, in a line for people: `POST /v1/push → 200`, `sync failed: …`.
     public var message: String

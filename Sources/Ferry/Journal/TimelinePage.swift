@@ -206,7 +206,8 @@ struct TimelinePage {
                     case (400..<500)?: "request-refused"
                     default: "request-error"
                     }
-                let title = "\(offset(event.at)) \(event.message) · \(event.details["bytes"] ?? "0") bytes sent · \(event.details["received"] ?? "0") received · \(Int(milliseconds)) ms"
+                let bytes = "\(event.details["bytes"] ?? "0") bytes sent · \(event.details["received"] ?? "0") received"
+                let title = "\(offset(event.at)) \(event.message) · \(bytes) · \(Int(milliseconds)) ms"
                 svg += bar(kind, from: event.at.addingTimeInterval(-milliseconds / 1_000), to: event.at, title: title, minimumWidth: 2)
             }
         }

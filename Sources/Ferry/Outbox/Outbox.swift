@@ -49,10 +49,20 @@ struct Outbox: Sendable {
             try lease.confirm(db)
             var rows = try Row.fetchAll(
                 db,
-                sql: "SELECT id, entity, entity_id, op, data, natural_key, sent FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
+                sql: "SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
                 arguments: [OutboxState.pending.rawValue, limit]
             )
             guard !rows.isEmpty else { return nil }
+            // The client id the batch goes out under, read with it: another process on this
+            // store may have taken a new one. An entry sent before goes out again under the id
+            // it was sent under (its answer may have been lost: the server answers it from that
+            // id's kept results, and under another id would apply it twice), so a batch holds
+            // entries of one client id.
+            let meta = try Row.fetchOne(db.cachedStatement(sql: "SELECT client_id, highest_sent FROM ferry_meta"))
+            let current: String = meta?[0] ?? store.clientID
+            store.identity.clientID = current
+            let goesAs = { (row: Row) -> String in ((row[6] as Bool?) == true ? row[7] as String? : nil) ?? current }
+            var batch = OutboxBatch(entryCount: rows.count, clientID: goesAs(rows[0]))
             var bytes = 0
             // Per record in this batch: whether one of its entries was sent before.
             var sentBefore: [RecordRef: Bool] = [:]
@@ -69,18 +79,15 @@ struct Outbox: Sendable {
                 // it was sent, and the record's other changes wait for its answer (the version
                 // or identity it brings) instead of being coalesced on stale knowledge.
                 let mixesSent = sentBefore[record].map { $0 || sent } ?? false
-                if inFlight.contains(record) || (index > 0 && (bytes > Self.bodyBudget || mixesSent)) {
+                let otherClientID = !goesAs(row).hasSameBytes(as: batch.clientID)
+                if inFlight.contains(record) || (index > 0 && (bytes > Self.bodyBudget || mixesSent || otherClientID)) {
                     rows.removeSubrange(index...)
                     break
                 }
                 sentBefore[record] = (sentBefore[record] ?? false) || sent
             }
             guard !rows.isEmpty else { return nil }
-            // The client id the batch goes out under, read with it: another process on this
-            // store may have taken a new one.
-            let meta = try Row.fetchOne(db.cachedStatement(sql: "SELECT client_id, highest_sent FROM ferry_meta"))
-            var batch = OutboxBatch(entryCount: rows.count, clientID: meta?[0] ?? store.clientID)
-            store.identity.clientID = batch.clientID
+            batch.entryCount = rows.count
             var latest: [RecordRef: Row] = [:]
             var entries: [RecordRef: [Int64]] = [:]
             // Columns by position: GRDB matches names case-insensitively, which costs more
@@ -149,10 +156,12 @@ struct Outbox: Sendable {
             }
             let sent = batch.entries.values.flatMap { $0 }
             if !sent.isEmpty {
-                try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = 1, sent_at = \(OutboxState.nowSQL) WHERE \(Self.idIn)")
-                    .execute(arguments: [OutboxState.inFlight.rawValue, Self.idList(sent)])
+                try db.cachedStatement(
+                    sql: "UPDATE ferry_outbox SET state = ?, sent = 1, sent_as = ?, sent_at = \(OutboxState.nowSQL) WHERE \(Self.idIn)"
+                )
+                .execute(arguments: [OutboxState.inFlight.rawValue, batch.clientID, Self.idList(sent)])
             }
-            if let highest = batch.mutations.last?.id, highest > meta?[1] ?? 0 {
+            if batch.clientID.hasSameBytes(as: current), let highest = batch.mutations.last?.id, highest > meta?[1] ?? 0 {
                 try db.cachedStatement(sql: "UPDATE ferry_meta SET highest_sent = ?").execute(arguments: [highest])
             }
             return batch
@@ -182,10 +191,16 @@ struct Outbox: Sendable {
     /// the dead letters of its earlier changes go (101 autosaves of a document too large to
     /// send were 101 dead letters; retrying the old ones would only undo the newest).
     private static func deadLetter(_ entries: [Int64], reason: String, db: Database) throws {
-        let ids = idList(entries)
+        // The entries of one mutation are one record's edits, the newest carrying its state:
+        // that one is kept, the ones folded into it go.
+        guard let newest = entries.max() else { return }
+        if entries.count > 1 {
+            try remove(where: "\(idIn) AND id != ?", arguments: [idList(entries), newest], db: db)
+        }
+        let ids = idList([newest])
         try remove(
             where: """
-                state = \(OutboxState.deadLettered.rawValue) AND id NOT IN (SELECT value FROM json_each(?1))
+                state = \(OutboxState.deadLettered.rawValue) AND id < (SELECT min(value) FROM json_each(?1))
                 AND (entity, entity_id) IN (SELECT entity, entity_id FROM ferry_outbox WHERE id IN (SELECT value FROM json_each(?1)))
                 AND entity_id IN (SELECT entity_id FROM ferry_outbox WHERE id IN (SELECT value FROM json_each(?1)))
                 """,
@@ -225,6 +240,9 @@ struct Outbox: Sendable {
                 underCurrentID && response.lastMutationID > highestSent
                 ? "the server has processed mutation \(response.lastMutationID), and this store never sent one above \(highestSent)"
                 : nil
+            for (mutation, result) in zip(batch.mutations, response.results) where underCurrentID && anotherHolder == nil {
+                anotherHolder = Self.anotherHolderEvidence(mutation, result, firstSent: batch.firstSent.contains(mutation.id))
+            }
             var notOurs: [Int64] = []
             var absorbed: [RecordRef] = []
             var children = ForeignKeyChildren()
@@ -237,16 +255,11 @@ struct Outbox: Sendable {
             try FerryStore.withoutCapture(db) {
                 for (mutation, result) in zip(batch.mutations, response.results) {
                     let entryIDs = batch.entries[mutation.id] ?? []
-                    if batch.firstSent.contains(mutation.id),
-                        result.status == .duplicate || (result.status == .rejected && result.code == PushResult.mutationIDReused)
-                    {
-                        // Someone else's mutation under this id, never ours: sent again under a new client id.
+                    let reused = result.status == .rejected && result.code == PushResult.mutationIDReused
+                    if reused || (result.status == .duplicate && (batch.firstSent.contains(mutation.id) || anotherHolder != nil)) {
+                        // Another holder's mutation under this id, not an acknowledgement of ours:
+                        // sent again under a new client id.
                         notOurs += entryIDs
-                        if underCurrentID, anotherHolder == nil {
-                            anotherHolder =
-                                "mutation \(mutation.id) was sent from this store for the first time, and the server answered it "
-                                + "\(result.status.rawValue), as one it had already processed"
-                        }
                         continue
                     }
                     switch result.status {
@@ -308,7 +321,7 @@ struct Outbox: Sendable {
                     }
                 }
                 if !notOurs.isEmpty {
-                    try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = NULL WHERE \(Self.idIn)")
+                    try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = NULL, sent_as = NULL WHERE \(Self.idIn)")
                         .execute(arguments: [OutboxState.pending.rawValue, Self.idList(notOurs)])
                     outcome.returnedToQueue = notOurs.count
                 }
@@ -343,6 +356,32 @@ struct Outbox: Sendable {
         }
         if let change = outcome.newClientID { store.identity.clientID = change.new }
         return outcome
+    }
+
+    /// Why `result` shows that another store holds the batch's client id, or `nil`: a mutation
+    /// the server calls reused (this store resends exactly what it sent, so a reused id is never
+    /// its own), one never sent before that the server already processed, or one resent whose
+    /// `duplicate` describes a record that does not hold what this store sent.
+    static func anotherHolderEvidence(_ mutation: OutgoingMutation, _ result: PushResult, firstSent: Bool) -> String? {
+        switch result.status {
+        case .rejected where result.code == PushResult.mutationIDReused:
+            return "the server answered mutation \(mutation.id) as an id used for another change"
+        case .duplicate where firstSent:
+            return "mutation \(mutation.id) was sent from this store for the first time, and the server answered it as one it had already processed"
+        case .duplicate where !reflects(result.current, mutation):
+            return "mutation \(mutation.id) was answered as already processed, and the record does not hold what this store sent"
+        default:
+            return nil
+        }
+    }
+
+    /// Whether a record's state is what `mutation` wrote.
+    private static func reflects(_ state: RecordState?, _ mutation: OutgoingMutation) -> Bool {
+        guard mutation.op == .upsert else { return state == nil || state?.deleted == true }
+        guard let state, !state.deleted, let text = mutation.dataText, case .object(let sent)? = try? JSONReader.parse(text.utf8) else {
+            return false
+        }
+        return state.data == sent
     }
 
     /// Adds a change to the queue, as capture would.
@@ -472,6 +511,7 @@ struct Outbox: Sendable {
             canonicalLatest > later.newest(of: RecordRef(entity: entity, entityID: local), after: mutationID) ?? 0
         {
             try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(localRow.sql)").execute(arguments: StatementArguments(localRow.arguments))
+            try db.cachedStatement(sql: "DELETE FROM ferry_extras WHERE entity = ? AND entity_id = ?").execute(arguments: [entity, local])
         } else {
             // Cached: the statements are the same for every record of the table, and preparing
             // them for each merged record was most of the cost of a batch of merges.
@@ -482,6 +522,15 @@ struct Outbox: Sendable {
                 .execute(arguments: StatementArguments([canonical] + localRow.arguments))
         }
         try moving.move(from: local, to: canonical, db: db)
+        // Fields the row's columns do not hold follow it too.
+        try db.cachedStatement(
+            sql:
+                "DELETE FROM ferry_extras WHERE entity = ?1 AND entity_id = ?3 AND EXISTS (SELECT 1 FROM ferry_extras WHERE entity = ?1 AND entity_id = ?2)"
+        )
+        .execute(arguments: [entity, local, canonical])
+        try db.cachedStatement(sql: "UPDATE ferry_extras SET entity_id = ? WHERE entity = ? AND entity_id = ?").execute(arguments: [
+            canonical, entity, local,
+        ])
     }
 
     /// Ends a conflict as `policy` says. Changes of the record queued after the conflicting one

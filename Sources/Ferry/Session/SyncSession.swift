@@ -304,12 +304,13 @@ public actor SyncSession {
         let scheduler = makeScheduler { kind in try await client.sync(full: kind == .full) }
         let journal = client.journal
         await scheduler.setJournal { event, at in await journal.record(event.journalEvent(at: at)) }
-        observer = store.observeQueuedChanges {
+        let observer = store.observeQueuedChanges {
             Task {
                 await client.refreshCounts()  // observers see "N changes waiting" at once, not after the next run
                 await scheduler.trigger(.localChange)
             }
         }
+        self.observer = observer
         engine = Engine(userID: userID, store: store, client: client, scheduler: scheduler)
         publish(await client.status)  // the new user's, before signIn returns
         let statuses = await client.statusUpdates()
@@ -320,7 +321,7 @@ public actor SyncSession {
             // Wall time shared with other processes, not a wait of the sync: the real clock (a
             // test clock's sleeper would also stand in the way of tests that wait for one).
             otherProcessTask = Task {
-                await OtherProcessWrites.watch(store, every: interval, clock: ContinuousClock()) {
+                await OtherProcessWrites.watch(store, own: observer, every: interval, clock: ContinuousClock()) {
                     await client.refreshCounts()
                     await scheduler.trigger(.localChange)
                 }

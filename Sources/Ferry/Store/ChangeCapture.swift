@@ -34,7 +34,10 @@ enum ChangeCapture {
                     \(sql.upsert("NEW"))
                 END;
                 CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
-                BEGIN INSERT INTO ferry_outbox (entity, entity_id, op, queued_at) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL)); END;
+                BEGIN
+                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL));
+                    DELETE FROM ferry_extras WHERE entity = \(sql.entity("OLD")) AND entity_id = OLD.\(sql.pk);
+                END;
                 """
         )
     }
@@ -70,12 +73,11 @@ private struct Expressions {
         if case .columns = table.layout {
             // JSON has no bytes: a BLOB column would pass here and fail every write of the table.
             let reserved = [table.primaryKey, table.naturalKey, table.entityColumn].compactMap { $0?.lowercased() }
-            for column in columnInfos where !reserved.contains(column.name.lowercased()) && Self.hasBlobAffinity(column.type) {
-                let declared = column.type.isEmpty ? "has no declared type" : "is declared \(column.type)"
+            for column in columnInfos where !reserved.contains(column.name.lowercased()) && Self.isDeclaredBlob(column.type) {
                 throw FerryError.invalidTable(
-                    "table \(table.table): column \(column.name) \(declared), so SQLite stores bytes in it, and JSON cannot carry "
-                        + "bytes; declare it TEXT (holding base64, for example), INTEGER or REAL in a migration, or keep the bytes in "
-                        + "a table that is not synced"
+                    "table \(table.table): column \(column.name) is declared \(column.type), and JSON cannot carry bytes; declare it "
+                        + "TEXT (holding base64, for example), INTEGER or REAL in a migration, or keep the bytes in a table that is "
+                        + "not synced"
                 )
             }
         }
@@ -106,12 +108,12 @@ private struct Expressions {
         self.columns = columns
     }
 
-    /// SQLite's rule for a column's affinity: BLOB when the declared type names none of INT,
-    /// CHAR, CLOB, TEXT, REAL, FLOA, DOUB and is BLOB or empty (sqlite.org/datatype3.html, 3.1).
-    static func hasBlobAffinity(_ declared: String) -> Bool {
+    /// Whether a column is declared to hold bytes: its type names BLOB, and none of the words
+    /// that give it another affinity first (sqlite.org/datatype3.html, 3.1). A column without a
+    /// type is not refused: it syncs text and numbers, as apps that declare none expect.
+    static func isDeclaredBlob(_ declared: String) -> Bool {
         let type = declared.uppercased()
-        guard !["INT", "CHAR", "CLOB", "TEXT"].contains(where: type.contains) else { return false }
-        return type.isEmpty || type.contains("BLOB")
+        return type.contains("BLOB") && !["INT", "CHAR", "CLOB", "TEXT"].contains(where: type.contains)
     }
 
     var pk: String { table.primaryKey.quotedDatabaseIdentifier }
@@ -135,10 +137,15 @@ private struct Expressions {
             // Fields this version's columns do not hold, pulled from devices that have them
             // (`ferry_extras`), go back with the row's change, under its columns' values.
             // A JSON path cannot name a field with a double quote: such a table keeps its columns only.
-            guard !dataColumns.contains(where: { table.field(ofColumn: $0).contains("\"") }) else { return object }
+            // A multi-entity table keeps its columns only too (`ExtraFields` folds by entity).
+            guard table.entityColumn == nil, !dataColumns.contains(where: { table.field(ofColumn: $0).contains("\"") }) else { return object }
             let extras = "(SELECT data FROM ferry_extras WHERE entity = \(entity(row)) AND entity_id = \(row).\(pk))"
-            let paths = dataColumns.map { ", '$.\"\(table.field(ofColumn: $0).replacingOccurrences(of: "'", with: "''"))\"', \(row).\($0.quotedDatabaseIdentifier)" }
-            return "CASE WHEN \(extras) IS NULL THEN \(object) ELSE json_set(\(extras)\(paths.joined())) END"
+            let paths = dataColumns.map { column in
+                let path = "$.\"\(table.field(ofColumn: column))\"".sqlLiteral
+                return ", \(path), \(row).\(column.quotedDatabaseIdentifier)"
+            }
+            // json_set of no kept fields (NULL) is NULL: the columns alone, one lookup either way.
+            return "coalesce(json_set(\(extras)\(paths.joined())), \(object))"
         }
     }
 

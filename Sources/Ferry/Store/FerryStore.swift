@@ -71,7 +71,10 @@ public final class FerryStore: Sendable {
                 guard let clientID = try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta") else {
                     throw FerryError.unreadableStore("\(path): ferry_meta holds no client id; the file is damaged")
                 }
-                for table in tables { try ChangeCapture.install(for: table, in: db) }
+                for table in tables {
+                    try ChangeCapture.install(for: table, in: db)
+                    try ExtraFields.fold(into: table, db: db)
+                }
                 return clientID
             }
         )
@@ -230,7 +233,8 @@ public final class FerryStore: Sendable {
         migrator.registerMigration("ferry-v9") { db in
             // The highest mutation id this store ever sent under its client id: a server that has
             // processed a higher one heard from another holder of the id (`Outbox.apply`). A store
-            // from before knows no better bound than its highest id.
+            // from before knows no better bound than its highest id. Each entry sent keeps the
+            // client id it was sent under (`sent_as`), to be resent under it.
             // Fields of pulled records that the app's columns do not hold (`ferry_extras`), sent
             // back with the row's next change. Pulled records the app's schema refused (a UNIQUE
             // index, NOT NULL, a foreign key): kept with why, retried at the end of every pull,
@@ -238,6 +242,7 @@ public final class FerryStore: Sendable {
             try db.execute(
                 sql: """
                     ALTER TABLE ferry_meta ADD COLUMN highest_sent INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE ferry_outbox ADD COLUMN sent_as TEXT;
                     UPDATE ferry_meta SET highest_sent = coalesce((SELECT max(id) FROM ferry_outbox), 0);
                     CREATE TABLE ferry_extras (
                         entity TEXT NOT NULL,

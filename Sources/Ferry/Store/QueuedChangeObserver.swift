@@ -1,3 +1,4 @@
+import Foundation
 import GRDB
 
 /// Calls its handler after each committed transaction that added entries to the outbox,
@@ -5,9 +6,16 @@ import GRDB
 /// updates of entries (the uploader's own work) and captured-off pulls raise nothing.
 final class QueuedChangeObserver: TransactionObserver, @unchecked Sendable {
     // @unchecked: `queued` is only touched from GRDB's observer callbacks, which run one at a
-    // time on the database's writer queue; `handler` is immutable and Sendable.
+    // time on the database's writer queue; `notified` only under `lock`; `handler` is
+    // immutable and Sendable.
     private let handler: @Sendable () -> Void
     private var queued = false
+    private let lock = NSLock()
+    private var notified = 0
+
+    /// Transactions of this process that queued changes so far: the outbox's highest id moves
+    /// with them, and only with another process's writes otherwise (`OtherProcessWrites`).
+    var queuedTransactions: Int { lock.withLock { notified } }
 
     init(handler: @escaping @Sendable () -> Void) {
         self.handler = handler
@@ -26,6 +34,7 @@ final class QueuedChangeObserver: TransactionObserver, @unchecked Sendable {
     func databaseDidCommit(_ db: Database) {
         guard queued else { return }
         queued = false
+        lock.withLock { notified += 1 }
         handler()
     }
 

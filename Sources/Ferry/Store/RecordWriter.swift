@@ -12,6 +12,9 @@ struct RecordWriter {
     /// always have the same fields, so the SQL is built once per shape, not once per record.
     private var upserts: [String: Statement] = [:]
     private var last: (table: String, columns: [String], statement: Statement)?
+    /// Whether `ferry_extras` may hold a row: read once, so a store that keeps no extra fields
+    /// pays no statement per record for them.
+    private var extrasMayExist: Bool?
 
     init(store: FerryStore) {
         self.store = store
@@ -22,6 +25,7 @@ struct RecordWriter {
     mutating func write(entity: String, entityID: String, data: JSONObject?, naturalKey: String?, db: Database) throws {
         guard let table = store.table(forEntity: entity) else { return }
         guard let data else {
+            try keepExtras([:], entity: entity, entityID: entityID, db: db)
             let row = table.rowCondition(entity: entity, entityID: entityID)
             try db.cachedStatement(sql: "DELETE FROM \(table.table.quotedDatabaseIdentifier) WHERE \(row.sql)").execute(
                 arguments: StatementArguments(row.arguments)
@@ -43,11 +47,16 @@ struct RecordWriter {
             columns.append(column)
             values.append(String(decoding: try ProtocolValidation.encode(data), as: UTF8.self))
         case .columns:
+            var unknown = data
             for column in try dataColumns(of: table, db: db) {
-                guard let value = data[column] else { continue }
+                let field = table.field(ofColumn: column)
+                guard let value = data[field] else { continue }
+                unknown[field] = nil
                 columns.append(column)
                 values.append(try value.databaseValue())
             }
+            // A multi-entity table keeps no extra fields (capture would not send them back).
+            if table.entityColumn == nil { try keepExtras(unknown, entity: entity, entityID: entityID, db: db) }
         }
         try upsert(into: table, columns: columns, db: db).execute(arguments: StatementArguments(values))
     }
@@ -72,6 +81,22 @@ struct RecordWriter {
         upserts[shape] = statement
         last = (table.table, columns, statement)
         return statement
+    }
+
+    /// Keeps the fields of a record that no column holds beside its row (`ferry_extras`), for
+    /// capture to send back with the row's next change; none forgets what was kept.
+    private mutating func keepExtras(_ fields: JSONObject, entity: String, entityID: String, db: Database) throws {
+        if fields.isEmpty {
+            if extrasMayExist == nil {
+                extrasMayExist = try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_extras)")) ?? false
+            }
+            guard extrasMayExist == true else { return }
+            try db.cachedStatement(sql: "DELETE FROM ferry_extras WHERE entity = ? AND entity_id = ?").execute(arguments: [entity, entityID])
+            return
+        }
+        extrasMayExist = true
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_extras (entity, entity_id, data) VALUES (?, ?, ?)")
+            .execute(arguments: [entity, entityID, String(decoding: try ProtocolValidation.encode(fields), as: UTF8.self)])
     }
 
     private mutating func dataColumns(of table: SyncedTable, db: Database) throws -> [String] {

@@ -27,8 +27,29 @@ extension PushResponse {
             if let version = result.version { json.integer(version) } else { json.raw("null") }
             if result.status == .conflict || result.status == .duplicate {
                 json.raw(",\"current\":")
-                // Conflicts and duplicates are rare, and the record's data is a whole JSON tree: the encoder writes it.
-                if let current = result.current { json.fragment(try JSONEncoder.sortedKeys().encode(current)) } else { json.raw("null") }
+                // Written as stored data is (`JSONTextWriter.value`), not by `JSONEncoder`, which
+                // writes 8000.0 as 8000: a REAL column's value reached the conflict policy as an integer.
+                if let current = result.current {
+                    json.raw("{\"data\":")
+                    if let data = current.data {
+                        guard json.value(.object(data)) else {
+                            throw EncodingError.invalidValue(data, .init(codingPath: [], debugDescription: "a number is not finite"))
+                        }
+                    } else {
+                        json.raw("null")
+                    }
+                    json.raw(",\"deleted\":")
+                    json.raw(current.deleted ? "true" : "false")
+                    if let naturalKey = current.naturalKey {
+                        json.raw(",\"naturalKey\":")
+                        json.string(naturalKey)
+                    }
+                    json.raw(",\"version\":")
+                    json.integer(current.version)
+                    json.raw("}")
+                } else {
+                    json.raw("null")
+                }
             }
             if result.status == .rejected {
                 json.raw(",\"error\":")
