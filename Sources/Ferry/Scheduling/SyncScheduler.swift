@@ -52,9 +52,10 @@ public actor SyncScheduler {
         /// How many of `triggers` have been recorded as waiting for the network.
         var recordedOffline = 0
 
-        /// The minimum interval spaces automatic runs; someone waiting for this one (a manual
-        /// sync right after a write, a background task) does not wait it out.
-        var waitsForMinimumInterval: Bool { !triggers.contains(where: \.settlesAtOnce) }
+        /// The minimum interval spaces automatic runs; a person waiting for this one (a manual
+        /// sync right after a write) does not wait it out. A background task's runs keep it: it
+        /// runs again while anything is left, and the interval paces that loop.
+        var waitsForMinimumInterval: Bool { !triggers.contains(.manual) }
     }
 
     /// Time since the scheduler was made, on its clock.
