@@ -262,23 +262,26 @@ struct Outbox: Sendable {
                         notOurs += entryIDs
                         continue
                     }
+                    // A merge, a duplicate of a merged record, or a conflict judged against the
+                    // record holding the mutation's natural key: the local row takes that record's id.
+                    let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
+                    let canonical = result.status == .rejected ? nil : result.entityID.flatMap { $0.hasSameBytes(as: mutation.entityID) ? nil : $0 }
+                    if let canonical {
+                        try rekey(
+                            entity: mutation.entity,
+                            from: mutation.entityID,
+                            to: canonical,
+                            after: mutation.id,
+                            later: later,
+                            children: &children,
+                            db: db
+                        )
+                        later.follow(own, to: RecordRef(entity: mutation.entity, entityID: canonical), after: mutation.id)
+                        rekeys.append((own, canonical))
+                        outcome.rekeyed += 1
+                    }
                     switch result.status {
                     case .applied, .merged, .duplicate:
-                        if let canonical = result.entityID, !canonical.hasSameBytes(as: mutation.entityID) {
-                            let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
-                            try rekey(
-                                entity: mutation.entity,
-                                from: mutation.entityID,
-                                to: canonical,
-                                after: mutation.id,
-                                later: later,
-                                children: &children,
-                                db: db
-                            )
-                            later.follow(own, to: RecordRef(entity: mutation.entity, entityID: canonical), after: mutation.id)
-                            rekeys.append((own, canonical))
-                            outcome.rekeyed += 1
-                        }
                         if let version = result.version {
                             versions.set(version, of: RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID))
                         }
@@ -296,23 +299,9 @@ struct Outbox: Sendable {
                         outcome.acknowledgedEntries += entryIDs.count
                         outcome.conflicts += 1
                         var judged = mutation
-                        if let holder = result.entityID, !holder.hasSameBytes(as: mutation.entityID) {
-                            // Judged against the record that holds the mutation's natural key: the
-                            // same thing under another id. The local row takes the holder's id, as
-                            // for a merge, and the policy decides between the two.
-                            let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
-                            try rekey(
-                                entity: mutation.entity,
-                                from: mutation.entityID,
-                                to: holder,
-                                after: mutation.id,
-                                later: later,
-                                children: &children,
-                                db: db
-                            )
-                            later.follow(own, to: RecordRef(entity: mutation.entity, entityID: holder), after: mutation.id)
-                            rekeys.append((own, holder))
-                            outcome.rekeyed += 1
+                        if let holder = canonical {
+                            // Judged against the holder of the mutation's natural key: the same
+                            // thing under another id, re-keyed above; the policy decides between the two.
                             judged.entityID = holder
                             // The server has the mutation's own record too: it goes, as a merge would delete it.
                             if (mutation.baseVersion ?? 0) > 0 { absorbed.append(own) }
