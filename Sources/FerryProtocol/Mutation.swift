@@ -20,8 +20,12 @@ public struct Mutation: Sendable, Codable, Hashable {
     public var data: JSONObject?
     /// Only on `upsert`: a key that identifies the record independently of `entityID`.
     public var naturalKey: String?
-    /// Only on `upsert`: apply only if the record's version equals this (0: only if it does not exist).
+    /// Apply only if the record's version equals this (0: only if it does not exist); otherwise `conflict`.
     public var baseVersion: Int64?
+    /// When the device made the change, in milliseconds since 1970 by its own clock; the
+    /// server keeps it with the record and reports it in a conflict, so a policy can let the
+    /// latest change win, an edit or a delete. Optional: the server's clock stands in.
+    public var changedAt: Int64?
 
     /// A mutation from its fields, unchecked: `upsert` and `delete` build the shapes PROTOCOL.md allows.
     public init(
@@ -31,7 +35,8 @@ public struct Mutation: Sendable, Codable, Hashable {
         op: MutationOp,
         data: JSONObject? = nil,
         naturalKey: String? = nil,
-        baseVersion: Int64? = nil
+        baseVersion: Int64? = nil,
+        changedAt: Int64? = nil
     ) {
         self.id = id
         self.entity = entity
@@ -40,6 +45,7 @@ public struct Mutation: Sendable, Codable, Hashable {
         self.data = data
         self.naturalKey = naturalKey
         self.baseVersion = baseVersion
+        self.changedAt = changedAt
     }
 
     /// A mutation that creates the record or replaces its data, optionally matched by `naturalKey` and guarded by

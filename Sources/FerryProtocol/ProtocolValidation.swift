@@ -104,6 +104,7 @@ extension Mutation {
     package func rejectionReason(encodedDataBytes: Int? = nil) -> String? {
         if let problem = ProtocolValidation.entityProblem(entity) { return problem }
         if let problem = ProtocolValidation.entityIDProblem(entityID) { return problem }
+        if let changedAt, changedAt < 0 { return "changedAt must be milliseconds since 1970, 0 or more, got \(changedAt)" }
         switch op {
         case .upsert:
             guard let data else { return "data is required for an upsert" }

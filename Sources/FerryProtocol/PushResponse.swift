@@ -22,13 +22,18 @@ public struct RecordState: Sendable, Codable, Hashable {
     public var data: JSONObject?
     /// The record's natural key, if it has one (a tombstone has none).
     public var naturalKey: String?
+    /// When its last change (an edit or the delete) was made, in milliseconds since 1970: the
+    /// writing device's clock when it sent `changedAt`, else the server's when it applied it;
+    /// `nil` for a record last written before servers kept it.
+    public var changedAt: Int64?
 
     /// A record state from its fields.
-    public init(version: Int64, deleted: Bool, data: JSONObject?, naturalKey: String? = nil) {
+    public init(version: Int64, deleted: Bool, data: JSONObject?, naturalKey: String? = nil, changedAt: Int64? = nil) {
         self.version = version
         self.deleted = deleted
         self.data = data
         self.naturalKey = naturalKey
+        self.changedAt = changedAt
     }
 
     /// Encodes `data` as an explicit `null` for a tombstone, and leaves `naturalKey` out when there is none.
@@ -38,6 +43,7 @@ public struct RecordState: Sendable, Codable, Hashable {
         try container.encode(deleted, forKey: .deleted)
         try container.encode(data, forKey: .data)  // explicit null for a tombstone
         try container.encodeIfPresent(naturalKey, forKey: .naturalKey)
+        try container.encodeIfPresent(changedAt, forKey: .changedAt)
     }
 }
 

@@ -50,7 +50,8 @@ extension Mutation {
             op: try fields.required("op", JSONFields.enumeration(MutationOp.self)),
             data: try fields.optional("data", JSONFields.object),
             naturalKey: try fields.optional("naturalKey", JSONFields.string),
-            baseVersion: try fields.optional("baseVersion", JSONFields.integer)
+            baseVersion: try fields.optional("baseVersion", JSONFields.integer),
+            changedAt: try fields.optional("changedAt", JSONFields.integer)
         )
     }
 }
@@ -75,7 +76,8 @@ extension RecordState {
             version: try fields.required("version", JSONFields.integer),
             deleted: try fields.required("deleted", JSONFields.bool),
             data: try fields.optional("data", JSONFields.object),
-            naturalKey: try fields.optional("naturalKey", JSONFields.string)
+            naturalKey: try fields.optional("naturalKey", JSONFields.string),
+            changedAt: try fields.optional("changedAt", JSONFields.integer)
         )
     }
 }

@@ -20,7 +20,7 @@ struct BatchPlannerTests {
     }
 
     static func plan(_ mutations: [Mutation], lastMutationID: Int64 = 0, loaded: [StoredRecord] = []) -> BatchPlanner.BatchPlan {
-        var planner = BatchPlanner(lastMutationID: lastMutationID, loaded: loaded)
+        var planner = BatchPlanner(clientID: "phone", lastMutationID: lastMutationID, loaded: loaded, now: 1_000)
         return planner.plan(mutations.map(IncomingMutation.init))
     }
 

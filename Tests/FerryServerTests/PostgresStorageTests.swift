@@ -61,11 +61,11 @@ struct PostgresStorageTests {
             }
             // The second push either waits for the first (one more lock waiter) or has committed.
             try await Self.waitForWaiters(2, on: gate, orUntil: { await fastDone.isSet })
-            let during = try await storage.pull(userID: "alice", cursor: nil, limit: 10)
+            let during = try await storage.pull(userID: "alice", cursor: nil, limit: 10, ownWrites: nil)
             _ = try await gate.query("SELECT pg_advisory_unlock(4242)", logger: .init(label: "test"))
             _ = try await slow.value
             _ = try await fast.value
-            let after = try await storage.pull(userID: "alice", cursor: during.cursor, limit: 10)
+            let after = try await storage.pull(userID: "alice", cursor: during.cursor, limit: 10, ownWrites: nil)
             let (first, then) = (try Self.entities(during), try Self.entities(after))
             #expect((first + then).sorted() == ["early", "fast", "slow"], "pulled while the first push was in flight: \(first); after: \(then)")
             try await otherProcess.close()
@@ -88,15 +88,15 @@ struct PostgresStorageTests {
             }
             return versions
         }
-        #expect(versions == [1])
+        #expect(versions == [1, 2])
         // Cursors are shared: each storage reads the one secret the first migration stored.
         _ = try await storages[0].push(
             userID: "u",
             clientID: "c",
             mutations: [IncomingMutation(.upsert(id: 1, entity: "e", entityID: "1", data: .value(1)))]
         )
-        let cursor = try await storages[1].pull(userID: "u", cursor: nil, limit: 10).cursor
-        for storage in storages { #expect(try await storage.pull(userID: "u", cursor: cursor, limit: 10).count == 0) }
+        let cursor = try await storages[1].pull(userID: "u", cursor: nil, limit: 10, ownWrites: nil).cursor
+        for storage in storages { #expect(try await storage.pull(userID: "u", cursor: cursor, limit: 10, ownWrites: nil).count == 0) }
         for storage in storages { try await storage.close() }
     }
 
@@ -136,7 +136,7 @@ struct PostgresStorageTests {
         await #expect(throws: StorageError.self) {
             try await storage.push(userID: "u", clientID: "c", mutations: [IncomingMutation(.delete(id: 1, entity: "e", entityID: "x"))])
         }
-        await #expect(throws: StorageError.self) { try await storage.pull(userID: "u", cursor: nil, limit: 10) }
+        await #expect(throws: StorageError.self) { try await storage.pull(userID: "u", cursor: nil, limit: 10, ownWrites: nil) }
         try await storage.close()
     }
 

@@ -172,4 +172,100 @@ struct PullTests {
             #expect(page.changes.map(\.entityID) == ["2"])
         }
     }
+
+    @Test(
+        "a client's own answered writes stay out of its pulls, page after page; another client's writes, and its own above answeredThrough, come",
+        arguments: StorageBackend.allCases
+    )
+    func ownWritesLeftOut(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            // The phone writes 250 records, the watch 3 between them, the phone one more (id 251).
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "phone",
+                    mutations: (1...125).map { .upsert(id: Int64($0), entity: "events", entityID: "p-\($0)", data: .value(1)) }
+                ),
+                token: token
+            )
+            _ = try await server.pushOK(
+                PushRequest(clientID: "watch", mutations: [.upsert(id: 1, entity: "events", entityID: "w-1", data: .value(2))]),
+                token: token
+            )
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "phone",
+                    mutations: (126...250).map { .upsert(id: Int64($0), entity: "events", entityID: "p-\($0)", data: .value(1)) }
+                ),
+                token: token
+            )
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "watch",
+                    mutations: [
+                        .upsert(id: 2, entity: "events", entityID: "w-2", data: .value(2)),
+                        // The watch edits one of the phone's records: the phone must get it back.
+                        .upsert(id: 3, entity: "events", entityID: "p-7", data: .value(3)),
+                    ]
+                ),
+                token: token
+            )
+            _ = try await server.pushOK(
+                PushRequest(clientID: "phone", mutations: [.upsert(id: 251, entity: "events", entityID: "p-251", data: .value(1))]),
+                token: token
+            )
+
+            var received: [String] = []
+            var cursor: String?
+            var pages = 0
+            repeat {
+                let page = try await server.pullOK(token: token, cursor: cursor, limit: 2, ownWrites: ("phone", 250))
+                received += page.changes.map(\.entityID)
+                cursor = page.cursor
+                pages += 1
+                if !page.hasMore { break }
+            } while pages < 100
+            #expect(received == ["w-1", "w-2", "p-7", "p-251"], "the watch's writes and the phone's unanswered one, in change order")
+            #expect(pages == 2)
+            let p7 = try await server.pullAll(token: token)["events/p-7"]
+            #expect(p7?.data == .value(3))
+
+            // Caught up, with the last changes left out: the cursor is past them.
+            #expect(try await server.pullOK(token: token, cursor: cursor, ownWrites: ("phone", 251)).changes.isEmpty)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "phone", mutations: [.upsert(id: 252, entity: "events", entityID: "p-1", data: .value(9))]),
+                token: token
+            )
+            let afterOwn = try await server.pullOK(token: token, cursor: cursor, ownWrites: ("phone", 252))
+            #expect(afterOwn.changes.isEmpty && !afterOwn.hasMore)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "watch", mutations: [.delete(id: 4, entity: "events", entityID: "p-1")]),
+                token: token
+            )
+            let afterWatch = try await server.pullOK(token: token, cursor: afterOwn.cursor, ownWrites: ("phone", 252))
+            #expect(afterWatch.changes.map(\.entityID) == ["p-1"])
+            #expect(afterWatch.changes.first?.op == .delete)
+
+            // Without answeredThrough, or for another client, nothing is left out.
+            #expect(try await server.pullAll(token: token).count == 253)
+            #expect(try await server.pullOK(token: token, limit: 1000, ownWrites: ("other", 1000)).changes.count == 253)
+        }
+    }
+
+    @Test("answeredThrough without a client id, or out of range, is refused with bad_request", arguments: StorageBackend.allCases)
+    func badAnsweredThrough(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            let missing = try await server.send(.GET, "/v1/pull?answeredThrough=3", token: token)
+            #expect(missing.status == 400)
+            #expect(missing.errorMessage?.contains("Ferry-Client-ID") == true)
+            for value in ["-1", "abc", "9007199254740992", "1.5"] {
+                let reply = try await server.send(.GET, "/v1/pull?answeredThrough=\(value)", token: token, headers: [("Ferry-Client-ID", "phone")])
+                #expect(reply.status == 400)
+                #expect(reply.errorMessage?.contains("answeredThrough") == true)
+            }
+            let badClient = try await server.send(.GET, "/v1/pull?answeredThrough=3", token: token, headers: [("Ferry-Client-ID", "no spaces")])
+            #expect(badClient.status == 400)
+        }
+    }
 }

@@ -288,8 +288,8 @@ struct PushTests {
                 token: token
             )
             #expect(response.results.map(\.status) == [.applied, .conflict, .applied, .conflict, .conflict])
-            #expect(response.results[1].current == RecordState(version: 1, deleted: false, data: .value(1)))
-            #expect(response.results[3].current == RecordState(version: 2, deleted: false, data: .value(3)))
+            #expect(response.results[1].current?.withoutChangedAt == RecordState(version: 1, deleted: false, data: .value(1)))
+            #expect(response.results[3].current?.withoutChangedAt == RecordState(version: 2, deleted: false, data: .value(3)))
             #expect(response.results[3].version == 2)
             #expect(response.results[4].current == nil)
             #expect(response.results[4].version == nil)
@@ -369,12 +369,12 @@ struct PushTests {
             let result = try #require(try reply.decode(PushResponse.self).results.first)
             #expect(result.status == .duplicate)
             #expect(result.entityID == "x")
-            #expect(result.current == RecordState(version: 2, deleted: false, data: .value(9)))
+            #expect(result.current?.withoutChangedAt == RecordState(version: 2, deleted: false, data: .value(9)))
 
             _ = try await server.pushOK(PushRequest(clientID: "c2", mutations: [.delete(id: 2, entity: "e", entityID: "x")]), token: token)
             let afterDelete = try #require(try await server.pushOK(upsert, token: token).results.first)
             #expect(afterDelete.status == .duplicate)
-            #expect(afterDelete.current == RecordState(version: 3, deleted: true, data: nil))
+            #expect(afterDelete.current?.withoutChangedAt == RecordState(version: 3, deleted: true, data: nil))
             #expect(try await server.pullAll(token: token)["e/x"]?.op == .delete)
         }
     }
@@ -435,6 +435,49 @@ struct PushTests {
                 token: token
             )
             #expect(old.results.map(\.status) == [.applied])
+        }
+    }
+
+    @Test(
+        "a conflict reports when the record last changed, a delete included: the writer's changedAt, else the server's clock",
+        arguments: StorageBackend.allCases
+    )
+    func conflictReportsChangedAt(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            var edit = Mutation.upsert(id: 1, entity: "notes", entityID: "a", data: .value(1))
+            edit.changedAt = 1_700_000_000_000
+            var delete = Mutation.delete(id: 2, entity: "notes", entityID: "a")
+            delete.changedAt = 1_700_000_005_000
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "watch",
+                    mutations: [edit, delete, .upsert(id: 3, entity: "notes", entityID: "b", data: .value(1))]
+                ),
+                token: token
+            )
+            let before = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+            let answer = try await server.pushOK(
+                PushRequest(
+                    clientID: "phone",
+                    mutations: [
+                        .upsert(id: 1, entity: "notes", entityID: "a", data: .value(2), baseVersion: 1),
+                        .upsert(id: 2, entity: "notes", entityID: "b", data: .value(2), baseVersion: 0),
+                    ]
+                ),
+                token: token
+            )
+            #expect(answer.results.map(\.status) == [.conflict, .conflict])
+            #expect(answer.results[0].current == RecordState(version: 2, deleted: true, data: nil, changedAt: 1_700_000_005_000))
+            let serverTime = try #require(answer.results[1].current?.changedAt, "a mutation without changedAt takes the server's clock")
+            #expect(serverTime > before)
+            let negative = try await server.send(
+                .POST,
+                "/v1/push",
+                token: token,
+                body: Data(#"{"clientID":"phone","mutations":[{"id":3,"entity":"notes","entityID":"c","op":"delete","changedAt":-1}]}"#.utf8)
+            )
+            #expect(try negative.decode(PushResponse.self).results.first?.error?.contains("changedAt") == true)
         }
     }
 
@@ -515,7 +558,7 @@ struct PushTests {
             let first = try await server.pushOK(withOld, token: token)
             let again = try await server.pushOK(withOld, token: token)
             #expect(first.results[0].status == .duplicate)
-            #expect(again.results[0].current == RecordState(version: 1, deleted: false, data: .value(1)))
+            #expect(again.results[0].current?.withoutChangedAt == RecordState(version: 1, deleted: false, data: .value(1)))
             #expect(again == first)
 
             // The same id, record and op, other data: a copied store's change, not a resend.
@@ -576,5 +619,14 @@ struct PushTests {
             _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: [.delete(id: 9, entity: "e", entityID: "x")]), token: token)
             #expect(try await server.pushOK(PushRequest(clientID: "c1", mutations: []), token: token).lastMutationID == 9)
         }
+    }
+}
+
+extension RecordState {
+    /// The state without the time of its last change, which a test without a clock of the server's cannot know.
+    var withoutChangedAt: RecordState {
+        var state = self
+        state.changedAt = nil
+        return state
     }
 }

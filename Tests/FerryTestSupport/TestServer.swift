@@ -172,15 +172,32 @@ extension ServerEndpoint {
         return try reply.decode(PushResponse.self)
     }
 
-    public func pull(token: String, cursor: String? = nil, limit: Int? = nil) async throws -> Reply {
+    /// A pull; `ownWrites` asks the server to leave out that client's writes up to that id.
+    public func pull(
+        token: String,
+        cursor: String? = nil,
+        limit: Int? = nil,
+        ownWrites: (clientID: String, answeredThrough: Int64)? = nil
+    ) async throws -> Reply {
         var query: [String] = []
         if let cursor { query.append("cursor=\(cursor)") }
         if let limit { query.append("limit=\(limit)") }
-        return try await send(.GET, "/v1/pull" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")), token: token)
+        if let ownWrites { query.append("answeredThrough=\(ownWrites.answeredThrough)") }
+        return try await send(
+            .GET,
+            "/v1/pull" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")),
+            token: token,
+            headers: ownWrites.map { [("Ferry-Client-ID", $0.clientID)] } ?? []
+        )
     }
 
-    public func pullOK(token: String, cursor: String? = nil, limit: Int? = nil) async throws -> PullResponse {
-        let reply = try await pull(token: token, cursor: cursor, limit: limit)
+    public func pullOK(
+        token: String,
+        cursor: String? = nil,
+        limit: Int? = nil,
+        ownWrites: (clientID: String, answeredThrough: Int64)? = nil
+    ) async throws -> PullResponse {
+        let reply = try await pull(token: token, cursor: cursor, limit: limit, ownWrites: ownWrites)
         guard reply.status == 200 else {
             throw TestFailure("pull answered \(reply.status): \(String(decoding: reply.body, as: UTF8.self))")
         }

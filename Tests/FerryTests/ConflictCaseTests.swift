@@ -156,4 +156,58 @@ struct ConflictCaseTests {
             #expect(remote.count == 101)
         }
     }
+
+    /// One device edits a note while another deletes it; `arrivesFirst` reaches the server
+    /// first, `madeLater` was made later by its device's clock (set on its queued change, as
+    /// that device's clock would have). Under `.latestChangeWins` the later change wins
+    /// everywhere, whichever arrives first: a delete's time is on the server's tombstone.
+    @Test(
+        "edit versus delete under latestChangeWins: the later change wins everywhere, in either order of arrival",
+        arguments: [("edit", "edit"), ("edit", "delete"), ("delete", "edit"), ("delete", "delete")]
+    )
+    func editVersusDelete(arrivesFirst: String, madeLater: String) async throws {
+        try await TestServer.run { server in
+            let configuration = Self.configuration(.latestChangeWins)
+            let phone = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let watch = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let phoneClient = ClientFixture.client(store: phone, server: server, configuration: configuration)
+            let watchClient = ClientFixture.client(store: watch, server: server, configuration: configuration)
+            try await phone.database.write { db in try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n', 'v1')") }
+            try await phoneClient.sync()
+            try await watchClient.sync()
+
+            let now = Date().timeIntervalSince1970
+            let editAt = madeLater == "edit" ? now + 10 : now
+            let deleteAt = madeLater == "delete" ? now + 10 : now
+            try await phone.database.write { db in
+                try db.execute(sql: "UPDATE notes SET body = 'v2' WHERE id = 'n'")
+                try db.execute(sql: "UPDATE ferry_outbox SET queued_at = ?", arguments: [editAt])
+            }
+            try await watch.database.write { db in
+                try db.execute(sql: "DELETE FROM notes WHERE id = 'n'")
+                try db.execute(sql: "UPDATE ferry_outbox SET queued_at = ?", arguments: [deleteAt])
+            }
+            let (first, second) = arrivesFirst == "edit" ? (phoneClient, watchClient) : (watchClient, phoneClient)
+            try await first.sync()
+            #expect(try await second.sync().upload.conflicts == 1)
+            try await first.sync()
+            try await second.sync()
+
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))["notes/n"]
+            let bodies = { (store: FerryStore) in
+                try await store.database.read { db in try String.fetchAll(db, sql: "SELECT body FROM notes WHERE id = 'n'") }
+            }
+            if madeLater == "edit" {
+                #expect(remote?.op == .upsert && remote?.data?["body"] == .string("v2"), "the later edit wins: \(String(describing: remote))")
+                #expect(try await bodies(phone) == ["v2"])
+                #expect(try await bodies(watch) == ["v2"])
+            } else {
+                #expect(remote?.op == .delete, "the later delete wins: \(String(describing: remote))")
+                #expect(try await bodies(phone).isEmpty)
+                #expect(try await bodies(watch).isEmpty)
+            }
+            #expect(await phoneClient.status.pending == 0)
+            #expect(await watchClient.status.pending == 0)
+        }
+    }
 }

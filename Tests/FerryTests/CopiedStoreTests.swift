@@ -58,6 +58,10 @@ struct CopiedStoreTests {
             for index in 0..<8 { #expect(remote["events/new-\(index)"]?.data?["value"] == .integer(2), "new-\(index) reached the server") }
             #expect(remote.count == 1 + 5 * pushesAfterBackup + 8)
             #expect(remote.values.allSatisfy { $0.version == 1 }, "nothing applied twice")
+            // The original's writes after the backup went out under the shared id: the restored
+            // store must still pull them, never take them for its own.
+            let restoredRows = try await Self.rows(of: restored)
+            #expect(restoredRows.count == remote.count, "the restored store holds every record: \(restoredRows.keys.sorted())")
             #expect(restored.clientID != oldClientID)
             #expect(try await client.deadLetters().isEmpty)
             #expect(await client.status.pending == 0)

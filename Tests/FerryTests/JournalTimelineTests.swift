@@ -1,4 +1,5 @@
 import Ferry
+import FerryProtocol
 import FerryTestSupport
 import Foundation
 import GRDB
@@ -151,6 +152,15 @@ struct JournalTimelineTests {
             configuration.batchSize = 100
             configuration.pullPageSize = 100
             let client = ClientFixture.client(store: store, server: server, configuration: configuration)
+            // 2,000 changes from another device to pull (the device's own do not come back).
+            let token = try await TestServer.token(for: "alice")
+            for push in 0..<2 {
+                let mutations = (0..<1000).map { (index: Int) -> Mutation in
+                    let id = Int64(push * 1000 + index + 1)
+                    return .upsert(id: id, entity: "events", entityID: "w-\(id)", data: .value(1))
+                }
+                _ = try await server.pushOK(PushRequest(clientID: "watch", mutations: mutations), token: token)
+            }
             try await store.database.write { db in
                 for index in 0..<2_000 {
                     try db.execute(

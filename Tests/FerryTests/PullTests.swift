@@ -42,6 +42,41 @@ struct ClientPullTests {
         }
     }
 
+    @Test("a device's own uploads do not come back: 5,501 pushed, none pulled; another device's writes, its edits of them included, all arrive")
+    func ownUploadsStayUp() async throws {
+        try await TestServer.run { server in
+            let phone = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let phoneClient = ClientFixture.client(store: phone, server: server)
+            try await phone.database.write { db in
+                for index in 0..<5501 {
+                    try db.execute(sql: "INSERT INTO events (id, kind, value) VALUES (?, 'steps', ?)", arguments: ["p-\(index)", index])
+                }
+            }
+            let first = try await phoneClient.sync()
+            #expect(first.upload.acknowledged == 5501)
+            #expect(first.pull.received == 0, "the phone's own 5,501 changes stayed on the server")
+
+            let watch = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let watchClient = ClientFixture.client(store: watch, server: server)
+            #expect(try await watchClient.sync().pull.received == 5501, "another device gets them all")
+            try await watch.database.write { db in
+                try db.execute(sql: "INSERT INTO events (id, kind, value) VALUES ('w-1', 'run', 1)")
+                try db.execute(sql: "UPDATE events SET value = -1 WHERE id = 'p-17'")
+                try db.execute(sql: "DELETE FROM events WHERE id = 'p-18'")
+            }
+            try await phone.database.write { db in try db.execute(sql: "UPDATE events SET value = -2 WHERE id = 'p-19'") }
+            #expect(try await watchClient.sync().pull.received == 0)
+            let second = try await phoneClient.sync()
+            #expect(second.pull.received == 3, "the watch's three changes, not the phone's own edit")
+            let rows = try await phone.database.read { db in
+                try Row.fetchAll(db, sql: "SELECT id, value FROM events WHERE id IN ('w-1', 'p-17', 'p-18', 'p-19') ORDER BY id")
+                    .map { "\($0[0] as String)=\($0[1] as Int)" }
+            }
+            #expect(rows == ["p-17=-1", "p-19=-2", "w-1=1"])
+            #expect(try await watchClient.sync().pull.received == 1, "the phone's edit reaches the watch")
+        }
+    }
+
     @Test("remote inserts, updates and deletes arrive; pulled rows are not re-uploaded; a pending local edit survives")
     func remoteChanges() async throws {
         try await TestServer.run { server in

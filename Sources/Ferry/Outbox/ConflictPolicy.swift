@@ -1,4 +1,5 @@
 import FerryProtocol
+import Foundation
 
 /// A mutation the server refused because the record changed since this client saw it.
 public struct Conflict: Sendable, Equatable {
@@ -10,15 +11,26 @@ public struct Conflict: Sendable, Equatable {
     /// change of the record queued after it (those are replaced by the resolution); `nil` for
     /// a delete.
     public var local: JSONObject?
-    /// The record on the server; `nil` if it does not exist.
+    /// The record on the server; `nil` if it does not exist. A tombstone (`deleted`) says when
+    /// the delete was made in ``RecordState/changedAt``, like an edit.
     public var server: RecordState?
+    /// When the local change (``local``) was made, by this device's clock; `nil` for a change
+    /// queued by a Ferry older than the time it keeps.
+    public var localChangedAt: Date?
+
+    /// When the server's state was written: by the writing device's clock when it sent one
+    /// (Ferry clients do), else by the server's; `nil` when the server does not know.
+    public var serverChangedAt: Date? {
+        server?.changedAt.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+    }
 
     /// A conflict as the uploader hands it to a policy: for an app's tests of its own policy.
-    public init(entity: String, entityID: String, local: JSONObject?, server: RecordState?) {
+    public init(entity: String, entityID: String, local: JSONObject?, server: RecordState?, localChangedAt: Date? = nil) {
         self.entity = entity
         self.entityID = entityID
         self.local = local
         self.server = server
+        self.localChangedAt = localChangedAt
     }
 }
 
@@ -45,4 +57,12 @@ public struct ConflictPolicy: Sendable {
     public static let serverWins = ConflictPolicy { _ in .acceptServer }
     /// The local change wins: it is sent again over the server's version.
     public static let clientWins = ConflictPolicy { conflict in .keep(conflict.local) }
+    /// The latest change wins, an edit or a delete, by the clocks of the devices that made
+    /// them: the local one when it is later than the server's, else the server's (also when
+    /// either time is unknown). Clocks that are off by more than the time between two edits
+    /// pick the wrong one; a policy that must not depend on clocks compares the data instead.
+    public static let latestChangeWins = ConflictPolicy { conflict in
+        guard let mine = conflict.localChangedAt, let theirs = conflict.serverChangedAt, mine > theirs else { return .acceptServer }
+        return .keep(conflict.local)
+    }
 }

@@ -49,7 +49,10 @@ struct Outbox: Sendable {
             try lease.confirm(db)
             var rows = try Row.fetchAll(
                 db,
-                sql: "SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as FROM ferry_outbox WHERE state = ? ORDER BY id LIMIT ?",
+                sql: """
+                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, queued_at FROM ferry_outbox
+                    WHERE state = ? ORDER BY id LIMIT ?
+                    """,
                 arguments: [OutboxState.pending.rawValue, limit]
             )
             guard !rows.isEmpty else { return nil }
@@ -114,6 +117,7 @@ struct Outbox: Sendable {
                     continue
                 }
                 var mutation = OutgoingMutation(id: row[0], entity: record.entity, entityID: record.entityID, op: op)
+                mutation.changedAt = OutgoingMutation.milliseconds(row[8])
                 if op == .upsert {
                     mutation.dataText = row[4]
                     mutation.naturalKey = row[5]
@@ -338,8 +342,13 @@ struct Outbox: Sendable {
                 }
             if let reason {
                 let clientID = ClientIdentity.newClientID()
-                try db.execute(sql: "UPDATE ferry_meta SET client_id = ?, highest_sent = 0", arguments: [clientID])
+                try db.execute(sql: "UPDATE ferry_meta SET client_id = ?, highest_sent = 0, answered_through = 0", arguments: [clientID])
                 outcome.newClientID = (meta?[0] ?? batch.clientID, clientID, reason)
+            } else if underCurrentID, let answered = batch.mutations.map(\.id).max() {
+                // Every result of the batch is applied (a reused id would have renewed the client
+                // id): the server may leave these writes out of pulls (`Puller`).
+                try db.cachedStatement(sql: "UPDATE ferry_meta SET answered_through = max(answered_through, ?)")
+                    .execute(arguments: [answered])
             }
             return outcome
         }
@@ -374,11 +383,22 @@ struct Outbox: Sendable {
     }
 
     /// Adds a change to the queue, as capture would.
-    static func queue(entity: String, entityID: String, op: MutationOp, data: String?, naturalKey: String?, db: Database) throws {
+    static func queue(
+        entity: String,
+        entityID: String,
+        op: MutationOp,
+        data: String?,
+        naturalKey: String?,
+        queuedAt: Double? = nil,
+        db: Database
+    ) throws {
         try db.cachedStatement(
-            sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL))"
+            sql: """
+                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at)
+                VALUES (?, ?, ?, ?, ?, coalesce(?, \(OutboxState.nowSQL)))
+                """
         )
-        .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey])
+        .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey, queuedAt])
     }
 
     /// Local rows take the server's state of records the server reported as they are now,
@@ -535,17 +555,26 @@ struct Outbox: Sendable {
         db: Database
     ) throws {
         var local = try mutation.data()
+        var changedAt = mutation.changedAt
         var writer = RecordWriter(store: store)
         let record = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
         if let newest = later.newest(of: record, after: mutation.id),
-            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT op, data FROM ferry_outbox WHERE id = ?"), arguments: [newest])
+            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT op, data, queued_at FROM ferry_outbox WHERE id = ?"), arguments: [newest])
         {
             let op = MutationOp(rawValue: row[0]) ?? .upsert
             local = try OutgoingMutation(id: newest, entity: mutation.entity, entityID: mutation.entityID, op: op, dataText: row[1]).data()
+            changedAt = OutgoingMutation.milliseconds(row[2]) ?? changedAt
             let ids = later.take(of: record, after: mutation.id)
             try Self.remove(where: "state = \(OutboxState.pending.rawValue) AND \(Self.idIn)", arguments: [Self.idList(ids)], db: db)
         }
-        switch policy.resolve(Conflict(entity: mutation.entity, entityID: mutation.entityID, local: local, server: current)) {
+        let conflict = Conflict(
+            entity: mutation.entity,
+            entityID: mutation.entityID,
+            local: local,
+            server: current,
+            localChangedAt: changedAt.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+        )
+        switch policy.resolve(conflict) {
         case .acceptServer:
             try writer.write(
                 entity: mutation.entity,
@@ -566,12 +595,14 @@ struct Outbox: Sendable {
                 db: db
             )
             let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
+            // Queued with the local change's time: the resolution is that change, sent again.
             try Self.queue(
                 entity: mutation.entity,
                 entityID: mutation.entityID,
                 op: data == nil ? .delete : .upsert,
                 data: text,
                 naturalKey: data == nil ? nil : mutation.naturalKey ?? current?.naturalKey,
+                queuedAt: changedAt.map { Double($0) / 1000 },
                 db: db
             )
             later.add(db.lastInsertedRowID, of: record)  // a merge into this record later in the batch must see it

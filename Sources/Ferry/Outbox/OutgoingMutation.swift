@@ -13,10 +13,12 @@ struct OutgoingMutation: Sendable {
     var dataText: String?
     var naturalKey: String?
     var baseVersion: Int64?
+    /// When the change was queued, in milliseconds since 1970 (`Mutation.changedAt`).
+    var changedAt: Int64?
 
     /// A mutation's share of a request body besides its data, id and natural key: field names,
     /// punctuation, the entity, numbers (an upper bound, for `Outbox.bodyBudget`).
-    static let envelopeBytes = 192
+    static let envelopeBytes = 224
 
     /// Why the protocol cannot carry this mutation, by the server's own rules
     /// (`Mutation.rejectionReason`), or `nil` when it can.
@@ -32,11 +34,25 @@ struct OutgoingMutation: Sendable {
                 return "data is not valid JSON (\(error)); a REAL column holding Infinity or NaN has no JSON form"
             }
         }
-        let mutation = Mutation(id: id, entity: entity, entityID: entityID, op: op, data: data, naturalKey: naturalKey, baseVersion: baseVersion)
+        let mutation = Mutation(
+            id: id,
+            entity: entity,
+            entityID: entityID,
+            op: op,
+            data: data,
+            naturalKey: naturalKey,
+            baseVersion: baseVersion,
+            changedAt: changedAt
+        )
         // Text of up to 32 KiB cannot exceed 256 KiB once the server encodes it (its numbers
         // may be a few digits longer than SQLite's); larger data is measured exactly.
         let textBytes = dataText?.utf8.count ?? 2
         return mutation.rejectionReason(encodedDataBytes: textBytes <= ProtocolLimits.maxDataBytes / 8 ? textBytes : nil)
+    }
+
+    /// A time of `ferry_outbox.queued_at` (seconds since 1970) in milliseconds.
+    static func milliseconds(_ queuedAt: Double?) -> Int64? {
+        queuedAt.map { Int64(($0 * 1000).rounded()) }
     }
 
     /// The data decoded, for a conflict policy to look at.
@@ -67,6 +83,10 @@ struct OutgoingMutation: Sendable {
         if let baseVersion {
             json.raw(",\"baseVersion\":")
             json.integer(baseVersion)
+        }
+        if let changedAt {
+            json.raw(",\"changedAt\":")
+            json.integer(changedAt)
         }
         json.raw("}")
     }

@@ -264,6 +264,11 @@ public final class FerryStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("ferry-v10") { db in
+            // The highest mutation id whose answer this store applied under its client id: pulls
+            // send it, and the server leaves those writes out, since this store holds them already.
+            try db.execute(sql: "ALTER TABLE ferry_meta ADD COLUMN answered_through INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 

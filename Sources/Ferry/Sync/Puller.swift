@@ -18,7 +18,12 @@ struct Puller: Sendable {
 
     func pullUntilCaughtUp() async throws -> PullSummary {
         var summary = PullSummary()
-        var cursor = try await store.database.read { db in try String.fetchOne(db, sql: "SELECT cursor FROM ferry_meta") }
+        let meta = try await store.database.read { db in try Row.fetchOne(db, sql: "SELECT cursor, answered_through FROM ferry_meta") }
+        var cursor: String? = meta?["cursor"]
+        // This store's own writes the server answered are not sent back (PROTOCOL.md, "A
+        // client's own writes"): the store holds them. Read once: only this sync's own push
+        // raises it, and a lower bound leaves fewer out, never one too many.
+        let answeredThrough: Int64 = meta?["answered_through"] ?? 0
         // While one page is written locally, the next is fetched and decoded, so the network,
         // the server and the local database work at the same time. Pages are still written
         // one at a time and in order, each in one transaction with its own cursor.
@@ -26,7 +31,7 @@ struct Puller: Sendable {
         var journaled = 0
         do {
             while true {
-                let fetched = try await fetchPage(after: cursor)
+                let fetched = try await fetchPage(after: cursor, answeredThrough: answeredThrough)
                 summary.requests += 1
                 if let written = try await writing?.value { await count(written, into: &summary) }
                 writing = nil
@@ -66,8 +71,8 @@ struct Puller: Sendable {
     }
 
     /// One page after `cursor`; `nil` when the server refuses the cursor as unknown.
-    private func fetchPage(after cursor: String?) async throws -> PullResponse? {
-        var path = "/v1/pull?limit=\(pageSize)"
+    private func fetchPage(after cursor: String?, answeredThrough: Int64) async throws -> PullResponse? {
+        var path = "/v1/pull?limit=\(pageSize)&answeredThrough=\(answeredThrough)"
         if let cursor { path += "&cursor=\(cursor.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? cursor)" }
         let response = try await connection.send(TransportRequest(method: "GET", path: path))
         guard response.status == 200 else {

@@ -293,7 +293,7 @@ struct Benchmarks {
             var pages = 0
             var read = 0
             repeat {
-                let page = try await floor.pull(userID: user, cursor: cursor, limit: Self.batchSize)
+                let page = try await floor.pull(userID: user, cursor: cursor, limit: Self.batchSize, ownWrites: nil)
                 read += page.count
                 pages += 1
                 cursor = page.cursor

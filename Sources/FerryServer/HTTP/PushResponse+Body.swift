@@ -40,6 +40,10 @@ extension PushResponse {
                     }
                     json.raw(",\"deleted\":")
                     json.raw(current.deleted ? "true" : "false")
+                    if let changedAt = current.changedAt {
+                        json.raw(",\"changedAt\":")
+                        json.integer(changedAt)
+                    }
                     if let naturalKey = current.naturalKey {
                         json.raw(",\"naturalKey\":")
                         json.string(naturalKey)

@@ -46,6 +46,8 @@ struct BatchPlanner {
     }
 
     private let initialLastMutationID: Int64
+    private let clientID: String
+    private let now: Int64
     private let replays: [Int64: RecentResults.Kept]
     private let initial: [RecordKey: StoredRecord]
     private var records: [RecordKey: StoredRecord]
@@ -53,10 +55,14 @@ struct BatchPlanner {
     private var lastTouch: [RecordKey: Int] = [:]
 
     /// - Parameters:
+    ///   - clientID: the pushing client, recorded as the writer of what its mutations write.
     ///   - lastMutationID: the client's stored `lastMutationID` (0 for a new client).
     ///   - replays: the results the client's recent pushes got, by mutation id.
     ///   - loaded: every record found by `lookups(for:replays:)`.
-    init(lastMutationID: Int64, replays: [Int64: RecentResults.Kept] = [:], loaded: [StoredRecord]) {
+    ///   - now: the server's clock in milliseconds since 1970, the `changedAt` of a mutation without one.
+    init(clientID: String, lastMutationID: Int64, replays: [Int64: RecentResults.Kept] = [:], loaded: [StoredRecord], now: Int64) {
+        self.clientID = clientID
+        self.now = now
         self.initialLastMutationID = lastMutationID
         self.replays = replays
         var records: [RecordKey: StoredRecord] = [:]
@@ -174,7 +180,10 @@ struct BatchPlanner {
             version: (existing?.version ?? 0) + 1,
             deleted: false,
             naturalKey: mutation.naturalKey ?? existing?.naturalKey,
-            data: data
+            data: data,
+            changedAt: mutation.changedAt ?? now,
+            writtenBy: clientID,
+            writtenMutation: mutation.id
         )
         store(record, replacing: existing, at: index)
         if merged {
@@ -182,7 +191,7 @@ struct BatchPlanner {
             // key's holder: it is merged into the holder and deleted, so every device ends with
             // one record (a device that already had both learns of the deletion by pull).
             let own = RecordKey(entity: mutation.entity, entityID: mutation.entityID)
-            if let absorbed = records[own], !absorbed.deleted { tombstone(absorbed, at: index) }
+            if let absorbed = records[own], !absorbed.deleted { tombstone(absorbed, by: mutation, at: index) }
         }
         return PushResult(id: mutation.id, status: merged ? .merged : .applied, entityID: key.entityID, version: record.version)
     }
@@ -203,18 +212,21 @@ struct BatchPlanner {
             // Nothing to delete and nothing to tell other clients: no tombstone.
             return PushResult(id: mutation.id, status: .applied, entityID: key.entityID, version: nil)
         }
-        return PushResult(id: mutation.id, status: .applied, entityID: key.entityID, version: tombstone(record, at: index))
+        return PushResult(id: mutation.id, status: .applied, entityID: key.entityID, version: tombstone(record, by: mutation, at: index))
     }
 
     /// Deletes `record`, leaving a tombstone that gives up its natural key: a key belongs to
     /// live records only, so a later record may take it and a revived one does not clash.
     @discardableResult
-    private mutating func tombstone(_ record: StoredRecord, at index: Int) -> Int64 {
+    private mutating func tombstone(_ record: StoredRecord, by mutation: Mutation, at index: Int) -> Int64 {
         var tombstone = record
         tombstone.version += 1
         tombstone.deleted = true
         tombstone.data = nil
         tombstone.naturalKey = nil
+        tombstone.changedAt = mutation.changedAt ?? now
+        tombstone.writtenBy = clientID
+        tombstone.writtenMutation = mutation.id
         store(tombstone, replacing: record, at: index)
         return tombstone.version
     }

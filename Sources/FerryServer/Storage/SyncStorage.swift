@@ -9,9 +9,10 @@ public protocol SyncStorage: Sendable {
     /// Applies one validated batch in a single transaction (PROTOCOL.md push rules 1 to 5).
     func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse
 
-    /// Returns the user's records changed after `cursor`, oldest change first.
+    /// Returns the user's records changed after `cursor`, oldest change first, leaving out those
+    /// whose current state `ownWrites` names (PROTOCOL.md, "A client's own writes").
     /// Throws `ProtocolViolation` with `invalid_cursor` for a cursor this server did not issue.
-    func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage
+    func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage
 
     /// Succeeds when the database can be reached.
     func checkHealth() async throws
@@ -55,6 +56,22 @@ public struct IncomingMutation: Sendable {
     }
 }
 
+/// The writes a pull leaves out: a client's own, up to the mutation id it says it was answered
+/// for. That client holds those records' states already; another writer's change is never left
+/// out, whatever its id.
+public struct OwnWrites: Sendable, Equatable {
+    /// The client asking.
+    public var clientID: String
+    /// Its highest mutation id whose answer it has applied.
+    public var answeredThrough: Int64
+
+    /// The writes of `clientID` up to `answeredThrough`.
+    public init(clientID: String, answeredThrough: Int64) {
+        self.clientID = clientID
+        self.answeredThrough = answeredThrough
+    }
+}
+
 /// Identity of a record within one user's data; ids are equal when their bytes are, as in SQLite.
 struct RecordKey: Hashable, Sendable {
     var entity: String
@@ -90,6 +107,12 @@ struct StoredRecord: Sendable, Equatable {
     var naturalKey: String?
     /// The record's data as encoded JSON; `nil` for a tombstone.
     var data: Data?
+    /// When its last change was made (`RecordState.changedAt`); `nil` for rows older than the column.
+    var changedAt: Int64? = nil
+    /// The client whose mutation wrote this state, and that mutation's id: a pull leaves the
+    /// state out for that client once it was answered (`OwnWrites`).
+    var writtenBy: String? = nil
+    var writtenMutation: Int64? = nil
 
     var key: RecordKey { RecordKey(entity: entity, entityID: entityID) }
 
@@ -100,7 +123,13 @@ struct StoredRecord: Sendable, Equatable {
     }
 
     func state() throws -> RecordState {
-        RecordState(version: version, deleted: deleted, data: try decodedData(), naturalKey: deleted ? nil : naturalKey)
+        RecordState(
+            version: version,
+            deleted: deleted,
+            data: try decodedData(),
+            naturalKey: deleted ? nil : naturalKey,
+            changedAt: changedAt
+        )
     }
 
     private func decodedData() throws -> JSONObject? {

@@ -101,7 +101,17 @@ enum PostgresSchema {
                 """,
                 "INSERT INTO server_meta (key, value) VALUES ('cursor_secret', \(randomSecret()))",
             ]
-        }
+        },
+        Migration(version: 2, name: "when each record last changed, and which client's mutation wrote it") {
+            // For conflict policies (a delete's time included), and so a pull can leave a
+            // client's own answered writes out. Rows written before have neither, and are always sent.
+            [
+                """
+                ALTER TABLE records ADD COLUMN changed_at bigint, ADD COLUMN written_by text COLLATE "C",
+                    ADD COLUMN written_mutation bigint
+                """
+            ]
+        },
     ]
 
     /// Applies the migrations this database lacks, and returns the secret that signs cursors;

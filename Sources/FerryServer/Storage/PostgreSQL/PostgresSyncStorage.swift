@@ -211,7 +211,15 @@ public final class PostgresSyncStorage: SyncStorage {
             for incoming in mutations {
                 try await db.query("SAVEPOINT mutation", logger: logger)
                 do {
-                    let plan = try await plan([incoming], lastMutationID: last, replays: replays, userID: userID, db: db, logger: logger)
+                    let plan = try await plan(
+                        [incoming],
+                        clientID: clientID,
+                        lastMutationID: last,
+                        replays: replays,
+                        userID: userID,
+                        db: db,
+                        logger: logger
+                    )
                     try await release(plan, userID: userID, db: db, logger: logger)
                     if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID), logger: logger) }
                     try await db.query("RELEASE SAVEPOINT mutation", logger: logger)
@@ -233,7 +241,15 @@ public final class PostgresSyncStorage: SyncStorage {
             }
             response = PushResponse(lastMutationID: last, results: results)
         } else {
-            let plan = try await plan(mutations, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db, logger: logger)
+            let plan = try await plan(
+                mutations,
+                clientID: clientID,
+                lastMutationID: lastMutationID,
+                replays: replays,
+                userID: userID,
+                db: db,
+                logger: logger
+            )
             try await release(plan, userID: userID, db: db, logger: logger)
             if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID), logger: logger) }
             response = plan.response
@@ -303,6 +319,7 @@ public final class PostgresSyncStorage: SyncStorage {
     /// Loads what a batch touches and decides every result.
     private static func plan(
         _ mutations: [IncomingMutation],
+        clientID: String,
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
         userID: String,
@@ -310,7 +327,13 @@ public final class PostgresSyncStorage: SyncStorage {
         logger: Logger
     ) async throws -> BatchPlanner.BatchPlan {
         let loaded = try await load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db, logger: logger)
-        var planner = BatchPlanner(lastMutationID: lastMutationID, replays: replays, loaded: loaded)
+        var planner = BatchPlanner(
+            clientID: clientID,
+            lastMutationID: lastMutationID,
+            replays: replays,
+            loaded: loaded,
+            now: Int64((Date().timeIntervalSince1970 * 1000).rounded())
+        )
         return planner.plan(mutations)
     }
 
@@ -326,27 +349,28 @@ public final class PostgresSyncStorage: SyncStorage {
         let keys = Array(lookups.keys)
         let naturalKeys = Array(lookups.naturalKeys)
         var found: [RecordKey: StoredRecord] = [:]
-        for try await (entity, entityID, version, deleted, naturalKey, data) in try await db.query(
+        for try await (entity, entityID, version, deleted, naturalKey, data, changedAt) in try await db.query(
             """
-            SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data FROM records r
+            SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at FROM records r
             JOIN unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
                 ON r.entity = w.entity AND r.entity_id = w.entity_id
             WHERE r.user_id = \(userID)
             UNION ALL
-            SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data FROM records r
+            SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at FROM records r
             JOIN unnest(\(naturalKeys.map(\.entity))::text[], \(naturalKeys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
                 ON r.entity = w.entity AND r.natural_key = w.natural_key
             WHERE r.user_id = \(userID) AND NOT r.deleted
             """,
             logger: logger
-        ).decode((String, String, Int64, Bool, String?, ByteBuffer?).self) {
+        ).decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64?).self) {
             let record = StoredRecord(
                 entity: entity,
                 entityID: entityID,
                 version: version,
                 deleted: deleted,
                 naturalKey: naturalKey,
-                data: data.map { Data($0.readableBytesView) }
+                data: data.map { Data($0.readableBytesView) },
+                changedAt: changedAt
             )
             found[record.key] = record
         }
@@ -371,40 +395,62 @@ public final class PostgresSyncStorage: SyncStorage {
     /// The statement writing a batch's final record states at the positions after `position`,
     /// in order of last change, and moving the user's position past them.
     private static func write(_ writes: [StoredRecord], after position: Int64, userID: String) -> PostgresQuery {
+        // Every state a push writes, its pushing client's mutations wrote (`BatchPlanner`).
+        let writer = writes.first?.writtenBy ?? ""
         // Arrays cannot hold NULLs through PostgresNIO's encoders: a flag beside each nullable column.
         let seqs = (0..<Int64(writes.count)).map { position + 1 + $0 }
         return """
             WITH moved AS (UPDATE user_changes SET position = \(position + Int64(writes.count)) WHERE user_id = \(userID))
-            INSERT INTO records (user_id, entity, entity_id, version, deleted, natural_key, data, seq)
+            INSERT INTO records
+                (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation)
             SELECT \(userID), w.entity, w.entity_id, w.version, w.deleted,
-                CASE WHEN w.has_key THEN w.natural_key END, CASE WHEN w.has_data THEN w.data END, w.seq
+                CASE WHEN w.has_key THEN w.natural_key END, CASE WHEN w.has_data THEN w.data END, w.seq,
+                w.changed_at, \(writer), w.written_mutation
             FROM unnest(
                 \(writes.map(\.entity))::text[], \(writes.map(\.entityID))::text[], \(writes.map(\.version))::int8[],
                 \(writes.map(\.deleted))::bool[], \(writes.map { $0.naturalKey != nil })::bool[], \(writes.map { $0.naturalKey ?? "" })::text[],
-                \(writes.map { $0.data != nil })::bool[], \(writes.map { ByteBuffer(bytes: $0.data ?? Data()) })::bytea[], \(seqs)::int8[]
-            ) AS w (entity, entity_id, version, deleted, has_key, natural_key, has_data, data, seq)
+                \(writes.map { $0.data != nil })::bool[], \(writes.map { ByteBuffer(bytes: $0.data ?? Data()) })::bytea[], \(seqs)::int8[],
+                \(writes.map { $0.changedAt ?? 0 })::int8[], \(writes.map { $0.writtenMutation ?? 0 })::int8[]
+            ) AS w (entity, entity_id, version, deleted, has_key, natural_key, has_data, data, seq, changed_at, written_mutation)
             ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
                 version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
-                data = excluded.data, seq = excluded.seq
+                data = excluded.data, seq = excluded.seq, changed_at = excluded.changed_at,
+                written_by = excluded.written_by, written_mutation = excluded.written_mutation
             """
     }
 
     // MARK: - Pull
 
-    /// Reads up to `limit` records changed after `cursor` in one snapshot. Throws `ProtocolViolation`
-    /// (`invalid_cursor`) for a cursor this database did not issue for `userID`.
-    public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {
+    /// Reads up to `limit` records changed after `cursor` in one snapshot, leaving out `ownWrites`.
+    /// Throws `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
+    public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
-        let rows = try await withDatabase { [logger] db in
+        // One statement, so one snapshot: the page, then a last row holding the user's highest
+        // position. A last page's cursor moves past every change the snapshot holds, the ones
+        // left out included; a user's positions commit in order (see the overview), so no
+        // change below it can commit later. `IS NOT TRUE` keeps rows without a writer (written
+        // before the column existed), and every row when the pull names no client.
+        let (rows, head) = try await withDatabase { [logger] db in
             var rows: [(StoredRecord, Int64)] = []
+            var head: Int64 = 0
             rows.reserveCapacity(limit + 1)
-            for try await (entity, entityID, version, deleted, naturalKey, data, seq) in try await db.query(
+            for try await (entity, entityID, version, deleted, naturalKey, data, seq, changedAt, isHead) in try await db.query(
                 """
-                SELECT entity, entity_id, version, deleted, natural_key, data, seq FROM records
-                WHERE user_id = \(userID) AND seq > \(after) ORDER BY seq LIMIT \(limit + 1)
+                SELECT * FROM (
+                    SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, false AS head FROM records
+                    WHERE user_id = \(userID) AND seq > \(after)
+                        AND (written_by = \(ownWrites?.clientID) AND written_mutation <= \(ownWrites?.answeredThrough ?? 0)) IS NOT TRUE
+                    ORDER BY seq LIMIT \(limit + 1)
+                ) AS page
+                UNION ALL
+                SELECT '', '', 0, false, NULL, NULL, coalesce(max(seq), 0), NULL, true FROM records WHERE user_id = \(userID)
                 """,
                 logger: logger
-            ).decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64).self) {
+            ).decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64, Int64?, Bool).self) {
+                if isHead {
+                    head = seq
+                    continue
+                }
                 rows.append(
                     (
                         StoredRecord(
@@ -413,19 +459,21 @@ public final class PostgresSyncStorage: SyncStorage {
                             version: version,
                             deleted: deleted,
                             naturalKey: naturalKey,
-                            data: data.map { Data($0.readableBytesView) }
+                            data: data.map { Data($0.readableBytesView) },
+                            changedAt: changedAt
                         ),
                         seq
                     )
                 )
             }
-            return rows
+            return (rows, head)
         }
-        let page = rows.prefix(limit)
+        let page = rows.sorted { $0.1 < $1.1 }.prefix(limit)  // a union's rows come in no promised order
+        let hasMore = rows.count > limit
         return PullPage(
             records: page.map(\.0),
-            cursor: cursors.encode(position: page.last?.1 ?? after, userID: userID),
-            hasMore: rows.count > limit
+            cursor: cursors.encode(position: hasMore ? page.last!.1 : max(after, head), userID: userID),
+            hasMore: hasMore
         )
     }
 

@@ -11,7 +11,7 @@ import GRDB
 /// these positions cannot skip a change that commits late.
 public final class SQLiteSyncStorage: SyncStorage {
     /// Rows per multi-row statement: a whole batch, so each step of a push is one statement.
-    /// Padded to 1,024 rows of 7 values that is 7,168 variables, well under SQLite's limit of 32,766.
+    /// Padded to 1,024 rows of 10 values that is 10,240 variables, well under SQLite's limit of 32,766.
     private static let rowsPerStatement = ProtocolLimits.maxMutationsPerPush
 
     /// Internal, not private: tests read the connections' settings through it.
@@ -125,6 +125,18 @@ public final class SQLiteSyncStorage: SyncStorage {
                     """
             )
         }
+        migrator.registerMigration("v3") { db in
+            // When each record's last change was made, for conflict policies (a delete's time
+            // included), and which client's mutation wrote it, so a pull can leave a client's
+            // own answered writes out. Rows written before have neither, and are always sent.
+            try db.execute(
+                sql: """
+                    ALTER TABLE records ADD COLUMN changed_at INTEGER;
+                    ALTER TABLE records ADD COLUMN written_by TEXT;
+                    ALTER TABLE records ADD COLUMN written_mutation INTEGER;
+                    """
+            )
+        }
         return migrator
     }
 
@@ -134,7 +146,8 @@ public final class SQLiteSyncStorage: SyncStorage {
             do {
                 return try await writer.write { db in
                     try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                        try Self.apply(mutations, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db).response
+                        try Self.apply(mutations, clientID: clientID, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db)
+                            .response
                     }
                 }
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
@@ -142,7 +155,14 @@ public final class SQLiteSyncStorage: SyncStorage {
                 // (rolled back whole) still gets one result per mutation instead of a 500.
                 return try await writer.write { db in
                     try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                        try Self.applyOneByOne(mutations, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db)
+                        try Self.applyOneByOne(
+                            mutations,
+                            clientID: clientID,
+                            lastMutationID: lastMutationID,
+                            replays: replays,
+                            userID: userID,
+                            db: db
+                        )
                     }
                 }
             }
@@ -195,13 +215,20 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// Loads what a batch touches, decides every result and writes the records.
     private static func apply(
         _ mutations: [IncomingMutation],
+        clientID: String,
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
         userID: String,
         db: Database
     ) throws -> BatchPlanner.BatchPlan {
         let loaded = try load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db)
-        var planner = BatchPlanner(lastMutationID: lastMutationID, replays: replays, loaded: loaded)
+        var planner = BatchPlanner(
+            clientID: clientID,
+            lastMutationID: lastMutationID,
+            replays: replays,
+            loaded: loaded,
+            now: Int64((Date().timeIntervalSince1970 * 1000).rounded())
+        )
         let plan = planner.plan(mutations)
         try write(plan, userID: userID, db: db)
         return plan
@@ -211,6 +238,7 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// is `rejected` with the database's reason, and the others are applied as usual.
     private static func applyOneByOne(
         _ mutations: [IncomingMutation],
+        clientID: String,
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
         userID: String,
@@ -223,7 +251,7 @@ public final class SQLiteSyncStorage: SyncStorage {
             let result: PushResult
             do {
                 result = try inSavepoint(db) {
-                    try apply([incoming], lastMutationID: last, replays: replays, userID: userID, db: db).response.results[0]
+                    try apply([incoming], clientID: clientID, lastMutationID: last, replays: replays, userID: userID, db: db).response.results[0]
                 }
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                 result = PushResult(
@@ -240,23 +268,35 @@ public final class SQLiteSyncStorage: SyncStorage {
         return PushResponse(lastMutationID: last, results: results)
     }
 
-    /// Reads up to `limit` records changed after `cursor` in one read transaction. Throws `ProtocolViolation`
-    /// (`invalid_cursor`) for a cursor this database did not issue for `userID`.
-    public func pull(userID: String, cursor: String?, limit: Int) async throws -> PullPage {
+    /// Reads up to `limit` records changed after `cursor` in one read transaction, leaving out
+    /// `ownWrites`. Throws `ProtocolViolation` (`invalid_cursor`) for a cursor this database did
+    /// not issue for `userID`.
+    public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
         let (records, lastPosition, hasMore) = try await mapErrors {
             try await writer.read { db in
+                // `IS NOT 1` keeps rows without a writer (written before the column existed), and
+                // every row when the pull names no client (the comparison is then NULL).
                 let rows = try Row.fetchAll(
                     db.cachedStatement(
                         sql: """
-                            SELECT entity, entity_id, version, deleted, natural_key, data, seq FROM records
-                            WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?
+                            SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at FROM records
+                            WHERE user_id = ? AND seq > ? AND (written_by = ? AND written_mutation <= ?) IS NOT 1
+                            ORDER BY seq LIMIT ?
                             """
                     ),
-                    arguments: [userID, after, limit + 1]
+                    arguments: [userID, after, ownWrites?.clientID, ownWrites?.answeredThrough ?? 0, limit + 1]
                 )
                 let page = rows.prefix(limit)
-                return (page.map(Self.record(from:)), page.last.map { $0[6] as Int64 } ?? after, rows.count > limit)
+                if rows.count > limit { return (page.map(Self.record(from:)), page.last![6] as Int64, true) }
+                // The last page: the cursor moves past every change this snapshot holds, the
+                // ones left out included, so the next pull does not read them again. One read
+                // transaction, one writer at a time: no change below the head commits later.
+                let head = try Int64.fetchOne(
+                    db.cachedStatement(sql: "SELECT max(seq) FROM records WHERE user_id = ?"),
+                    arguments: [userID]
+                )
+                return (page.map(Self.record(from:)), max(after, head ?? 0), false)
             }
         }
         return PullPage(records: records, cursor: cursors.encode(position: lastPosition, userID: userID), hasMore: hasMore)
@@ -297,7 +337,7 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// Loads, in a few queries, every record a batch names by identity and every live holder of its natural keys.
     private static func load(_ lookups: BatchPlanner.Lookups, userID: String, db: Database) throws -> [StoredRecord] {
         var found: [RecordKey: StoredRecord] = [:]
-        let columns = "r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data"
+        let columns = "r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.seq, r.changed_at"
         for chunk in Array(lookups.keys).chunked(rowsPerStatement) {
             let rows = ValuesList(rows: chunk.count, columns: 2)
             let statement = try db.cachedStatement(
@@ -352,33 +392,46 @@ public final class SQLiteSyncStorage: SyncStorage {
         else { throw StorageError.corrupt("change_sequence is empty") }
         var position = end - Int64(plan.writes.count)
         for chunk in plan.writes.chunked(rowsPerStatement) {
-            let rows = ValuesList(rows: chunk.count, columns: 7)
+            let rows = ValuesList(rows: chunk.count, columns: 10)
             // `WHERE` ends the SELECT before `ON CONFLICT` (SQLite's rule for an upsert from a
             // SELECT); it also drops the padding rows.
             let statement = try db.cachedStatement(
                 sql: """
-                    INSERT INTO records (user_id, entity, entity_id, version, deleted, natural_key, data, seq)
+                    INSERT INTO records
+                        (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation)
                     SELECT ?, * FROM (VALUES \(rows.sql)) WHERE column1 IS NOT NULL
                     ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
                         version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
-                        data = excluded.data, seq = excluded.seq
+                        data = excluded.data, seq = excluded.seq, changed_at = excluded.changed_at,
+                        written_by = excluded.written_by, written_mutation = excluded.written_mutation
                     """
             )
             var values: [(any DatabaseValueConvertible)?] = []
-            values.reserveCapacity(chunk.count * 7)
+            values.reserveCapacity(chunk.count * 10)
             for record in chunk {
                 position += 1
-                values += [record.entity, record.entityID, record.version, record.deleted, record.naturalKey, record.data, position]
+                values += [
+                    record.entity, record.entityID, record.version, record.deleted, record.naturalKey, record.data, position,
+                    record.changedAt, record.writtenBy, record.writtenMutation,
+                ]
             }
             try statement.execute(arguments: [userID] + rows.arguments(values))
         }
     }
 
-    /// A record from a row whose first columns are entity, entity_id, version, deleted,
-    /// natural_key, data, read by position: GRDB matches names case-insensitively, which costs
-    /// more than the rest of reading a row.
+    /// A record from a row whose columns are entity, entity_id, version, deleted, natural_key,
+    /// data, seq, changed_at, read by position: GRDB matches names case-insensitively, which
+    /// costs more than the rest of reading a row.
     private static func record(from row: Row) -> StoredRecord {
-        StoredRecord(entity: row[0], entityID: row[1], version: row[2], deleted: row[3], naturalKey: row[4], data: row[5])
+        StoredRecord(
+            entity: row[0],
+            entityID: row[1],
+            version: row[2],
+            deleted: row[3],
+            naturalKey: row[4],
+            data: row[5],
+            changedAt: row[7]
+        )
     }
 
     /// Turns SQLite failures a client should retry (busy, I/O, full disk, closed) into `StorageError.unavailable`.
