@@ -97,6 +97,39 @@ struct ClientCommandTests {
         }
     }
 
+    @Test("ferry client dead-letters lists what was set aside with why, --retry queues it again, --discard drops it")
+    func deadLetters() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")
+        try await TestServer.run { server in
+            let scratch = TestDirectory.make("cli-dead")
+            let base = ["--store", scratch.appendingPathComponent("store").path, "--user", "alice"]
+            let sync = ["client", "sync"] + base + ["--server", server.baseURL, "--token", try await TestServer.token(for: "alice")]
+            // A record over the protocol's 256 KiB, which `ferry client` refuses to write: written
+            // as an app would, straight into the store, where capture queues it.
+            #expect(try await Self.ferry(["client", "add"] + base + ["--entity", "docs", "--id", "d-0", "--data", "{}"]).status == 0)
+            let file = try StoreLocation.path(forUser: "alice", in: scratch.appendingPathComponent("store"))
+            let database = try DatabaseQueue(path: file.path)
+            try await database.write { db in
+                try db.execute(sql: "INSERT INTO records (entity, id, data) VALUES ('docs', 'd-1', json_object('text', printf('%.*c', 300000, 'x')))")
+            }
+            try database.close()
+            _ = try await Self.ferry(sync)
+            var run = try await Self.ferry(["client", "dead-letters"] + base)
+            #expect(run.status == 0)
+            #expect(run.output.contains("upsert docs/d-1") && run.output.contains("256"), "\(run.output)")
+            run = try await Self.ferry(["client", "dead-letters"] + base + ["--retry", "--discard"])
+            #expect(run.status != 0)
+            #expect(run.error.contains("exclude each other"))
+            run = try await Self.ferry(["client", "dead-letters"] + base + ["--retry"])
+            #expect(run.output.contains("queued 1 dead letters again"), "\(run.output)")
+            _ = try await Self.ferry(sync)  // still too large: set aside again
+            run = try await Self.ferry(["client", "dead-letters"] + base + ["--discard"])
+            #expect(run.output.contains("discarded 1 dead letters"), "\(run.output)")
+            run = try await Self.ferry(["client", "dead-letters"] + base + ["--json"])
+            #expect(run.status == 0 && run.output.isEmpty)
+        }
+    }
+
     @Test("ferry client inspect: words for a stuck store, JSON with --json, and a missing store refused without making one")
     func inspect() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")

@@ -11,7 +11,9 @@ import GRDB
 /// record created and deleted before the server ever saw it is not sent at all.
 ///
 /// Every change it makes belongs to a sync run holding the store's `SyncLease`, and confirms
-/// that lease in the same transaction.
+/// that lease in the same transaction. Changes queued outside a run (the app's writes through
+/// capture, `FerryClient.retryDeadLetters()`) are new entries at the end of the queue, each in
+/// one transaction, which a run's batch in flight never includes: they need no lease.
 struct Outbox: Sendable {
     let store: FerryStore
     let lease: SyncLease

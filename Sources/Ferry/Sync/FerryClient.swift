@@ -389,27 +389,58 @@ public actor FerryClient {
         }
     }
 
-    /// Queues dead-lettered entries again as new entries (new ids: the server has spent the old ones).
-    public func retryDeadLetters() async throws {
-        try await store.database.write { db in
+    /// Queues dead-lettered changes again, as new entries at the end of the queue (new ids:
+    /// the server has spent the old ones). A dead letter that a later change of its record
+    /// already supersedes (queued or in flight) is dropped instead: sent after that change, it
+    /// would put older data over newer. Returns how many were queued again.
+    ///
+    /// A local change like the app's own writes, in one transaction: safe while this client or
+    /// another process on the store syncs, so it takes no sync lease. A run in progress sends
+    /// the queued changes if its queue reaches them, else the next run does.
+    @discardableResult
+    public func retryDeadLetters() async throws -> Int {
+        let dead = OutboxState.deadLettered.rawValue
+        let queued = try await store.database.write { db in
+            try db.execute(
+                sql: """
+                    DELETE FROM ferry_outbox AS d WHERE d.state = ? AND EXISTS (
+                        SELECT 1 FROM ferry_outbox AS later WHERE later.entity = d.entity AND later.entity_id = d.entity_id
+                        AND later.id > d.id AND later.\(OutboxState.queuedCondition))
+                    """,
+                arguments: [dead]
+            )
             try db.execute(
                 sql: """
                     INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at)
                     SELECT entity, entity_id, op, data, natural_key, queued_at FROM ferry_outbox WHERE state = ? ORDER BY id
                     """,
-                arguments: [OutboxState.deadLettered.rawValue]
+                arguments: [dead]
             )
-            try db.execute(sql: "DELETE FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue])
+            let queued = db.changesCount
+            try db.execute(sql: "DELETE FROM ferry_outbox WHERE state = ?", arguments: [dead])
+            return queued
         }
+        await journal.record(
+            JournalEvent(kind: "deadLetters.retried", message: "\(queued) dead-lettered changes queued again", details: ["count": "\(queued)"])
+        )
         await refreshCounts()
+        return queued
     }
 
     /// Deletes every dead-lettered entry: its change is never sent, and the local rows are not rolled back, so they may
     /// differ from the server's until they change again.
-    public func discardDeadLetters() async throws {
-        try await store.database.write { db in
+    /// A local change in one transaction, like ``retryDeadLetters()``: safe beside a sync. Returns how many were discarded.
+    @discardableResult
+    public func discardDeadLetters() async throws -> Int {
+        let discarded = try await store.database.write { db in
+            let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM ferry_outbox WHERE state = \(OutboxState.deadLettered.rawValue)") ?? 0
             try Outbox.remove(where: "state = \(OutboxState.deadLettered.rawValue)", db: db)
+            return count
         }
+        await journal.record(
+            JournalEvent(kind: "deadLetters.discarded", message: "\(discarded) dead-lettered changes discarded", details: ["count": "\(discarded)"])
+        )
         await refreshCounts()
+        return discarded
     }
 }

@@ -13,6 +13,7 @@ struct ClientCommand: AsyncParsableCommand {
         subcommands: [
             ClientAddCommand.self, ClientDeleteCommand.self, ClientImportCommand.self, ClientSyncCommand.self,
             ClientStatusCommand.self, ClientInspectQueueCommand.self, ClientListCommand.self, ClientJournalCommand.self,
+            ClientDeadLettersCommand.self,
         ]
     )
 }
