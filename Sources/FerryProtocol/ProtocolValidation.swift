@@ -104,7 +104,9 @@ extension Mutation {
     package func rejectionReason(encodedDataBytes: Int? = nil) -> String? {
         if let problem = ProtocolValidation.entityProblem(entity) { return problem }
         if let problem = ProtocolValidation.entityIDProblem(entityID) { return problem }
-        if let changedAt, changedAt < 0 { return "changedAt must be milliseconds since 1970, 0 or more, got \(changedAt)" }
+        if let changedAt, !(0...ProtocolLimits.maxMutationID).contains(changedAt) {
+            return "changedAt must be milliseconds since 1970, 0 to 2^53-1, got \(changedAt)"
+        }
         switch op {
         case .upsert:
             guard let data else { return "data is required for an upsert" }

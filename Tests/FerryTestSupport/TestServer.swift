@@ -172,17 +172,17 @@ extension ServerEndpoint {
         return try reply.decode(PushResponse.self)
     }
 
-    /// A pull; `ownWrites` asks the server to leave out that client's writes up to that id.
+    /// A pull; `ownWrites` asks the server to leave out that client's writes with the ids `answered` names (`3-5500,5502`).
     public func pull(
         token: String,
         cursor: String? = nil,
         limit: Int? = nil,
-        ownWrites: (clientID: String, answeredThrough: Int64)? = nil
+        ownWrites: (clientID: String, answered: String)? = nil
     ) async throws -> Reply {
         var query: [String] = []
         if let cursor { query.append("cursor=\(cursor)") }
         if let limit { query.append("limit=\(limit)") }
-        if let ownWrites { query.append("answeredThrough=\(ownWrites.answeredThrough)") }
+        if let ownWrites { query.append("answered=\(ownWrites.answered)") }
         return try await send(
             .GET,
             "/v1/pull" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")),
@@ -195,7 +195,7 @@ extension ServerEndpoint {
         token: String,
         cursor: String? = nil,
         limit: Int? = nil,
-        ownWrites: (clientID: String, answeredThrough: Int64)? = nil
+        ownWrites: (clientID: String, answered: String)? = nil
     ) async throws -> PullResponse {
         let reply = try await pull(token: token, cursor: cursor, limit: limit, ownWrites: ownWrites)
         guard reply.status == 200 else {

@@ -1,5 +1,6 @@
 import FerryProtocol
 import FerryTestSupport
+import FerryTesting
 import Foundation
 import GRDB
 import Testing
@@ -208,6 +209,31 @@ struct ConflictCaseTests {
             }
             #expect(await phoneClient.status.pending == 0)
             #expect(await watchClient.status.pending == 0)
+        }
+    }
+
+    @Test("a change sent again after its request failed still carries its last edit's time, not its first's")
+    func resendKeepsTheLastEditsTime() async throws {
+        try await TestServer.run { server in
+            let phone = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let now = Date().timeIntervalSince1970
+            try await phone.database.write { db in
+                try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n', 'first')")
+                try db.execute(sql: "UPDATE ferry_outbox SET queued_at = ?", arguments: [now - 60])
+                try db.execute(sql: "UPDATE notes SET body = 'second' WHERE id = 'n'")
+                try db.execute(sql: "UPDATE ferry_outbox SET queued_at = ? WHERE queued_at > ?", arguments: [now, now - 30])
+            }
+            let transport = FaultInjectingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!), faults: .none)
+            transport.inject(.reset, intoNext: "/v1/push")  // the first send never reaches the server: sent again
+            try await ClientFixture.client(store: phone, server: server, transport: transport).sync()
+
+            let token = try await TestServer.token(for: "alice")
+            let answer = try await server.pushOK(
+                PushRequest(clientID: "watch", mutations: [.upsert(id: 1, entity: "notes", entityID: "n", data: [:], baseVersion: 0)]),
+                token: token
+            )
+            #expect(answer.results.first?.status == .conflict)
+            #expect(answer.results.first?.current?.changedAt == Int64((now * 1000).rounded()), "the second edit's time")
         }
     }
 }

@@ -179,4 +179,26 @@ struct CopiedStoreTests {
             #expect(try await Self.rows(of: restored)["r"] == 9)
         }
     }
+
+    /// The copy's first id is above the original's, so nothing tells it the id is shared: the
+    /// original's edit under that id must still reach the copy (a pull names the copy's own
+    /// answered ids one by one, never a ceiling the original's ids fall under).
+    @Test("a copy whose ids pass the original's unnoticed still pulls the original's writes under the shared client id")
+    func copyStillPullsTheOriginal() async throws {
+        try await TestServer.run { server in
+            let original = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await Self.insert(["x"], into: original)
+            try await ClientFixture.client(store: original, server: server).sync()
+            let copy = try ClientFixture.openStore(at: try Self.copy(of: original))
+
+            try await original.database.write { db in try db.execute(sql: "UPDATE events SET value = 2 WHERE id = 'x'") }
+            try await ClientFixture.client(store: original, server: server).sync()
+            // Two edits the copy coalesces into one mutation, whose id is above the original's last.
+            try await Self.insert(["y"], into: copy)
+            try await copy.database.write { db in try db.execute(sql: "UPDATE events SET value = 3 WHERE id = 'y'") }
+            try await ClientFixture.client(store: copy, server: server).sync()
+
+            #expect(try await Self.rows(of: copy) == ["x": 2, "y": 3], "the original's edit of x reached the copy")
+        }
+    }
 }

@@ -81,6 +81,35 @@ struct SessionTests {
         try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, 1)", arguments: [id]) }
     }
 
+    @Test("an app that follows its auth state awaits each sign-in, switch and sign-out it fed, and hears of one that failed")
+    func awaitFollowedUsers() async throws {
+        try await TestServer.run { server in
+            let directory = TestDirectory.make("follow")
+            let session = Self.session(server: server, directory: directory, clock: TestClock())
+            let (users, auth) = AsyncStream.makeStream(of: String?.self)
+            let following = Task { try await session.follow(users) }
+
+            auth.yield("alice")
+            #expect(try await session.whenFollowed("alice")?.userID == "alice")
+            #expect(await session.engine?.userID == "alice")
+            auth.yield("bob")
+            #expect(try await session.whenFollowed("bob")?.userID == "bob")
+            auth.yield(nil)
+            #expect(try await session.whenFollowed(nil) == nil)
+            #expect(await session.engine == nil)
+
+            // Carol's store cannot be opened (a directory stands where its file goes).
+            try FileManager.default.createDirectory(at: try StoreLocation.path(forUser: "carol", in: directory), withIntermediateDirectories: true)
+            auth.yield("carol")
+            await #expect(throws: (any Error).self) { try await session.whenFollowed("carol") }
+            auth.yield("alice")
+            #expect(try await session.whenFollowed("alice")?.userID == "alice", "the next value is still followed")
+            auth.finish()
+            try await following.value
+            try await session.signOut()
+        }
+    }
+
     @Test("nothing runs before sign-in; sign-in starts processing, and local writes trigger runs by themselves")
     func signInStartsProcessing() async throws {
         try await TestServer.run { server in

@@ -100,6 +100,46 @@ struct UploadTests {
         }
     }
 
+    @Test("changes written during an upload grow its total as they come: every status is distinct, counts the queue exactly, and never shows 100% while changes wait")
+    func totalGrowsDuringUpload() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                for index in 0..<1000 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index]) }
+            }
+            // At the third push the app writes 500 more.
+            let transport = HookedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { pushes in
+                guard pushes == 3 else { return }
+                try await store.database.write { db in
+                    for index in 1000..<1500 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index]) }
+                }
+            }
+            var configuration = SyncConfiguration()
+            configuration.batchSize = 100
+            let client = ClientFixture.client(store: store, server: server, transport: transport, configuration: configuration)
+            let updates = await client.statusUpdates()
+            let observed = Task {
+                var statuses: [SyncStatus] = []
+                for await status in updates {
+                    statuses.append(status)
+                    if case .idle = status.phase, status.lastSyncedAt != nil { break }
+                }
+                return statuses
+            }
+            let report = try await client.sync()
+            let statuses = await observed.value
+            #expect(report.upload.acknowledged == 1500)
+            #expect(zip(statuses, statuses.dropFirst()).allSatisfy { $0 != $1 }, "no status repeats")
+            let uploading = statuses.compactMap { status -> (done: Int, total: Int, pending: Int)? in
+                guard case .uploading(let done, let total) = status.phase else { return nil }
+                return (done, total, status.pending)
+            }
+            #expect(uploading.last.map { $0.done == 1500 && $0.total == 1500 } == true, "\(uploading.suffix(3))")
+            #expect(uploading.allSatisfy { $0.done < $0.total || $0.pending == 0 }, "100% only with nothing waiting: \(uploading)")
+            #expect(zip(uploading, uploading.dropFirst()).allSatisfy { $0.total <= $1.total && $0.done <= $1.done })
+        }
+    }
+
     @Test("sizes out of the protocol's range are taken within it: a batch size of 0 still uploads, a page size of 5,000 still pulls")
     func sizesWithinTheProtocol() async throws {
         try await TestServer.run { server in
@@ -364,5 +404,30 @@ struct UploadTests {
             #expect(remote.count == 1200)
             #expect(remote.values.allSatisfy { $0.version == 1 }, "a resent mutation was applied twice")
         }
+    }
+}
+
+/// Calls `hook` with the count of pushes so far before each push goes out.
+final class HookedTransport: SyncTransport, @unchecked Sendable {
+    // @unchecked: `pushes` is only touched under `lock`.
+    private let base: any SyncTransport
+    private let hook: @Sendable (Int) async throws -> Void
+    private let lock = NSLock()
+    private var pushes = 0
+
+    init(_ base: any SyncTransport, hook: @escaping @Sendable (Int) async throws -> Void) {
+        self.base = base
+        self.hook = hook
+    }
+
+    func send(_ request: TransportRequest) async throws -> TransportResponse {
+        if request.path == "/v1/push" {
+            let count = lock.withLock {
+                pushes += 1
+                return pushes
+            }
+            try await hook(count)
+        }
+        return try await base.send(request)
     }
 }

@@ -33,6 +33,11 @@ final class Broadcast<Element: Sendable>: @unchecked Sendable {
         subscribe(bufferingPolicy: .unbounded) { self.latest }
     }
 
+    /// Every value sent from now on, after the latest one sent, or `fallback` before the first.
+    func subscribeFromLatest(orFirst fallback: Element) -> AsyncStream<Element> {
+        subscribe(bufferingPolicy: .unbounded) { self.latest ?? fallback }
+    }
+
     /// A new subscriber's stream, starting with `first()`, which is read and yielded under the
     /// lock, so a `send` at the same moment can neither overtake it nor be missed.
     private func subscribe(

@@ -52,7 +52,7 @@ struct Outbox: Sendable {
             var rows = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, queued_at FROM ferry_outbox
+                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, coalesce(changed_at, queued_at) FROM ferry_outbox
                     WHERE state = ? ORDER BY id LIMIT ?
                     """,
                 arguments: [OutboxState.pending.rawValue, limit]
@@ -142,11 +142,12 @@ struct Outbox: Sendable {
             batch.mutations.sort { $0.id < $1.id }
             // The entry that stands for coalesced edits keeps the time the first of them was
             // queued: how long a change has waited is counted from the first edit (and stays
-            // untimed if one of them was queued by a version that recorded no time).
+            // untimed if one of them was queued by a version that recorded no time). The time the
+            // change was made stays its own, the last edit's, for every resend (`changedAt`).
             for (kept, folded) in coalesced {
                 try db.cachedStatement(
                     sql: """
-                        UPDATE ferry_outbox SET queued_at = (
+                        UPDATE ferry_outbox SET changed_at = coalesce(changed_at, queued_at), queued_at = (
                             SELECT CASE WHEN COUNT(*) = COUNT(queued_at) THEN MIN(queued_at) END
                             FROM ferry_outbox WHERE id = ?1 OR id IN (SELECT value FROM json_each(?2)))
                         WHERE id = ?1
@@ -250,6 +251,7 @@ struct Outbox: Sendable {
                 anotherHolder = Self.anotherHolderEvidence(mutation, result, firstSent: batch.firstSent.contains(mutation.id))
             }
             var notOurs: [Int64] = []
+            var written: [Int64] = []  // mutations this answer says wrote a record
             var absorbed: [RecordRef] = []
             var children = ForeignKeyChildren()
             var finished: [Int64] = []
@@ -288,6 +290,7 @@ struct Outbox: Sendable {
                     }
                     switch result.status {
                     case .applied, .merged, .duplicate:
+                        if result.status != .duplicate { written.append(mutation.id) }
                         if let version = result.version {
                             versions.set(version, of: RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID))
                         }
@@ -344,13 +347,15 @@ struct Outbox: Sendable {
                 }
             if let reason {
                 let clientID = ClientIdentity.newClientID()
-                try db.execute(sql: "UPDATE ferry_meta SET client_id = ?, highest_sent = 0, answered_through = 0", arguments: [clientID])
+                try db.execute(sql: "UPDATE ferry_meta SET client_id = ?, highest_sent = 0", arguments: [clientID])
+                try db.execute(sql: "DELETE FROM ferry_answered")
                 outcome.newClientID = (meta?[0] ?? batch.clientID, clientID, reason)
-            } else if underCurrentID, let answered = batch.mutations.map(\.id).max() {
-                // Every result of the batch is applied (a reused id would have renewed the client
-                // id): the server may leave these writes out of pulls (`Puller`).
-                try db.cachedStatement(sql: "UPDATE ferry_meta SET answered_through = max(answered_through, ?)")
-                    .execute(arguments: [answered])
+            } else if underCurrentID, !written.isEmpty {
+                // Writes of this store's own, answered: the next pull names them, and the server
+                // leaves them out (`Puller`). Only these ids, never a ceiling: a copy of this
+                // store elsewhere may write under the same client id with ids in between.
+                try db.cachedStatement(sql: "INSERT OR IGNORE INTO ferry_answered (id) SELECT value FROM json_each(?)")
+                    .execute(arguments: [Self.idList(written)])
             }
             return outcome
         }
@@ -561,7 +566,10 @@ struct Outbox: Sendable {
         var writer = RecordWriter(store: store)
         let record = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
         if let newest = later.newest(of: record, after: mutation.id),
-            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT op, data, queued_at FROM ferry_outbox WHERE id = ?"), arguments: [newest])
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT op, data, coalesce(changed_at, queued_at) FROM ferry_outbox WHERE id = ?"),
+                arguments: [newest]
+            )
         {
             let op = MutationOp(rawValue: row[0]) ?? .upsert
             local = try OutgoingMutation(id: newest, entity: mutation.entity, entityID: mutation.entityID, op: op, dataText: row[1]).data()

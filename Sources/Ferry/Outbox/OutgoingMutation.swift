@@ -50,9 +50,11 @@ struct OutgoingMutation: Sendable {
         return mutation.rejectionReason(encodedDataBytes: textBytes <= ProtocolLimits.maxDataBytes / 8 ? textBytes : nil)
     }
 
-    /// A time of `ferry_outbox.queued_at` (seconds since 1970) in milliseconds.
-    static func milliseconds(_ queuedAt: Double?) -> Int64? {
-        queuedAt.map { Int64(($0 * 1000).rounded()) }
+    /// A time of `ferry_outbox` (seconds since 1970) in milliseconds, within what the protocol
+    /// carries: a clock set before 1970 must not make a change unsendable.
+    static func milliseconds(_ seconds: Double?) -> Int64? {
+        guard let seconds, seconds.isFinite else { return nil }
+        return Int64(min(max(0, (seconds * 1000).rounded()), Double(ProtocolLimits.maxMutationID)))
     }
 
     /// The data decoded, for a conflict policy to look at.

@@ -12,6 +12,7 @@ public struct SchedulerConfiguration: Sendable {
     /// The least time from the end of one run to the start of the next. It delays runs, never drops them.
     public var minimumInterval: Duration = .seconds(2)
     /// Run periodically while the app is active, at least a second apart; `nil` (the default) for never.
+    /// The timer starts with `SyncScheduler.setActive(true)` (a session calls it for each user it signs in).
     public var periodicInterval: Duration?
     /// Trigger fates kept in `SyncScheduler.history`; older ones are dropped first.
     public var historyCapacity = 1_000
@@ -300,11 +301,6 @@ public actor SyncScheduler {
         let until = Date().addingTimeInterval(max(0, (due - now).seconds))
         if let afterInterval, afterInterval > pending.due { return .waitingForMinimumInterval(triggers: pending.triggers.count, until: until) }
         return .settling(triggers: pending.triggers.count, until: until)
-    }
-
-    /// Starts periodic runs if configured.
-    public func startPeriodic() {
-        schedulePeriodic()
     }
 
     // MARK: - Deciding

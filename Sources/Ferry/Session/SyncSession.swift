@@ -73,6 +73,8 @@ public actor SyncSession {
     /// The latest sign-in or sign-out; the next one waits for it (`oneAtATime`).
     private(set) var lastTransition: Task<Void, any Error>?
     private let engineObservers = Broadcast<Engine?>()
+    /// What `follow(_:)` did with each value: the user it followed, and the error if that failed.
+    private let followed = Broadcast<FollowOutcome>()
     /// The status of whoever is signed in, the latest kept (`signedOut` while nobody is).
     private let statusObservers = Broadcast<SyncStatus>()
     /// Carries the signed-in user's client status to the session's observers.
@@ -246,11 +248,26 @@ public actor SyncSession {
         for try await user in users {
             do {
                 if let user { try await signIn(user) } else { try await signOut() }
+                followed.send(FollowOutcome(userID: user, error: nil))
             } catch let error where !(error is CancellationError) {
                 // The app must hear of it (a store that cannot be opened), and the next value is still followed.
                 logger.warning("could not follow the signed-in user", metadata: ["user": "\(user ?? "nobody")", "error": "\(error)"])
+                followed.send(FollowOutcome(userID: user, error: error))
             }
         }
+    }
+
+    /// Waits until `userID` is signed in (`nil`: until nobody is), as a `follow(_:)` the app fed
+    /// it to does it, and returns the engine (`nil` once signed out). Throws the error that
+    /// following `userID` failed with, or `CancellationError` if cancelled first. An app that
+    /// follows its auth state calls this after a sign-in to wait for Ferry to be ready for it.
+    @discardableResult
+    public func whenFollowed(_ userID: String?) async throws -> Engine? {
+        for await outcome in followed.subscribeFromLatest(orFirst: FollowOutcome(userID: engine?.userID, error: nil)) {
+            if engine?.userID == userID { return engine }
+            if outcome.userID == userID, let error = outcome.error { throw error }
+        }
+        throw CancellationError()
     }
 
     /// Starts the engine for `userID`, after stopping another user's, and returns once it runs:
@@ -370,6 +387,12 @@ public actor SyncSession {
     public func trigger(_ trigger: SyncTrigger, kind: SyncKind? = nil) async {
         await engine?.scheduler.trigger(trigger, kind: kind)
     }
+}
+
+/// What `SyncSession.follow(_:)` did with one value.
+private struct FollowOutcome: Sendable {
+    var userID: String?
+    var error: (any Error)?
 }
 
 extension SyncScheduler.Event {

@@ -265,9 +265,17 @@ public final class FerryStore: Sendable {
             )
         }
         migrator.registerMigration("ferry-v10") { db in
-            // The highest mutation id whose answer this store applied under its client id: pulls
-            // send it, and the server leaves those writes out, since this store holds them already.
-            try db.execute(sql: "ALTER TABLE ferry_meta ADD COLUMN answered_through INTEGER NOT NULL DEFAULT 0")
+            // The mutation ids whose answers this store applied under its client id since its
+            // last pull: the next pull names them, and the server leaves those writes out, since
+            // this store holds them already (`Puller`). When an entry's change was made
+            // (`changed_at`): an entry standing for coalesced edits keeps the last edit's time,
+            // while `queued_at` keeps the first's, for how long the change has waited.
+            try db.execute(
+                sql: """
+                    CREATE TABLE ferry_answered (id INTEGER PRIMARY KEY);
+                    ALTER TABLE ferry_outbox ADD COLUMN changed_at REAL;
+                    """
+            )
         }
         return migrator
     }

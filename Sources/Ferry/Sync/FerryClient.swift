@@ -306,7 +306,8 @@ public actor FerryClient {
                 lease: lease,
                 connection: connection,
                 status: statusCenter,
-                pageSize: configuration.pullPageSize
+                pageSize: configuration.pullPageSize,
+                fromScratch: full
             )
             .pullUntilCaughtUp()
         } catch let error where error is CancellationError || Task.isCancelled {

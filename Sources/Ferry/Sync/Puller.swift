@@ -15,15 +15,44 @@ struct Puller: Sendable {
     let connection: SyncConnection
     let status: StatusCenter
     let pageSize: Int
+    /// A pull from scratch that brings every record, this store's own writes too.
+    var fromScratch = false
+
+    /// `ids` (ascending) as the protocol's `answered`: `3-5500,5502`, at most
+    /// `maxAnsweredRanges` ranges (the ones after are sent back: more traffic, nothing lost).
+    static func ranges(_ ids: [Int64]) -> String {
+        var ranges: [ClosedRange<Int64>] = []
+        for id in ids {
+            if let last = ranges.last, last.upperBound + 1 == id {
+                ranges[ranges.count - 1] = last.lowerBound...id
+            } else {
+                guard ranges.count < maxAnsweredRanges else { break }
+                ranges.append(id...id)
+            }
+        }
+        return ranges.map { $0.count == 1 ? "\($0.lowerBound)" : "\($0.lowerBound)-\($0.upperBound)" }.joined(separator: ",")
+    }
+
+    /// At most this many ranges in a pull's `answered` (the protocol's limit is 1,000; a few
+    /// hundred keep the request line a few kilobytes).
+    static let maxAnsweredRanges = 300
 
     func pullUntilCaughtUp() async throws -> PullSummary {
         var summary = PullSummary()
-        let meta = try await store.database.read { db in try Row.fetchOne(db, sql: "SELECT cursor, answered_through FROM ferry_meta") }
-        var cursor: String? = meta?["cursor"]
-        // This store's own writes the server answered are not sent back (PROTOCOL.md, "A
-        // client's own writes"): the store holds them. Read once: only this sync's own push
-        // raises it, and a lower bound leaves fewer out, never one too many.
-        let answeredThrough: Int64 = meta?["answered_through"] ?? 0
+        // This store's own writes the server answered do not come back (PROTOCOL.md, "A
+        // client's own writes"): the pull names them, under the client id they were answered
+        // to, read with them (another process on the store may have taken a new one). A pull
+        // from scratch names none: it brings everything.
+        let (savedCursor, clientID, answered) = try await store.database.read { db in
+            (
+                try String.fetchOne(db, sql: "SELECT cursor FROM ferry_meta"),
+                try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta"),
+                try Int64.fetchAll(db, sql: "SELECT id FROM ferry_answered ORDER BY id")
+            )
+        }
+        var cursor = savedCursor
+        if let clientID { store.identity.clientID = clientID }
+        let ranges = fromScratch ? "" : Self.ranges(answered)
         // While one page is written locally, the next is fetched and decoded, so the network,
         // the server and the local database work at the same time. Pages are still written
         // one at a time and in order, each in one transaction with its own cursor.
@@ -31,7 +60,7 @@ struct Puller: Sendable {
         var journaled = 0
         do {
             while true {
-                let fetched = try await fetchPage(after: cursor, answeredThrough: answeredThrough)
+                let fetched = try await fetchPage(after: cursor, answered: ranges)
                 summary.requests += 1
                 if let written = try await writing?.value { await count(written, into: &summary) }
                 writing = nil
@@ -55,6 +84,10 @@ struct Puller: Sendable {
                 cursor = page.cursor
             }
             if let written = try await writing?.value { await count(written, into: &summary) }
+            if let last = answered.last {
+                // Caught up: the cursor is past every write named, so they are named no more.
+                try await store.database.write { db in try db.execute(sql: "DELETE FROM ferry_answered WHERE id <= ?", arguments: [last]) }
+            }
             let retried = try await retrySetAside()
             summary.applied += retried.applied
             summary.setAside = retried.refused.count
@@ -71,8 +104,9 @@ struct Puller: Sendable {
     }
 
     /// One page after `cursor`; `nil` when the server refuses the cursor as unknown.
-    private func fetchPage(after cursor: String?, answeredThrough: Int64) async throws -> PullResponse? {
-        var path = "/v1/pull?limit=\(pageSize)&answeredThrough=\(answeredThrough)"
+    private func fetchPage(after cursor: String?, answered: String) async throws -> PullResponse? {
+        var path = "/v1/pull?limit=\(pageSize)"
+        if !answered.isEmpty { path += "&answered=\(answered)" }
         if let cursor { path += "&cursor=\(cursor.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? cursor)" }
         let response = try await connection.send(TransportRequest(method: "GET", path: path))
         guard response.status == 200 else {

@@ -22,7 +22,7 @@ struct Uploader: Sendable {
         var summary = UploadSummary()
         var batchSize = maximumBatchSize
         let commits = outbox.store.outboxCommits.count
-        let total = try await Outbox.counts(in: outbox.store).pending
+        var total = try await Outbox.counts(in: outbox.store).pending
         await status.update(asOfCommit: commits) {
             if total > 0 { $0.phase = .uploading(done: 0, total: total) }  // "Synced 0 of 0" would say nothing true
             $0.pending = total
@@ -75,7 +75,7 @@ struct Uploader: Sendable {
                     try await record(apply(push, to: batch), push: push, into: &summary)
                     current = try await read(limit: batchSize, into: &summary)
                 }
-                await report(summary, total: total, journaledTenth: &journaledTenth)
+                try await report(summary, total: &total, journaledTenth: &journaledTenth)
             case _ where refusedWhole:
                 // Split the batch until the mutation at fault is alone, and dead-letter that one
                 // with the server's reason: one record the server cannot take must not hold
@@ -99,7 +99,7 @@ struct Uploader: Sendable {
                     )
                 }
                 current = try await read(limit: batchSize, into: &summary)
-                await report(summary, total: total, journaledTenth: &journaledTenth)
+                try await report(summary, total: &total, journaledTenth: &journaledTenth)
             default:
                 await returnToQueue(batch, next)
                 throw FerryError.protocolViolation("push answered \(response.status): \(SyncConnection.message(in: response))")
@@ -237,13 +237,18 @@ struct Uploader: Sendable {
         }
     }
 
-    /// Progress from what this drain has done, without counting the queue again.
-    private func report(_ summary: UploadSummary, total: Int, journaledTenth: inout Int) async {
+    /// Progress from what this drain has done and what the queue holds now: changes the app
+    /// queues during the upload grow the total as they come (the upload sends them too), and
+    /// `pending` stays the queue's true count, not an estimate a moment later corrects.
+    private func report(_ summary: UploadSummary, total: inout Int, journaledTenth: inout Int) async throws {
         let done = summary.acknowledged + summary.deadLettered
-        let total = max(total, done)
-        await status.update(asOfCommit: outbox.store.outboxCommits.count) {
-            $0.phase = .uploading(done: done, total: total)
-            $0.pending = total - done
+        let commits = outbox.store.outboxCommits.count
+        let queued = try await Outbox.counts(in: outbox.store).pending
+        total = max(total, done + queued)
+        let phase = SyncStatus.Phase.uploading(done: done, total: total)
+        await status.update(asOfCommit: commits) {
+            $0.phase = phase
+            $0.pending = queued
         }
         await journalProgress(done: done, total: total, journaledTenth: &journaledTenth)
     }

@@ -54,18 +54,16 @@ struct SyncController: Sendable {
         return JSONResponse.make(body: page.responseBody())
     }
 
-    /// The writes a pull leaves out: `answeredThrough` with the `Ferry-Client-ID` header naming
-    /// whose (PROTOCOL.md, "A client's own writes"); `nil` when the pull names none.
+    /// The writes a pull leaves out: `answered` with the `Ferry-Client-ID` header naming whose
+    /// (PROTOCOL.md, "A client's own writes"); `nil` when the pull names none.
     private func ownWrites(_ request: Request) throws -> OwnWrites? {
-        guard let text = request.uri.queryParameters.get("answeredThrough") else { return nil }
-        guard let through = Int64(text), (0...ProtocolLimits.maxMutationID).contains(through) else {
-            throw ProtocolViolation.badRequest("answeredThrough must be a mutation id from 0 to 2^53-1, got '\(text.prefix(40))'")
-        }
+        guard let text = request.uri.queryParameters.get("answered") else { return nil }
+        let answered = try OwnWrites.ranges(text).get()
         guard let clientID = request.headers[.ferryClientID] else {
-            throw ProtocolViolation.badRequest("answeredThrough needs the Ferry-Client-ID header naming the client it speaks for")
+            throw ProtocolViolation.badRequest("answered needs the Ferry-Client-ID header naming the client it speaks for")
         }
         if let problem = ProtocolValidation.clientIDProblem(clientID) { throw ProtocolViolation.badRequest("Ferry-Client-ID: \(problem)") }
-        return OwnWrites(clientID: clientID, answeredThrough: through)
+        return OwnWrites(clientID: clientID, answered: answered)
     }
 
     func metricsText(_ request: Request, context: FerryRequestContext) async throws -> Response {

@@ -15,6 +15,46 @@ public struct PullPage: Sendable {
     /// How many changes the page holds.
     public var count: Int { records.count }
 
+    init(records: [StoredRecord], cursor: String, hasMore: Bool) {
+        self.records = records
+        self.cursor = cursor
+        self.hasMore = hasMore
+    }
+
+    /// Most rows a pull reads for a page of `limit`: a client's own writes are read and left
+    /// out, so a page reads at most this many, whatever is left out.
+    static func scanLimit(_ limit: Int, leavingOut ownWrites: OwnWrites?) -> Int {
+        ownWrites == nil ? limit + 1 : 4 * limit + 1
+    }
+
+    /// The page of `rows` (all rows after `after` in change order, up to `scanLimit`): up to
+    /// `limit` records, leaving out `ownWrites`. The cursor stands after the last row read for
+    /// the page, left out or not, so the next pull does not read left-out rows again.
+    init(
+        scanned rows: [(record: StoredRecord, seq: Int64)],
+        after: Int64,
+        limit: Int,
+        leavingOut ownWrites: OwnWrites?,
+        encode: (Int64) -> String
+    ) {
+        var page: [StoredRecord] = []
+        var position = after
+        for (record, seq) in rows {
+            if ownWrites?.leavesOut(record, at: seq) == true {
+                position = seq
+                continue
+            }
+            if page.count == limit {
+                self.init(records: page, cursor: encode(position), hasMore: true)
+                return
+            }
+            page.append(record)
+            position = seq
+        }
+        // Every row read: more may follow only if the read stopped at its limit.
+        self.init(records: page, cursor: encode(position), hasMore: rows.count >= Self.scanLimit(limit, leavingOut: ownWrites))
+    }
+
     /// The `PullResponse` body of PROTOCOL.md, each record's stored data spliced in verbatim.
     public func responseBody() -> ByteBuffer {
         var body = JSONTextWriter(

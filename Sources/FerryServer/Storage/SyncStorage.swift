@@ -56,19 +56,58 @@ public struct IncomingMutation: Sendable {
     }
 }
 
-/// The writes a pull leaves out: a client's own, up to the mutation id it says it was answered
-/// for. That client holds those records' states already; another writer's change is never left
-/// out, whatever its id.
+/// The writes a pull leaves out: those of one client's mutations whose answers it applied,
+/// named one by one (as ranges), so that the client holds their states. Never a ceiling: a
+/// store copied to another device shares the client id, and the other copy's writes, whatever
+/// their ids, must reach it.
 public struct OwnWrites: Sendable, Equatable {
+    /// Most ranges a pull may name; a client with more sends the first ones (more comes back, nothing is lost).
+    public static let maxRanges = 1000
+
     /// The client asking.
     public var clientID: String
-    /// Its highest mutation id whose answer it has applied.
-    public var answeredThrough: Int64
+    /// The mutation ids whose answers it applied, ascending and apart.
+    public var answered: [ClosedRange<Int64>]
 
-    /// The writes of `clientID` up to `answeredThrough`.
-    public init(clientID: String, answeredThrough: Int64) {
+    /// The writes of `clientID`'s mutations with ids in `answered`.
+    public init(clientID: String, answered: [ClosedRange<Int64>]) {
         self.clientID = clientID
-        self.answeredThrough = answeredThrough
+        self.answered = answered
+    }
+
+    /// Whether a pull leaves `record` out: its current state is one of these writes. A row
+    /// whose `written_seq` is not its `seq` was moved by a server that did not record writers.
+    func leavesOut(_ record: StoredRecord, at seq: Int64) -> Bool {
+        guard let mutation = record.writtenMutation, record.writtenSeq == seq, let writer = record.writtenBy,
+            writer.hasSameBytes(as: clientID)
+        else { return false }
+        var low = 0
+        var high = answered.count - 1
+        while low <= high {
+            let middle = (low + high) / 2
+            if answered[middle].contains(mutation) { return true }
+            if answered[middle].upperBound < mutation { low = middle + 1 } else { high = middle - 1 }
+        }
+        return false
+    }
+
+    /// `answered`'s text, `3-5500,5502`: ranges ascending and apart, ids 1 to 2^53-1; `nil` and
+    /// why when the text is not that.
+    public static func ranges(_ text: String) -> Result<[ClosedRange<Int64>], ProtocolViolation> {
+        var ranges: [ClosedRange<Int64>] = []
+        let problem = ProtocolViolation.badRequest(
+            "answered must be ascending mutation ids and ranges apart, like 3-5500,5502, each 1 to 2^53-1, "
+                + "at most \(maxRanges) of them; got '\(text.prefix(40))'"
+        )
+        for part in text.split(separator: ",", omittingEmptySubsequences: false) {
+            let bounds = part.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false).map { Int64($0) }
+            guard bounds.count <= 2, let low = bounds.first ?? nil, let high = bounds.last ?? nil,
+                low >= 1, low <= high, high <= ProtocolLimits.maxMutationID,
+                ranges.last.map({ $0.upperBound < low }) ?? true, ranges.count < maxRanges
+            else { return .failure(problem) }
+            ranges.append(low...high)
+        }
+        return .success(ranges)
     }
 }
 
@@ -109,10 +148,11 @@ struct StoredRecord: Sendable, Equatable {
     var data: Data?
     /// When its last change was made (`RecordState.changedAt`); `nil` for rows older than the column.
     var changedAt: Int64? = nil
-    /// The client whose mutation wrote this state, and that mutation's id: a pull leaves the
-    /// state out for that client once it was answered (`OwnWrites`).
+    /// The client whose mutation wrote this state, that mutation's id, and the position it was
+    /// written at: a pull leaves the state out for that client once it was answered (`OwnWrites`).
     var writtenBy: String? = nil
     var writtenMutation: Int64? = nil
+    var writtenSeq: Int64? = nil
 
     var key: RecordKey { RecordKey(entity: entity, entityID: entityID) }
 

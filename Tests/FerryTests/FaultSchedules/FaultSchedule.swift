@@ -7,7 +7,9 @@ import GRDB
 /// One seeded run of devices against a real server through faults, ending in one invariant.
 ///
 /// Alice has a phone, whose app and widget are two client processes on one store, and a
-/// laptop; Bob has a phone. From the seed come every step (writes, syncs alone or side by
+/// laptop; Bob has a phone. Mid-run, Alice's phone or laptop store may be copied to a new
+/// device (a backup restored, a phone migrated), even while that store syncs: the copy keeps
+/// the client id and the queue, and must take an id of its own without losing or doubling. From the seed come every step (writes, syncs alone or side by
 /// side, a write during a sync, a process killed and reopened, a server restart) and every
 /// fault on the wire. At the end, with faults off, each device syncs until caught up, and:
 /// every store holds what the server holds, every version the server wrote was heard by one
@@ -48,6 +50,7 @@ final class FaultSchedule {
     /// Per user and record: who wrote it and what it held after each write.
     private var history: [String: [String: RecordHistory]] = [:]
     private var counter = 0
+    private var copies = 0
     private var outcome = Outcome()
 
     private init(seed: UInt64) {
@@ -115,7 +118,8 @@ final class FaultSchedule {
             case ..<68: await sync(target)
             case ..<78: await syncSideBySide()
             case ..<85: try await writeDuringSync(on: target)
-            case ..<93: try await kill(target)
+            case ..<90: try await kill(target)
+            case ..<93: try await copyStore()
             default:
                 try await server.restart()
                 note("server restarted", "between steps")
@@ -251,6 +255,35 @@ final class FaultSchedule {
         killed.append((process.store, run))
         processes[index] = try open(name: process.name, user: process.user, path: process.path)
         note("client killed", "\(process.name) \(duringRequest ? "during a request" : "between syncs"), reopened")
+    }
+
+    /// Copies one of Alice's stores to a new device, at most twice a schedule, while that store
+    /// syncs or between syncs, as a backup or a migration copies the file. The old device's
+    /// process does not run on the new one: the copy's lease names a process that does not exist.
+    private func copyStore() async throws {
+        let sources = processes.indices.filter { processes[$0].user == "alice" && processes[$0].name != "widget" }
+        guard copies < 2, !sources.isEmpty else { return }
+        copies += 1
+        let source = processes[sources[roll(0..<sources.count)]]
+        let client = source.client
+        let run: Task<Void, Never>? = roll(0..<2) == 0 ? Task { _ = try? await client.sync() } : nil
+        let path = ClientFixture.storePath()
+        let target = try DatabaseQueue(path: path)
+        try source.store.database.backup(to: target)
+        let dead = try deadProcessID()
+        // Changes the copy holds queued are the copy's to send too: a record one of them
+        // touches has two writers, and the last write of either may win.
+        let queued = try await target.write { db in
+            try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [dead])
+            return try String.fetchAll(db, sql: "SELECT DISTINCT entity || '/' || entity_id FROM ferry_outbox WHERE state IN (0, 1, 2)")
+        }
+        try target.close()
+        await run?.value
+        for record in queued { history["alice", default: [:]][record, default: RecordHistory()].writers.insert(path) }
+        bigRecords[path] = bigRecords[source.path]
+        let name = "copy\(copies)"
+        processes.append(try open(name: name, user: "alice", path: path))
+        note("store copied", "\(source.name) to \(name)\(run == nil ? "" : " while it synced"), \(queued.count) records queued in it")
     }
 
     // MARK: - The invariant

@@ -63,7 +63,12 @@ final class ScheduleLedger: @unchecked Sendable {
                     "    \(process) heard #\(result.id) \(mutation.entity)/\(mutation.entityID)\(mutation.baseVersion.map { " over v\($0)" } ?? ""): "
                         + "\(result.status.rawValue)\(result.version.map { " v\($0)" } ?? "")\(result.entityID.map { $0 == mutation.entityID ? "" : " as \($0)" } ?? "")"
                 )
-                if let earlier = answers[key], result.status != .conflict, earlier.result != result, earlier.result.status != .duplicate {
+                // Two copies of one store share a client id: the second to send an id hears it is
+                // reused, or a duplicate, not the first one's result.
+                let reused = result.status == .rejected && result.code == PushResult.mutationIDReused
+                if let earlier = answers[key], result.status != .conflict, !reused, earlier.result != result,
+                    earlier.result.status != .duplicate
+                {
                     problems.append("\(user): mutation \(result.id) of \(push.clientID) was answered \(earlier.result) and later \(result)")
                 }
                 if answers[key] == nil || answers[key]?.result.status == .duplicate { answers[key] = answer }

@@ -104,11 +104,12 @@ enum PostgresSchema {
         },
         Migration(version: 2, name: "when each record last changed, and which client's mutation wrote it") {
             // For conflict policies (a delete's time included), and so a pull can leave a
-            // client's own answered writes out. Rows written before have neither, and are always sent.
+            // client's own answered writes out. Rows written before have none of it, and are
+            // always sent; so is a row an older server wrote since (its seq moved on).
             [
                 """
                 ALTER TABLE records ADD COLUMN changed_at bigint, ADD COLUMN written_by text COLLATE "C",
-                    ADD COLUMN written_mutation bigint
+                    ADD COLUMN written_mutation bigint, ADD COLUMN written_seq bigint
                 """
             ]
         },

@@ -402,10 +402,10 @@ public final class PostgresSyncStorage: SyncStorage {
         return """
             WITH moved AS (UPDATE user_changes SET position = \(position + Int64(writes.count)) WHERE user_id = \(userID))
             INSERT INTO records
-                (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation)
+                (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation, written_seq)
             SELECT \(userID), w.entity, w.entity_id, w.version, w.deleted,
                 CASE WHEN w.has_key THEN w.natural_key END, CASE WHEN w.has_data THEN w.data END, w.seq,
-                w.changed_at, \(writer), w.written_mutation
+                w.changed_at, \(writer), w.written_mutation, w.seq
             FROM unnest(
                 \(writes.map(\.entity))::text[], \(writes.map(\.entityID))::text[], \(writes.map(\.version))::int8[],
                 \(writes.map(\.deleted))::bool[], \(writes.map { $0.naturalKey != nil })::bool[], \(writes.map { $0.naturalKey ?? "" })::text[],
@@ -415,66 +415,49 @@ public final class PostgresSyncStorage: SyncStorage {
             ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
                 version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
                 data = excluded.data, seq = excluded.seq, changed_at = excluded.changed_at,
-                written_by = excluded.written_by, written_mutation = excluded.written_mutation
+                written_by = excluded.written_by, written_mutation = excluded.written_mutation, written_seq = excluded.written_seq
             """
     }
 
     // MARK: - Pull
 
-    /// Reads up to `limit` records changed after `cursor` in one snapshot, leaving out `ownWrites`.
-    /// Throws `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
+    /// Reads up to `limit` records changed after `cursor` in one statement (one snapshot), leaving
+    /// out `ownWrites` (`PullPage.init(scanned:after:limit:leavingOut:encode:)`). Throws
+    /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
-        // One statement, so one snapshot: the page, then a last row holding the user's highest
-        // position. A last page's cursor moves past every change the snapshot holds, the ones
-        // left out included; a user's positions commit in order (see the overview), so no
-        // change below it can commit later. `IS NOT TRUE` keeps rows without a writer (written
-        // before the column existed), and every row when the pull names no client.
-        let (rows, head) = try await withDatabase { [logger] db in
-            var rows: [(StoredRecord, Int64)] = []
-            var head: Int64 = 0
-            rows.reserveCapacity(limit + 1)
-            for try await (entity, entityID, version, deleted, naturalKey, data, seq, changedAt, isHead) in try await db.query(
+        let scan = PullPage.scanLimit(limit, leavingOut: ownWrites)
+        let rows = try await withDatabase { [logger] db in
+            var rows: [(record: StoredRecord, seq: Int64)] = []
+            rows.reserveCapacity(scan)
+            for try await row in try await db.query(
                 """
-                SELECT * FROM (
-                    SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, false AS head FROM records
-                    WHERE user_id = \(userID) AND seq > \(after)
-                        AND (written_by = \(ownWrites?.clientID) AND written_mutation <= \(ownWrites?.answeredThrough ?? 0)) IS NOT TRUE
-                    ORDER BY seq LIMIT \(limit + 1)
-                ) AS page
-                UNION ALL
-                SELECT '', '', 0, false, NULL, NULL, coalesce(max(seq), 0), NULL, true FROM records WHERE user_id = \(userID)
+                SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation, written_seq
+                FROM records WHERE user_id = \(userID) AND seq > \(after) ORDER BY seq LIMIT \(scan)
                 """,
                 logger: logger
-            ).decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64, Int64?, Bool).self) {
-                if isHead {
-                    head = seq
-                    continue
-                }
-                rows.append(
-                    (
-                        StoredRecord(
-                            entity: entity,
-                            entityID: entityID,
-                            version: version,
-                            deleted: deleted,
-                            naturalKey: naturalKey,
-                            data: data.map { Data($0.readableBytesView) },
-                            changedAt: changedAt
-                        ),
-                        seq
-                    )
+            ) {
+                let (entity, entityID, version, deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq) =
+                    try row.decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64, Int64?, String?, Int64?, Int64?).self)
+                let record = StoredRecord(
+                    entity: entity,
+                    entityID: entityID,
+                    version: version,
+                    deleted: deleted,
+                    naturalKey: naturalKey,
+                    data: data.map { Data($0.readableBytesView) },
+                    changedAt: changedAt,
+                    writtenBy: writtenBy,
+                    writtenMutation: writtenMutation,
+                    writtenSeq: writtenSeq
                 )
+                rows.append((record, seq))
             }
-            return (rows, head)
+            return rows
         }
-        let page = rows.sorted { $0.1 < $1.1 }.prefix(limit)  // a union's rows come in no promised order
-        let hasMore = rows.count > limit
-        return PullPage(
-            records: page.map(\.0),
-            cursor: cursors.encode(position: hasMore ? page.last!.1 : max(after, head), userID: userID),
-            hasMore: hasMore
-        )
+        return PullPage(scanned: rows, after: after, limit: limit, leavingOut: ownWrites) {
+            cursors.encode(position: $0, userID: userID)
+        }
     }
 
     /// Runs `SELECT 1`; throws ``StorageError`` when no connection is available within the deadline.

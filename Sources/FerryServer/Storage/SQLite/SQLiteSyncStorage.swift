@@ -11,7 +11,7 @@ import GRDB
 /// these positions cannot skip a change that commits late.
 public final class SQLiteSyncStorage: SyncStorage {
     /// Rows per multi-row statement: a whole batch, so each step of a push is one statement.
-    /// Padded to 1,024 rows of 10 values that is 10,240 variables, well under SQLite's limit of 32,766.
+    /// Padded to 1,024 rows of 11 values that is 11,264 variables, well under SQLite's limit of 32,766.
     private static let rowsPerStatement = ProtocolLimits.maxMutationsPerPush
 
     /// Internal, not private: tests read the connections' settings through it.
@@ -127,13 +127,15 @@ public final class SQLiteSyncStorage: SyncStorage {
         }
         migrator.registerMigration("v3") { db in
             // When each record's last change was made, for conflict policies (a delete's time
-            // included), and which client's mutation wrote it, so a pull can leave a client's
-            // own answered writes out. Rows written before have neither, and are always sent.
+            // included), and which client's mutation wrote it at which position, so a pull can
+            // leave a client's own answered writes out. Rows written before have none of it, and
+            // are always sent; so is a row an older server wrote since (its seq moved on).
             try db.execute(
                 sql: """
                     ALTER TABLE records ADD COLUMN changed_at INTEGER;
                     ALTER TABLE records ADD COLUMN written_by TEXT;
                     ALTER TABLE records ADD COLUMN written_mutation INTEGER;
+                    ALTER TABLE records ADD COLUMN written_seq INTEGER;
                     """
             )
         }
@@ -269,37 +271,34 @@ public final class SQLiteSyncStorage: SyncStorage {
     }
 
     /// Reads up to `limit` records changed after `cursor` in one read transaction, leaving out
-    /// `ownWrites`. Throws `ProtocolViolation` (`invalid_cursor`) for a cursor this database did
-    /// not issue for `userID`.
+    /// `ownWrites` (`PullPage.init(scanned:after:limit:leavingOut:encode:)`). Throws
+    /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
-        let (records, lastPosition, hasMore) = try await mapErrors {
+        let rows = try await mapErrors {
             try await writer.read { db in
-                // `IS NOT 1` keeps rows without a writer (written before the column existed), and
-                // every row when the pull names no client (the comparison is then NULL).
-                let rows = try Row.fetchAll(
+                try Row.fetchAll(
                     db.cachedStatement(
                         sql: """
-                            SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at FROM records
-                            WHERE user_id = ? AND seq > ? AND (written_by = ? AND written_mutation <= ?) IS NOT 1
-                            ORDER BY seq LIMIT ?
+                            SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at,
+                                written_by, written_mutation, written_seq
+                            FROM records WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?
                             """
                     ),
-                    arguments: [userID, after, ownWrites?.clientID, ownWrites?.answeredThrough ?? 0, limit + 1]
+                    arguments: [userID, after, PullPage.scanLimit(limit, leavingOut: ownWrites)]
                 )
-                let page = rows.prefix(limit)
-                if rows.count > limit { return (page.map(Self.record(from:)), page.last![6] as Int64, true) }
-                // The last page: the cursor moves past every change this snapshot holds, the
-                // ones left out included, so the next pull does not read them again. One read
-                // transaction, one writer at a time: no change below the head commits later.
-                let head = try Int64.fetchOne(
-                    db.cachedStatement(sql: "SELECT max(seq) FROM records WHERE user_id = ?"),
-                    arguments: [userID]
-                )
-                return (page.map(Self.record(from:)), max(after, head ?? 0), false)
+                .map { row in
+                    var record = Self.record(from: row)
+                    record.writtenBy = row[8]
+                    record.writtenMutation = row[9]
+                    record.writtenSeq = row[10]
+                    return (record, row[6] as Int64)
+                }
             }
         }
-        return PullPage(records: records, cursor: cursors.encode(position: lastPosition, userID: userID), hasMore: hasMore)
+        return PullPage(scanned: rows, after: after, limit: limit, leavingOut: ownWrites) {
+            cursors.encode(position: $0, userID: userID)
+        }
     }
 
     /// Reads from the database; throws ``StorageError`` when it cannot.
@@ -392,27 +391,29 @@ public final class SQLiteSyncStorage: SyncStorage {
         else { throw StorageError.corrupt("change_sequence is empty") }
         var position = end - Int64(plan.writes.count)
         for chunk in plan.writes.chunked(rowsPerStatement) {
-            let rows = ValuesList(rows: chunk.count, columns: 10)
+            let rows = ValuesList(rows: chunk.count, columns: 11)
             // `WHERE` ends the SELECT before `ON CONFLICT` (SQLite's rule for an upsert from a
             // SELECT); it also drops the padding rows.
             let statement = try db.cachedStatement(
                 sql: """
                     INSERT INTO records
-                        (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation)
+                        (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation,
+                        written_seq)
                     SELECT ?, * FROM (VALUES \(rows.sql)) WHERE column1 IS NOT NULL
                     ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
                         version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
                         data = excluded.data, seq = excluded.seq, changed_at = excluded.changed_at,
-                        written_by = excluded.written_by, written_mutation = excluded.written_mutation
+                        written_by = excluded.written_by, written_mutation = excluded.written_mutation,
+                        written_seq = excluded.written_seq
                     """
             )
             var values: [(any DatabaseValueConvertible)?] = []
-            values.reserveCapacity(chunk.count * 10)
+            values.reserveCapacity(chunk.count * 11)
             for record in chunk {
                 position += 1
                 values += [
                     record.entity, record.entityID, record.version, record.deleted, record.naturalKey, record.data, position,
-                    record.changedAt, record.writtenBy, record.writtenMutation,
+                    record.changedAt, record.writtenBy, record.writtenMutation, position,
                 ]
             }
             try statement.execute(arguments: [userID] + rows.arguments(values))
