@@ -10,7 +10,12 @@ import Testing
 struct JournalTimelineTests {
     private static let start = Date(timeIntervalSince1970: 1_800_000_000)
 
-    private static func event(_ milliseconds: Double, _ kind: String, _ message: String = "", _ details: [String: String] = [:]) -> JournalEvent {
+    private static func event(
+        _ milliseconds: Double,
+        _ kind: JournalEvent.Kind,
+        _ message: String = "",
+        _ details: [String: String] = [:]
+    ) -> JournalEvent {
         JournalEvent(at: start.addingTimeInterval(milliseconds / 1_000), kind: kind, message: message, details: details)
     }
 
@@ -93,6 +98,22 @@ struct JournalTimelineTests {
         #expect(Self.count("<rect class=\"wait\"", in: html) == 1)
         #expect(Self.count("<rect class=\"run run-failed\"", in: html) == 1)
         #expect(html.contains("one wait"))
+    }
+
+    @Test("the page reads a run's outcome and start from kinds and details, whatever the words say")
+    func kindsAndDetailsNotWords() {
+        let events = [
+            Self.event(0, .schedulerRun, "la course 7 commence", ["run": "7", "kind": "incremental"]),
+            Self.event(10, .runStarted, "début"),
+            Self.event(100, .runFinished, "terminé", ["outcome": "succeeded", "pushed": "3", "pulled": "4"]),
+            Self.event(200, .runStarted, "début"),
+            Self.event(300, .runFinished, "sync finished, sort of", ["outcome": "cancelled"]),
+        ]
+        let html = Self.page(events)
+        #expect(Self.count("<rect class=\"run run-succeeded\"", in: html) == 1)
+        #expect(Self.count("<rect class=\"run run-cancelled\"", in: html) == 1)
+        #expect(html.contains(">run 7 (incremental): pushed 3, pulled 4</text>"))
+        #expect(events[2].runOutcome == "succeeded" && events[4].runOutcome == "cancelled" && events[0].runOutcome == nil)
     }
 
     @Test("what a server or an app wrote is text on the page, never markup; the page loads nothing and runs nothing")

@@ -6,15 +6,15 @@ import GRDB
 public struct JournalEvent: Sendable, Codable, Equatable {
     /// When it happened; the journal keeps it to the millisecond.
     public var at: Date
-    /// `run.started`, `run.finished`, `request`, `wait`, `deadLettered`, `pull.setAside`, `client.renewed`, …
-    public var kind: String
+    /// What kind of thing happened (``Kind``): `run.started`, `run.finished`, `request`, `wait`, …
+    public var kind: Kind
     /// What happened, in a line for people: `POST /v1/push → 200`, `sync failed: …`.
     public var message: String
     /// Particulars by name, such as `run`, `status`, `ms` or `attempt`; empty if there are none.
     public var details: [String: String]
 
     /// An event; `at` defaults to now.
-    public init(at: Date = Date(), kind: String, message: String, details: [String: String] = [:]) {
+    public init(at: Date = Date(), kind: Kind, message: String, details: [String: String] = [:]) {
         self.at = at
         self.kind = kind
         self.message = message
@@ -32,7 +32,7 @@ extension JournalEvent {
             case .downloading(let received): ["done": "\(received)"]
             default: [:]
             }
-        return JournalEvent(kind: "progress", message: SyncStatus(phase: phase).progressText, details: details)
+        return JournalEvent(kind: .progress, message: SyncStatus(phase: phase).progressText, details: details)
     }
 }
 
@@ -86,11 +86,11 @@ public struct Journal: Sendable {
     }
 
     /// The newest event of `kind` in the whole journal.
-    static func latest(kind: String, db: Database) throws -> JournalEvent? {
+    static func latest(kind: JournalEvent.Kind, db: Database) throws -> JournalEvent? {
         try String.fetchOne(
             db,
             sql: "SELECT event FROM ferry_journal WHERE json_extract(event, '$.kind') = ? ORDER BY id DESC LIMIT 1",
-            arguments: [kind]
+            arguments: [kind.rawValue]
         )
         .map { try decoder().decode(JournalEvent.self, from: Data($0.utf8)) }
     }

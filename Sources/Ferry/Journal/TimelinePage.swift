@@ -102,7 +102,7 @@ struct TimelinePage {
         /// Each trigger where its fate was decided, stacked when they fall together, so that a
         /// storm coalesced into one run reads as a column of markers over one bar.
         mutating func triggers(_ events: ArraySlice<JournalEvent>) {
-            let triggers = events.filter { $0.kind == "trigger" }
+            let triggers = events.filter { $0.kind == .trigger }
             var rowEnds: [Double] = []
             var placed: [(JournalEvent, Double, Int)] = []
             for event in triggers {
@@ -126,9 +126,9 @@ struct TimelinePage {
             var offlineSince: Date?
             for event in events {
                 let isConnectivity = event.details["trigger"] == SyncTrigger.connectivityRestored.rawValue
-                if isConnectivity, event.kind == "trigger", let why = event.details["why"], why == "went offline" || why.contains("(offline)") {
+                if isConnectivity, event.kind == .trigger, let why = event.details["why"], why == "went offline" || why.contains("(offline)") {
                     offlineSince = offlineSince ?? event.at
-                } else if isConnectivity, event.kind == "trigger.received", let since = offlineSince {
+                } else if isConnectivity, event.kind == .triggerReceived, let since = offlineSince {
                     svg += bar("offline", from: since, to: event.at, title: "offline for \(duration(event.at.timeIntervalSince(since)))")
                     offlineSince = nil
                 }
@@ -143,7 +143,7 @@ struct TimelinePage {
             var started: JournalEvent?
             for event in events {
                 switch event.kind {
-                case "scheduler.run" where event.details["outcome"] == nil && event.message.contains(" started"):
+                case .schedulerRun where event.details["outcome"] == nil:  // a run's start: `run` and `kind`
                     name = "run \(event.details["run"] ?? "?")" + (event.details["kind"].map { " (\($0))" } ?? "")
                 case "run.started":
                     if let started { drawRun(started, name: name, end: nil, at: event.at) }
@@ -160,13 +160,7 @@ struct TimelinePage {
         }
 
         private mutating func drawRun(_ start: JournalEvent, name: String?, end: JournalEvent?, at finish: Date) {
-            let outcome =
-                switch end?.message {
-                case nil: "unfinished"
-                case QueueSnapshot.runSucceeded: "succeeded"
-                case let message? where message.hasPrefix("sync failed"): "failed"
-                default: "cancelled"
-                }
+            let outcome = end?.runOutcome ?? "unfinished"
             var words = [name ?? "sync"]
             if let end, outcome == "succeeded" {
                 words.append("pushed \(end.details["pushed"] ?? "0"), pulled \(end.details["pulled"] ?? "0")")
@@ -195,7 +189,7 @@ struct TimelinePage {
         /// Each request over the time it took, coloured by its answer.
         mutating func requests(_ events: ArraySlice<JournalEvent>) {
             lane("Requests")
-            for event in events where event.kind == "request" {
+            for event in events where event.kind == .request {
                 let milliseconds = Double(event.number("ms"))
                 let status = event.details["status"].flatMap(Int.init)
                 let kind =
@@ -215,7 +209,7 @@ struct TimelinePage {
         /// Waits the server asked for (Retry-After, a rate limit) or backoff chose, and waits for another process's lease.
         mutating func waits(_ events: ArraySlice<JournalEvent>) {
             lane("Waits")
-            for event in events where event.kind == "wait" {
+            for event in events where event.kind == .wait {
                 svg += bar(
                     "wait",
                     from: event.at,
@@ -223,7 +217,7 @@ struct TimelinePage {
                     title: "\(offset(event.at)) waited \(duration(event.end.timeIntervalSince(event.at))): \(event.message)"
                 )
             }
-            for event in events where event.kind == "lease.wait" {
+            for event in events where event.kind == .leaseWait {
                 svg += marker("lease-wait", at: event.at, title: "\(offset(event.at)) \(event.message)")
             }
         }
@@ -247,7 +241,7 @@ struct TimelinePage {
         /// The words a progress bar showed, labelled where there is room.
         mutating func progress(_ events: ArraySlice<JournalEvent>) {
             lane("Progress", rows: 2)
-            let shown = events.filter { $0.kind == "progress" }
+            let shown = events.filter { $0.kind == .progress }
             for event in shown {
                 svg += "<circle class=\"progress\" cx=\"\(format(position(event.at)))\" cy=\"\(format(top + 6))\" r=\"2.5\">"
                 svg += "<title>\(escape("\(offset(event.at)) \(event.message)"))</title></circle>\n"
@@ -336,8 +330,8 @@ struct TimelinePage {
         var rows = ""
         for event in events {
             let details = event.details.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-            rows += "<tr class=\"event kind-\(token(event.kind))\"><td>\(escape(Plot.offset(event.at.timeIntervalSince(origin))))</td>"
-            rows += "<td>\(escape(event.kind))</td><td>\(escape(event.message))</td><td>\(escape(details))</td></tr>\n"
+            rows += "<tr class=\"event kind-\(token(event.kind.rawValue))\"><td>\(escape(Plot.offset(event.at.timeIntervalSince(origin))))</td>"
+            rows += "<td>\(escape(event.kind.rawValue))</td><td>\(escape(event.message))</td><td>\(escape(details))</td></tr>\n"
         }
         return """
             <details class="events"><summary>\(escape(JournalTimeline.Track.Summary.count(events.count, "event"))), \

@@ -134,9 +134,9 @@ public struct QueueSnapshot: Sendable, Equatable {
         let lastSynced = try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta")
         // The newest of each kind in the whole journal: a long offline spell fills it with
         // triggers, and the run that matters may be thousands of events back.
-        let lastStart = try Journal.latest(kind: "run.started", db: db)
-        let lastRun = try Journal.latest(kind: "run.finished", db: db)
-        let wait = try Journal.latest(kind: "wait", db: db)
+        let lastStart = try Journal.latest(kind: .runStarted, db: db)
+        let lastRun = try Journal.latest(kind: .runFinished, db: db)
+        let wait = try Journal.latest(kind: .wait, db: db)
         return QueueSnapshot(
             takenAt: Date(),
             queuedByEntity: byEntity,
@@ -207,7 +207,7 @@ public struct QueueSnapshot: Sendable, Equatable {
             )
         }
         switch lastRun {
-        case let run? where run.message == Self.runSucceeded:
+        case let run? where run.runOutcome == "succeeded":
             let counts = ["pushed", "merged", "pulled"].compactMap { key in run.details[key].map { "\(key) \($0)" } }
             let requests = run.details["requests"].map { ", in \($0 == "1" ? "1 request" : "\($0) requests")" } ?? ""
             lines.append("The last sync succeeded at \(Self.time(run.at))\(counts.isEmpty ? "" : ": \(counts.joined(separator: ", "))\(requests)").")
@@ -235,14 +235,11 @@ public struct QueueSnapshot: Sendable, Equatable {
         }
         if let scheduler { lines.append(scheduler.explanation) }
         if let status, case .waiting = status.phase { lines.append("Now: \(status.progressText).") }
-        if let lastSyncedAt, lastRun?.message != Self.runSucceeded {
+        if let lastSyncedAt, lastRun?.runOutcome != "succeeded" {
             lines.append("The last successful sync ended at \(Self.time(lastSyncedAt)).")
         }
         return lines
     }
-
-    /// The journal's message for a run that succeeded (`FerryClient`).
-    static let runSucceeded = "sync finished"
 
     /// "40 events, 1 notes": counts by entity, in the entities' order.
     private static func list(_ byEntity: [String: Int]) -> String {

@@ -119,7 +119,7 @@ extension BackgroundSyncResult {
             case .signedOut: "signed out"
             }
         return JournalEvent(
-            kind: "background",
+            kind: .background,
             message: "background sync \(how) after \(runs) run\(runs == 1 ? "" : "s"); \(remaining) changes remain",
             details: ["runs": "\(runs)", "remaining": "\(remaining)", "workRemains": "\(workRemains)"]
         )

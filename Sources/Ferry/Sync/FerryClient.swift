@@ -253,7 +253,7 @@ public actor FerryClient {
             if waitingFor != holder {
                 waitingFor = holder
                 await journal.record(
-                    JournalEvent(kind: "lease.wait", message: "another client is syncing this store (\(holder)); waiting for it to finish")
+                    JournalEvent(kind: .leaseWait, message: "another client is syncing this store (\(holder)); waiting for it to finish")
                 )
                 await statusCenter.update { $0.phase = waiting }
             }
@@ -284,8 +284,16 @@ public actor FerryClient {
             // Stopped (a sign-out), not failed: what was in flight is back in the queue. An
             // unstructured task writes the line: the cancelled one's writes would not run.
             let journal = self.journal
-            await Task { await journal.record(JournalEvent(kind: "run.finished", message: "sync cancelled; its batch is back in the queue")) }
-                .value
+            await Task {
+                await journal.record(
+                    JournalEvent(
+                        kind: .runFinished,
+                        message: "sync cancelled; its batch is back in the queue",
+                        details: ["outcome": "cancelled"]
+                    )
+                )
+            }
+            .value
             await statusCenter.update { $0.phase = .idle }
             throw error
         }
@@ -295,7 +303,7 @@ public actor FerryClient {
         if full {
             try await store.database.write { db in try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL") }
         }
-        await journal.record(JournalEvent(kind: "run.started", message: "sync started"))
+        await journal.record(JournalEvent(kind: .runStarted, message: "sync started"))
         let requestsBefore = await connection.requestCount
         let limitedBefore = await connection.rateLimitedCount
         var report = SyncReport()
@@ -314,7 +322,7 @@ public actor FerryClient {
             throw error  // performSync says so
         } catch {
             let why = (error as? FerryError)?.description ?? "\(error)"
-            await journal.record(JournalEvent(kind: "run.finished", message: "sync failed: \(why)"))
+            await journal.record(JournalEvent(kind: .runFinished, message: "sync failed: \(why)", details: ["outcome": "failed"]))
             await statusCenter.update {
                 $0.phase = .failed(why)
                 $0.lastError = why
@@ -330,10 +338,11 @@ public actor FerryClient {
         }
         await journal.record(
             JournalEvent(
-                kind: "run.finished",
-                message: QueueSnapshot.runSucceeded,
+                kind: .runFinished,
+                message: "sync finished",
                 details: [
-                    "pushed": "\(report.upload.acknowledged)", "merged": "\(report.upload.merged)", "pulled": "\(report.pull.received)",
+                    "outcome": "succeeded", "pushed": "\(report.upload.acknowledged)", "merged": "\(report.upload.merged)",
+                    "pulled": "\(report.pull.received)",
                     "requests": "\(report.requests)",
                 ]
             )
@@ -422,7 +431,7 @@ public actor FerryClient {
             return queued
         }
         await journal.record(
-            JournalEvent(kind: "deadLetters.retried", message: "\(queued) dead-lettered changes queued again", details: ["count": "\(queued)"])
+            JournalEvent(kind: .deadLettersRetried, message: "\(queued) dead-lettered changes queued again", details: ["count": "\(queued)"])
         )
         await refreshCounts()
         return queued
@@ -439,7 +448,7 @@ public actor FerryClient {
             return count
         }
         await journal.record(
-            JournalEvent(kind: "deadLetters.discarded", message: "\(discarded) dead-lettered changes discarded", details: ["count": "\(discarded)"])
+            JournalEvent(kind: .deadLettersDiscarded, message: "\(discarded) dead-lettered changes discarded", details: ["count": "\(discarded)"])
         )
         await refreshCounts()
         return discarded

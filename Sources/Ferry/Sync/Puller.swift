@@ -168,7 +168,7 @@ struct Puller: Sendable {
         for (record, reason) in refused {
             await connection.journal.record(
                 JournalEvent(
-                    kind: "pull.setAside",
+                    kind: .pullSetAside,
                     message: "pulled \(record.entity)/\(record.entityID) set aside: \(reason); it is tried again after every pull",
                     details: ["entity": record.entity, "entityID": record.entityID]
                 )

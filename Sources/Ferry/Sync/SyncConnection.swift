@@ -70,9 +70,12 @@ actor SyncConnection {
             } catch {
                 await journal.record(
                     JournalEvent(
-                        kind: "request",
+                        kind: .request,
                         message: "\(request.method) \(request.path) failed: \(error)",
-                        details: ["bytes": "\(request.body?.count ?? 0)", "attempt": "\(attempt)"]
+                        details: [
+                            "method": request.method, "path": String(request.path.prefix { $0 != "?" }), "bytes": "\(request.body?.count ?? 0)",
+                            "attempt": "\(attempt)",
+                        ]
                     )
                 )
                 try await backOff(attempt: attempt, reason: "network error: \(error)")
@@ -81,10 +84,11 @@ actor SyncConnection {
             let milliseconds = started.duration(to: .now).milliseconds
             await journal.record(
                 JournalEvent(
-                    kind: "request",
+                    kind: .request,
                     message: "\(request.method) \(request.path) → \(response.status)",
                     details: [
-                        "bytes": "\(request.body?.count ?? 0)", "received": "\(response.body.count)", "status": "\(response.status)",
+                        "method": request.method, "path": String(request.path.prefix { $0 != "?" }), "bytes": "\(request.body?.count ?? 0)",
+                        "received": "\(response.body.count)", "status": "\(response.status)",
                         "ms": "\(milliseconds)", "attempt": "\(attempt)",
                     ]
                 )
@@ -105,7 +109,7 @@ actor SyncConnection {
                 // Revoked or expired early: a token from the provider gets one try, not the retry budget.
                 renewedToken = true
                 await tokens.refused(token)
-                await journal.record(JournalEvent(kind: "token", message: "the server refused the token; asking for a new one"))
+                await journal.record(JournalEvent(kind: .token, message: "the server refused the token; asking for a new one"))
             case 401:
                 await tokens.refused(token)  // the next run starts with a new one
                 throw FerryError.unauthorized(Self.message(in: response))
@@ -156,7 +160,7 @@ actor SyncConnection {
     private func wait(_ duration: Duration, reason: String) async throws {
         let seconds = duration.seconds
         logger.debug("waiting", metadata: ["seconds": "\(seconds)", "reason": "\(reason)"])
-        await journal.record(JournalEvent(kind: "wait", message: reason, details: ["seconds": String(format: "%.3f", seconds)]))
+        await journal.record(JournalEvent(kind: .wait, message: reason, details: ["seconds": String(format: "%.3f", seconds)]))
         let previous = await status.status.phase
         await status.update { $0.phase = .waiting(seconds: seconds, reason: reason) }
         try await clock.sleep(for: duration)

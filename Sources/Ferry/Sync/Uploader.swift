@@ -85,14 +85,14 @@ struct Uploader: Sendable {
                 if batch.mutations.count > 1 {
                     try await outbox.release(batch)
                     batchSize = max(1, min(batchSize, batch.entryCount) / 2)
-                    await journal.record(JournalEvent(kind: "batch.halved", message: "\(reason); batch size now \(batchSize)"))
+                    await journal.record(JournalEvent(kind: .batchHalved, message: "\(reason); batch size now \(batchSize)"))
                 } else {
                     try await outbox.deadLetter(batch, reason: reason)
                     let entries = batch.entries.values.reduce(0) { $0 + $1.count }
                     summary.deadLettered += entries
                     await journal.record(
                         JournalEvent(
-                            kind: "deadLettered",
+                            kind: .deadLettered,
                             message: "mutation \(batch.mutations[0].id) refused: \(reason)",
                             details: ["id": "\(batch.mutations[0].id)", "entries": "\(entries)"]
                         )
@@ -170,7 +170,7 @@ struct Uploader: Sendable {
             summary.deadLettered += refused.entries.count
             await journal.record(
                 JournalEvent(
-                    kind: "deadLettered",
+                    kind: .deadLettered,
                     message: "mutation \(refused.id) not sent: \(refused.reason)",
                     details: ["id": "\(refused.id)", "entries": "\(refused.entries.count)"]
                 )
@@ -213,7 +213,7 @@ struct Uploader: Sendable {
         if let change = outcome.newClientID {
             await journal.record(
                 JournalEvent(
-                    kind: "client.renewed",
+                    kind: .clientRenewed,
                     message: "this store is now client \(change.new) in place of \(change.old): \(change.reason); every change the "
                         + "server has not acknowledged goes again under the new id",
                     details: ["old": change.old, "new": change.new]
@@ -223,7 +223,7 @@ struct Uploader: Sendable {
         guard outcome.deadLettered > 0 else { return }
         for result in push.results where result.status == .rejected {
             await journal.record(
-                JournalEvent(kind: "deadLettered", message: "mutation \(result.id) rejected: \(result.error ?? "")", details: ["id": "\(result.id)"])
+                JournalEvent(kind: .deadLettered, message: "mutation \(result.id) rejected: \(result.error ?? "")", details: ["id": "\(result.id)"])
             )
         }
     }

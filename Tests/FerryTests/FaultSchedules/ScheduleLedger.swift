@@ -64,9 +64,9 @@ final class ScheduleLedger: @unchecked Sendable {
                         + "\(result.status.rawValue)\(result.version.map { " v\($0)" } ?? "")\(result.entityID.map { $0 == mutation.entityID ? "" : " as \($0)" } ?? "")"
                 )
                 // Two copies of one store share a client id: the second to send an id hears it is
-                // reused, or a duplicate, not the first one's result.
-                let reused = result.status == .rejected && result.code == PushResult.mutationIDReused
-                if let earlier = answers[key], result.status != .conflict, !reused, earlier.result != result,
+                // reused, or a duplicate (which claims nothing), not the first one's result.
+                let claimsNothing = result.status == .duplicate || (result.status == .rejected && result.code == PushResult.mutationIDReused)
+                if let earlier = answers[key], result.status != .conflict, !claimsNothing, earlier.result != result,
                     earlier.result.status != .duplicate
                 {
                     problems.append("\(user): mutation \(result.id) of \(push.clientID) was answered \(earlier.result) and later \(result)")

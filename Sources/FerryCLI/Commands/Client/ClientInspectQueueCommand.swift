@@ -35,7 +35,7 @@ struct ClientInspectQueueCommand: AsyncParsableCommand {
         func event(_ event: JournalEvent?) -> JSONValue {
             event.map {
                 .object([
-                    "at": time($0.at), "kind": .string($0.kind), "message": .string($0.message),
+                    "at": time($0.at), "kind": .string($0.kind.rawValue), "message": .string($0.message),
                     "details": .object($0.details.mapValues { .string($0) }),
                 ])
             } ?? .null

@@ -53,7 +53,7 @@ struct HostileNetworkScenario: DemoScenario {
 
         let injected = faults.injectedFaults
         output.say("Faults injected: " + injected.sorted { $0.key < $1.key }.map { "\($0.value) × \($0.key)" }.joined(separator: ", "))
-        let waits = journal.filter { $0.kind == "wait" }.count
+        let waits = journal.filter { $0.kind == .wait }.count
         output.say("\(app.wire.count("/v1/")) requests, \(waits) waits (Retry-After or backoff with jitter)")
         let remote = try await server.records(of: "kim")
         let appliedTwice = remote.values.filter { $0.version > 1 }.count

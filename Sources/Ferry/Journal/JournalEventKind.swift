@@ -1,0 +1,63 @@
+extension JournalEvent {
+    /// What kind of thing happened: the name a journal line carries in `kind`. Readers (the
+    /// timeline page, the demo, `QueueSnapshot`) match on these and on `details`, never on a
+    /// message's words. A kind this version does not know (written by a newer one) still reads.
+    public struct Kind: RawRepresentable, Hashable, Sendable, Codable, ExpressibleByStringLiteral, CustomStringConvertible {
+        public var rawValue: String
+
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public init(stringLiteral value: String) { self.rawValue = value }
+        public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            try container.encode(rawValue)
+        }
+
+        public var description: String { rawValue }
+
+        /// A client's sync run began; `run.finished` ends it.
+        public static let runStarted: Kind = "run.started"
+        /// A sync run ended: `details["outcome"]` is `succeeded`, `failed` or `cancelled`.
+        public static let runFinished: Kind = "run.finished"
+        /// One HTTP request and its answer: `method`, `path`, `status` (absent when it failed), `bytes`, `received`, `ms`, `attempt`.
+        public static let request: Kind = "request"
+        /// A wait before the next request (rate limit, server unavailable, backoff).
+        public static let wait: Kind = "wait"
+        /// What a progress bar showed: `done`, and `total` while uploading.
+        public static let progress: Kind = "progress"
+        /// Changes set aside as dead letters.
+        public static let deadLettered: Kind = "deadLettered"
+        /// Dead letters queued again, or dropped: `count`.
+        public static let deadLettersRetried: Kind = "deadLetters.retried"
+        public static let deadLettersDiscarded: Kind = "deadLetters.discarded"
+        /// A batch the server refused whole was halved.
+        public static let batchHalved: Kind = "batch.halved"
+        /// A token was asked for.
+        public static let token: Kind = "token"
+        /// A background task's sync.
+        public static let background: Kind = "background"
+        /// Another process holds the store's sync lease.
+        public static let leaseWait: Kind = "lease.wait"
+        /// A pulled record the app's schema refused was set aside.
+        public static let pullSetAside: Kind = "pull.setAside"
+        /// The store took a new client id: another store holds its old one.
+        public static let clientRenewed: Kind = "client.renewed"
+        /// A trigger reached the scheduler, and what became of one: `trigger`, `fate`.
+        public static let triggerReceived: Kind = "trigger.received"
+        public static let trigger: Kind = "trigger"
+        /// A scheduler run began (`run`, `kind`) or ended (`run`, `outcome`).
+        public static let schedulerRun: Kind = "scheduler.run"
+        /// Runs held while a background task's time ran out, or allowed again: `held`.
+        public static let schedulerHeld: Kind = "scheduler.held"
+    }
+
+    /// How a `run.finished` event's run ended: `succeeded`, `failed` or `cancelled`; `nil` for
+    /// another kind. Events a version before `outcome` existed wrote are read from their words.
+    public var runOutcome: String? {
+        guard kind == .runFinished else { return nil }
+        if let outcome = details["outcome"] { return outcome }
+        if message == "sync finished" { return "succeeded" }
+        return message.hasPrefix("sync failed") ? "failed" : "cancelled"
+    }
+}
