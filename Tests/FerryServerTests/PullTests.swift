@@ -306,7 +306,10 @@ struct PullTests {
         }
     }
 
-    @Test("answered without a client id, or not ascending ids and ranges within bounds, is refused with bad_request", arguments: StorageBackend.allCases)
+    @Test(
+        "answered without a client id, or not ascending ids and ranges within bounds, is refused with bad_request",
+        arguments: StorageBackend.allCases
+    )
     func badAnswered(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let token = try await TestServer.token(for: "alice")

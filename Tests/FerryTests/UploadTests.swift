@@ -100,7 +100,9 @@ struct UploadTests {
         }
     }
 
-    @Test("changes written during an upload grow its total as they come: every status is distinct, counts the queue exactly, and never shows 100% while changes wait")
+    @Test(
+        "changes written during an upload grow its total as they come: every status is distinct, counts the queue exactly, and never shows 100% while changes wait"
+    )
     func totalGrowsDuringUpload() async throws {
         try await TestServer.run { server in
             let store = try ClientFixture.openStore(at: ClientFixture.storePath())
@@ -111,7 +113,9 @@ struct UploadTests {
             let transport = HookedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { pushes in
                 guard pushes == 3 else { return }
                 try await store.database.write { db in
-                    for index in 1000..<1500 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index]) }
+                    for index in 1000..<1500 {
+                        try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index])
+                    }
                 }
             }
             var configuration = SyncConfiguration()
