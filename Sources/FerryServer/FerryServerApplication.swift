@@ -42,20 +42,14 @@ public enum FerryServerApplication {
         "/v1/health": .get, "/v1/push": .post, "/v1/pull": .get, "/metrics": .get,
     ]
 
-    /// Builds the application. The storage is closed when the application shuts down,
-    /// after the HTTP server has finished its in-flight requests.
-    public static func make(
-        configuration: ServerConfiguration,
-        storage: any SyncStorage,
-        rateLimiter: (any RateLimiter)? = nil,
-        metrics: ServerMetrics = ServerMetrics(),
-        logger: Logger = Logger(label: "ferry.server"),
-        onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
-    ) async throws -> some ApplicationProtocol {
-        let authority = try await TokenAuthority(secret: configuration.jwtSecret)
-        let limiter = rateLimiter ?? configuration.rateLimit.map { TokenBucketRateLimiter(policy: $0) }
-        let controller = SyncController(storage: storage, metrics: metrics)
-
+    /// The routes and their middleware; `OpenAPITests` reads its routes.
+    static func router(
+        controller: SyncController,
+        authority: TokenAuthority,
+        limiter: (any RateLimiter)?,
+        metrics: ServerMetrics,
+        logger: Logger
+    ) -> Router<FerryRequestContext> {
         let router = Router(context: FerryRequestContext.self)
         var accessLogger = logger
         accessLogger[metadataKey: "log"] = "access"
@@ -70,6 +64,24 @@ public enum FerryServerApplication {
         }
         authenticated.post("push", use: controller.push)
         authenticated.get("pull", use: controller.pull)
+        return router
+    }
+
+    /// Builds the application. The storage is closed when the application shuts down,
+    /// after the HTTP server has finished its in-flight requests.
+    public static func make(
+        configuration: ServerConfiguration,
+        storage: any SyncStorage,
+        rateLimiter: (any RateLimiter)? = nil,
+        metrics: ServerMetrics = ServerMetrics(),
+        logger: Logger = Logger(label: "ferry.server"),
+        onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) async throws -> some ApplicationProtocol {
+        let authority = try await TokenAuthority(secret: configuration.jwtSecret)
+        let limiter = rateLimiter ?? configuration.rateLimit.map { TokenBucketRateLimiter(policy: $0) }
+        let controller = SyncController(storage: storage, metrics: metrics)
+
+        let router = router(controller: controller, authority: authority, limiter: limiter, metrics: metrics, logger: logger)
 
         return Application(
             router: router,
