@@ -523,11 +523,33 @@ struct Outbox: Sendable {
         let canonicalRow = table.rowCondition(entity: entity, entityID: canonical)
         let localRow = table.rowCondition(entity: entity, entityID: local)
         let moving = try children.rows(referencing: local, in: table, store: store, db: db)
+        // The local row's children point at the canonical id first: deleting or renaming the
+        // local row then cascades to none of them (an `ON DELETE CASCADE` would delete them
+        // without capture).
+        try moving.move(from: local, to: canonical, db: db)
         if let canonicalLatest = later.newest(of: RecordRef(entity: entity, entityID: canonical), after: mutationID),
             canonicalLatest > later.newest(of: RecordRef(entity: entity, entityID: local), after: mutationID) ?? 0
         {
             try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(localRow.sql)").execute(arguments: StatementArguments(localRow.arguments))
             try db.cachedStatement(sql: "DELETE FROM ferry_extras WHERE entity = ? AND entity_id = ?").execute(arguments: [entity, local])
+        } else if !moving.references.isEmpty,
+            let values = try Row.fetchOne(db, sql: "SELECT * FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments)),
+            try Bool.fetchOne(
+                db,
+                sql: "SELECT EXISTS (SELECT 1 FROM \(name) WHERE \(canonicalRow.sql))",
+                arguments: StatementArguments(canonicalRow.arguments)
+            )
+                == true
+        {
+            // Rows reference this table, and the canonical row is here (pulled): it stays, with
+            // the children that reference it, and takes the local row's values; deleting it
+            // would cascade to its children.
+            let columns = values.columnNames.filter { $0.lowercased() != table.primaryKey.lowercased() }
+            try db.execute(sql: "DELETE FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments))
+            try db.execute(
+                sql: "UPDATE \(name) SET \(columns.map { "\($0.quotedDatabaseIdentifier) = ?" }.joined(separator: ", ")) WHERE \(canonicalRow.sql)",
+                arguments: StatementArguments(columns.map { values[$0] as DatabaseValue }) + StatementArguments(canonicalRow.arguments)
+            )
         } else {
             // Cached: the statements are the same for every record of the table, and preparing
             // them for each merged record was most of the cost of a batch of merges.
@@ -537,7 +559,6 @@ struct Outbox: Sendable {
             try db.cachedStatement(sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)")
                 .execute(arguments: StatementArguments([canonical] + localRow.arguments))
         }
-        try moving.move(from: local, to: canonical, db: db)
         // Fields the row's columns do not hold follow it too.
         try db.cachedStatement(
             sql:
