@@ -8,15 +8,15 @@ import Logging
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Measure Ferry against its baselines: capture, drain, merge, sync, pull, naive, launch, load.",
+        abstract: "Measure Ferry against its baselines: capture, drain, merge, sync, pull, relaunch, naive, launch, load.",
         discussion: "Build with -c release for figures worth recording; BENCHMARKS.md says how they were taken."
     )
 
-    static let names = ["capture", "drain", "merge", "sync", "pull", "naive", "launch", "load"]
+    static let names = ["capture", "drain", "merge", "sync", "pull", "relaunch", "naive", "launch", "load"]
 
     @Option(
         help:
-            "Records for capture, drain, merge, sync and pull; several, comma-separated (10000,100000,1000000), run each size in turn and end with a scaling table."
+            "Records for capture, drain, merge, sync, pull and relaunch; several, comma-separated (10000,100000,1000000), run each size in turn and end with a scaling table."
     )
     var records = "100000"
     @Option(
@@ -97,7 +97,7 @@ struct BenchCommand: AsyncParsableCommand {
             benchmarks.root = root.appendingPathComponent("\(index + 1)-\(size)-records")
             var sized: [BenchResult] = []
             if wanted.contains("capture") { sized.append(try await report(benchmarks.capture())) }
-            if !wanted.isDisjoint(with: ["drain", "merge", "sync", "pull"]) {
+            if !wanted.isDisjoint(with: ["drain", "merge", "sync", "pull", "relaunch"]) {
                 for result in try await benchmarks.serverSide(wanted: wanted) { sized.append(report(result)) }
             }
             scaling.append((size, sized))
