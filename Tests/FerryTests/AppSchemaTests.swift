@@ -227,4 +227,40 @@ struct AppSchemaTests {
             #expect(remote["tasks/lt"]?.op == .upsert && remote["tasks/pt"]?.data?["project"] == .string("from-laptop"))
         }
     }
+
+    @Test("a project merged into one this device deleted since: its tasks go with it, deleted everywhere, and nothing wedges")
+    func mergeIntoDeletedParent() async throws {
+        try await TestServer.run { server in
+            let laptop = try Self.openStore(at: ClientFixture.storePath())
+            var schema = DatabaseMigrator()
+            schema.registerMigration("app-v1") { db in
+                try db.execute(
+                    sql: """
+                        CREATE TABLE projects (id TEXT PRIMARY KEY NOT NULL, code TEXT, title TEXT);
+                        CREATE TABLE tasks (id TEXT PRIMARY KEY NOT NULL, project TEXT REFERENCES projects (id), title TEXT);
+                        """
+                )
+            }
+            let phone = try FerryStore(path: ClientFixture.storePath(), schema: schema, tables: [Self.projects, Self.tasks])
+            try await laptop.database.write { db in
+                try db.execute(sql: "INSERT INTO projects (id, code, title) VALUES ('from-laptop', 'K', 'Laptop')")
+            }
+            try await ClientFixture.client(store: laptop, server: server).sync()
+            let phoneClient = ClientFixture.client(store: phone, server: server)
+            try await phoneClient.sync()
+            try await phone.database.write { db in
+                try db.execute(sql: "INSERT INTO projects (id, code, title) VALUES ('from-phone', 'K', 'Phone')")
+                try db.execute(sql: "INSERT INTO tasks (id, project, title) VALUES ('pt', 'from-phone', 'phone task')")
+                try db.execute(sql: "DELETE FROM projects WHERE id = 'from-laptop'")  // after the change the server will merge
+            }
+            try await phoneClient.sync()
+            try await phoneClient.sync()
+            #expect(await phoneClient.status.pending == 0)
+            #expect(try await Self.count("projects", in: phone) == 0)
+            #expect(try await Self.count("tasks", in: phone) == 0)
+            #expect(try await Self.count("pragma_foreign_key_check", in: phone) == 0)
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote.values.filter { $0.op == .upsert }.map(\.entityID).isEmpty, "\(remote)")
+        }
+    }
 }

@@ -91,6 +91,28 @@ struct SchemaVersionTests {
         }
     }
 
+    @Test("a record pulled without a field a column holds (the last writer's version did not have it) clears that column, as the server holds it")
+    func absentFieldClearsColumn() async throws {
+        try await TestServer.run { server in
+            let v1 = try Self.store(version: 1)
+            let v2 = try Self.store(version: 2, keepsFieldName: true)
+            let v1Client = ClientFixture.client(store: v1, server: server)
+            let v2Client = ClientFixture.client(store: v2, server: server)
+            try await v1.database.write { db in try db.execute(sql: "INSERT INTO samples (id, kind, value) VALUES ('s', 'steps', 5)") }
+            try await v1Client.sync()
+            try await v2Client.sync()
+            try await v2.database.write { db in try db.execute(sql: "UPDATE samples SET unit = 'count' WHERE id = 's'") }
+            try await v2Client.sync()
+            // v1 edits before it heard of the unit: the last writer wins, and its record has no unit.
+            try await v1.database.write { db in try db.execute(sql: "UPDATE samples SET value = 6 WHERE id = 's'") }
+            try await v1Client.sync()
+            let remote = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(remote["samples/s"]?.data?["unit"] == nil)
+            try await v2Client.sync()
+            #expect(try await Self.row("s", in: v2) == ["id": "s", "kind": "steps", "amount": "6", "unit": "NULL"], "v2 holds what the server holds")
+        }
+    }
+
     @Test("a device upgraded to the version that adds a column finds the value it kept for that field in the column")
     func upgradeFoldsKeptFields() async throws {
         try await TestServer.run { server in

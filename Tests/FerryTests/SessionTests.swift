@@ -106,6 +106,9 @@ struct SessionTests {
             #expect(try await session.whenFollowed("alice")?.userID == "alice", "the next value is still followed")
             auth.finish()
             try await following.value
+            await #expect(throws: CancellationError.self, "follow has ended: nothing more will be followed") {
+                try await session.whenFollowed("bob")
+            }
             try await session.signOut()
         }
     }

@@ -252,6 +252,8 @@ struct Outbox: Sendable {
             }
             var notOurs: [Int64] = []
             var written: [Int64] = []  // mutations this answer says wrote a record
+            var notOursMutations: [OutgoingMutation] = []
+            var answeredLast: [RecordRef: Int64] = [:]  // per record (as the server names it), its last mutation written
             var absorbed: [RecordRef] = []
             var children = ForeignKeyChildren()
             var finished: [Int64] = []
@@ -268,6 +270,7 @@ struct Outbox: Sendable {
                         // Another holder's mutation under this id, not an acknowledgement of ours:
                         // sent again under a new client id.
                         notOurs += entryIDs
+                        notOursMutations.append(mutation)
                         continue
                     }
                     // A merge, a duplicate of a merged record, or a conflict judged against the
@@ -290,7 +293,11 @@ struct Outbox: Sendable {
                     }
                     switch result.status {
                     case .applied, .merged, .duplicate:
-                        if result.status != .duplicate { written.append(mutation.id) }
+                        if result.status != .duplicate {
+                            written.append(mutation.id)
+                            let record = RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID)
+                            answeredLast[record] = max(answeredLast[record] ?? 0, mutation.id)
+                        }
                         if let version = result.version {
                             versions.set(version, of: RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID))
                         }
@@ -319,6 +326,21 @@ struct Outbox: Sendable {
                     }
                 }
                 if !notOurs.isEmpty {
+                    // Sent again under a new client id, it lands after every change answered
+                    // here: one whose record a later change already wrote (in this batch, merges
+                    // included) or will write (queued) is superseded, and would put older data
+                    // over newer. It is done with, not sent again.
+                    let records = notOursMutations.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }
+                    let queued = try Self.queuedEntries(of: records, db: db)
+                    var superseded: Set<Int64> = []
+                    for (mutation, record) in zip(notOursMutations, records) {
+                        let entries = Set(batch.entries[mutation.id] ?? [])
+                        let writtenLater = (answeredLast[record] ?? 0) > mutation.id
+                        let queuedLater = queued[record]?.contains { $0 > mutation.id && !entries.contains($0) } ?? false
+                        if writtenLater || queuedLater { superseded.formUnion(entries) }
+                    }
+                    finished += superseded
+                    notOurs.removeAll { superseded.contains($0) }
                     try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = NULL, sent_as = NULL WHERE \(Self.idIn)")
                         .execute(arguments: [OutboxState.pending.rawValue, Self.idList(notOurs)])
                     outcome.returnedToQueue = notOurs.count
@@ -328,6 +350,17 @@ struct Outbox: Sendable {
                     try Self.queue(entity: record.entity, entityID: record.entityID, op: .delete, data: nil, naturalKey: nil, db: db)
                 }
                 if !finished.isEmpty {
+                    // A dead letter of a record whose later change is answered is superseded:
+                    // retried, it would put older data over newer.
+                    try Self.remove(
+                        where: """
+                            state = \(OutboxState.deadLettered.rawValue) AND EXISTS (
+                                SELECT 1 FROM ferry_outbox AS done WHERE done.id IN (SELECT value FROM json_each(?))
+                                AND done.entity = ferry_outbox.entity AND done.entity_id = ferry_outbox.entity_id AND done.id > ferry_outbox.id)
+                            """,
+                        arguments: [Self.idList(finished)],
+                        db: db
+                    )
                     try Self.remove(where: Self.idIn, arguments: [Self.idList(finished)], db: db)
                 }
                 try adopt(serverStates, versions: &versions, db: db)
@@ -523,23 +556,33 @@ struct Outbox: Sendable {
         let canonicalRow = table.rowCondition(entity: entity, entityID: canonical)
         let localRow = table.rowCondition(entity: entity, entityID: local)
         let moving = try children.rows(referencing: local, in: table, store: store, db: db)
-        // The local row's children point at the canonical id first: deleting or renaming the
-        // local row then cascades to none of them (an `ON DELETE CASCADE` would delete them
-        // without capture).
-        try moving.move(from: local, to: canonical, db: db)
-        if let canonicalLatest = later.newest(of: RecordRef(entity: entity, entityID: canonical), after: mutationID),
-            canonicalLatest > later.newest(of: RecordRef(entity: entity, entityID: local), after: mutationID) ?? 0
-        {
-            try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(localRow.sql)").execute(arguments: StatementArguments(localRow.arguments))
-            try db.cachedStatement(sql: "DELETE FROM ferry_extras WHERE entity = ? AND entity_id = ?").execute(arguments: [entity, local])
-        } else if !moving.references.isEmpty,
-            let values = try Row.fetchOne(db, sql: "SELECT * FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments)),
-            try Bool.fetchOne(
+        let canonicalWins =
+            later.newest(of: RecordRef(entity: entity, entityID: canonical), after: mutationID).map {
+                $0 > later.newest(of: RecordRef(entity: entity, entityID: local), after: mutationID) ?? 0
+            } ?? false
+        // Only asked when rows reference this table: the cost of a merge stays as it was without.
+        let canonicalHere =
+            try moving.references.isEmpty
+            || Bool.fetchOne(
                 db,
                 sql: "SELECT EXISTS (SELECT 1 FROM \(name) WHERE \(canonicalRow.sql))",
                 arguments: StatementArguments(canonicalRow.arguments)
-            )
-                == true
+            ) == true
+        if canonicalWins && !canonicalHere {
+            // This store deleted the canonical record after the merged change: the local row's
+            // children go with it, their deletes queued as the app's own would be.
+            try moving.delete(referencing: local, db: db)
+        } else {
+            // The local row's children point at the canonical id first: deleting or renaming
+            // the local row then cascades to none of them (an `ON DELETE CASCADE` would delete
+            // them without capture).
+            try moving.move(from: local, to: canonical, db: db)
+        }
+        if canonicalWins {
+            try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(localRow.sql)").execute(arguments: StatementArguments(localRow.arguments))
+            try db.cachedStatement(sql: "DELETE FROM ferry_extras WHERE entity = ? AND entity_id = ?").execute(arguments: [entity, local])
+        } else if !moving.references.isEmpty, canonicalHere,
+            let values = try Row.fetchOne(db, sql: "SELECT * FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments))
         {
             // Rows reference this table, and the canonical row is here (pulled): it stays, with
             // the children that reference it, and takes the local row's values; deleting it

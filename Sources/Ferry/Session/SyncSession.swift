@@ -75,6 +75,8 @@ public actor SyncSession {
     private let engineObservers = Broadcast<Engine?>()
     /// What `follow(_:)` did with each value: the user it followed, and the error if that failed.
     private let followed = Broadcast<FollowOutcome>()
+    /// How many values `follow(_:)` has received from its sequence.
+    private var followReceived = 0
     /// The status of whoever is signed in, the latest kept (`signedOut` while nobody is).
     private let statusObservers = Broadcast<SyncStatus>()
     /// Carries the signed-in user's client status to the session's observers.
@@ -245,27 +247,37 @@ public actor SyncSession {
     /// nobody signed in, and the next value is still followed; only the sequence's own error,
     /// or cancellation, ends the call.
     public func follow<Users: AsyncSequence>(_ users: Users) async throws where Users.Element == String? {
+        // Whoever waits in `whenFollowed` hears that nothing more will be followed.
+        defer { followed.send(FollowOutcome(number: followReceived, userID: nil, error: nil, ended: true)) }
         for try await user in users {
+            followReceived += 1
+            let number = followReceived
             do {
                 if let user { try await signIn(user) } else { try await signOut() }
-                followed.send(FollowOutcome(userID: user, error: nil))
+                followed.send(FollowOutcome(number: number, userID: user, error: nil))
             } catch let error where !(error is CancellationError) {
                 // The app must hear of it (a store that cannot be opened), and the next value is still followed.
                 logger.warning("could not follow the signed-in user", metadata: ["user": "\(user ?? "nobody")", "error": "\(error)"])
-                followed.send(FollowOutcome(userID: user, error: error))
+                followed.send(FollowOutcome(number: number, userID: user, error: error))
             }
         }
     }
 
-    /// Waits until `userID` is signed in (`nil`: until nobody is), as a `follow(_:)` the app fed
-    /// it to does it, and returns the engine (`nil` once signed out). Throws the error that
-    /// following `userID` failed with, or `CancellationError` if cancelled first. An app that
-    /// follows its auth state calls this after a sign-in to wait for Ferry to be ready for it.
+    /// Waits until `follow(_:)` has done every value it received and `userID` is signed in
+    /// (`nil`: nobody is), and returns the engine (`nil` once signed out). Throws the error
+    /// following `userID` failed with, if that was the last value done, or `CancellationError`
+    /// if `follow` ends first or the caller is cancelled. An app that follows its auth state
+    /// calls this after feeding a sign-in, to wait until Ferry is ready for that user. A value
+    /// counts once `follow` has received it from the sequence, which an `AsyncStream` hands
+    /// over at once but not synchronously: feed it before calling.
     @discardableResult
     public func whenFollowed(_ userID: String?) async throws -> Engine? {
-        for await outcome in followed.subscribeFromLatest(orFirst: FollowOutcome(userID: engine?.userID, error: nil)) {
+        let start = FollowOutcome(number: followReceived, userID: engine?.userID, error: nil)
+        for await outcome in followed.subscribeFromLatest(orFirst: start) {
+            guard outcome.number >= followReceived else { continue }  // values received since are not done yet
             if engine?.userID == userID { return engine }
             if outcome.userID == userID, let error = outcome.error { throw error }
+            if outcome.ended { break }
         }
         throw CancellationError()
     }
@@ -389,10 +401,13 @@ public actor SyncSession {
     }
 }
 
-/// What `SyncSession.follow(_:)` did with one value.
+/// What `SyncSession.follow(_:)` did with one value: the `number`th it received.
 private struct FollowOutcome: Sendable {
+    var number: Int
     var userID: String?
     var error: (any Error)?
+    /// `follow` returned: nothing more will be followed.
+    var ended = false
 }
 
 extension SyncScheduler.Event {

@@ -63,8 +63,23 @@ extension ForeignKeyChildren {
                 )
             }
         }
-    }
 
+        /// Deletes the referencing rows, and queues the deletes of the synced ones: their parent is gone.
+        func delete(referencing parentID: String, db: Database) throws {
+            for (table, ids) in uploads {
+                for id in ids { try Outbox.queue(entity: table.entity, entityID: id, op: .delete, data: nil, naturalKey: nil, db: db) }
+            }
+            for reference in references {
+                try db.execute(
+                    sql: "DELETE FROM \(reference.table.quotedDatabaseIdentifier) WHERE \(reference.column.quotedDatabaseIdentifier) = ?",
+                    arguments: [parentID]
+                )
+            }
+        }
+    }
+}
+
+extension ForeignKeyChildren {
     /// The rows of the app's tables that reference `parentID` in `table`; foreign keys are then
     /// checked at commit, so the parent and its children may change ids one after the other.
     mutating func rows(referencing parentID: String, in table: SyncedTable, store: FerryStore, db: Database) throws -> Moving {

@@ -58,10 +58,18 @@ struct RecordWriter {
             // A multi-entity table keeps no extra fields (capture would not send them back).
             if table.entityColumn == nil { try keepExtras(unknown, entity: entity, entityID: entityID, db: db) }
         }
-        try upsert(into: table, columns: columns, db: db).execute(arguments: StatementArguments(values))
+        let written: [String] =
+            switch table.layout {
+            case .document(let column): [column]
+            case .columns: try dataColumns(of: table, db: db)
+            }
+        try upsert(into: table, columns: columns, writing: written, db: db).execute(arguments: StatementArguments(values))
     }
 
-    private mutating func upsert(into table: SyncedTable, columns: [String], db: Database) throws -> Statement {
+    /// The upsert of a row with `columns`; an existing row takes every column of `writing` too:
+    /// a field the record does not carry (written by an app version without it) is the
+    /// column's default, as for a new row, not what the row held before.
+    private mutating func upsert(into table: SyncedTable, columns: [String], writing: [String], db: Database) throws -> Statement {
         // Consecutive records nearly always have the last one's shape: compare before building a key.
         if let last, last.table == table.table, last.columns == columns { return last.statement }
         let shape = ([table.table] + columns).joined(separator: "\u{1}")
@@ -71,7 +79,8 @@ struct RecordWriter {
         }
         let names = columns.map(\.quotedDatabaseIdentifier)
         let key = [table.entityColumn, table.primaryKey].compactMap { $0?.quotedDatabaseIdentifier }
-        let updates = names.filter { !key.contains($0) }.map { "\($0) = excluded.\($0)" }
+        let absent = writing.map(\.quotedDatabaseIdentifier).filter { !names.contains($0) }
+        let updates = (names + absent).filter { !key.contains($0) }.map { "\($0) = excluded.\($0)" }
         let statement = try db.makeStatement(
             sql: """
                 INSERT INTO \(table.table.quotedDatabaseIdentifier) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))

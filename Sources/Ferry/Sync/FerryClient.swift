@@ -401,8 +401,9 @@ public actor FerryClient {
 
     /// Queues dead-lettered changes again, as new entries at the end of the queue (new ids:
     /// the server has spent the old ones). A dead letter that a later change of its record
-    /// already supersedes (queued or in flight) is dropped instead: sent after that change, it
-    /// would put older data over newer. Returns how many were queued again.
+    /// supersedes is dropped instead: one queued or in flight here, and one already answered
+    /// (a dead letter goes away by itself then). Sent after that change, it would put older
+    /// data over newer. Returns how many were queued again.
     ///
     /// A local change like the app's own writes, in one transaction: safe while this client or
     /// another process on the store syncs, so it takes no sync lease. A run in progress sends
@@ -421,8 +422,8 @@ public actor FerryClient {
             )
             try db.execute(
                 sql: """
-                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at)
-                    SELECT entity, entity_id, op, data, natural_key, queued_at FROM ferry_outbox WHERE state = ? ORDER BY id
+                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, changed_at)
+                    SELECT entity, entity_id, op, data, natural_key, queued_at, changed_at FROM ferry_outbox WHERE state = ? ORDER BY id
                     """,
                 arguments: [dead]
             )

@@ -1,3 +1,4 @@
+import ConcurrencyExtras
 import Ferry
 import FerryProtocol
 import FerryTestSupport
@@ -7,7 +8,10 @@ import GRDB
 /// One seeded run of devices against a real server through faults, ending in one invariant.
 ///
 /// Alice has a phone, whose app and widget are two client processes on one store, and a
-/// laptop; Bob has a phone. Mid-run, Alice's phone or laptop store may be copied to a new
+/// laptop; Bob has a phone. The laptop runs the app's version 2, which renamed the events'
+/// `value` column to `amount` (the field stays `value`) and added `mood`, a field version 1
+/// devices keep beside their rows: at the end it must hold what every version 1 device sent
+/// too, and its moods what the server holds. Mid-run, Alice's phone or laptop store may be copied to a new
 /// device (a backup restored, a phone migrated), even while that store syncs: the copy keeps
 /// the client id and the queue, and must take an id of its own without losing or doubling. From the seed come every step (writes, syncs alone or side by
 /// side, a write during a sync, a process killed and reopened, a server restart) and every
@@ -51,6 +55,8 @@ final class FaultSchedule {
     private var history: [String: [String: RecordHistory]] = [:]
     private var counter = 0
     private var copies = 0
+    /// Stores on the app's version 2 (the laptop's, and copies of it).
+    private var version2: Set<String> = []
     private var outcome = Outcome()
 
     private init(seed: UInt64) {
@@ -105,6 +111,7 @@ final class FaultSchedule {
         for user in ["alice", "bob"] { tokens[user] = try await TestServer.token(for: user) }
         let phone = ClientFixture.storePath()
         let laptop = ClientFixture.storePath()
+        version2.insert(laptop)
         let bobPhone = ClientFixture.storePath()
         for (name, user, path) in [("phone", "alice", phone), ("widget", "alice", phone), ("laptop", "alice", laptop), ("bob", "bob", bobPhone)] {
             processes.append(try open(name: name, user: user, path: path))
@@ -131,7 +138,10 @@ final class FaultSchedule {
 
     private func open(name: String, user: String, path: String) throws -> ClientProcess {
         let transport = ScheduleTransport(user: user, name: name, seed: random.next(), server: server, ledger: ledger, freezer: freezer)
-        let store = try ClientFixture.openStore(at: path)
+        let store =
+            version2.contains(path)
+            ? try FerryStore(path: path, schema: Self.version2Schema(), tables: [Self.version2Events, ClientFixture.notes])
+            : try ClientFixture.openStore(at: path)
         let token = tokens[user]!
         let client = FerryClient(
             store: store,
@@ -144,6 +154,17 @@ final class FaultSchedule {
         return ClientProcess(name: name, user: user, path: path, store: store, client: client, transport: transport)
     }
 
+    /// Version 2 of the app: `value` renamed to `amount`, `mood` added.
+    static func version2Schema() -> DatabaseMigrator {
+        var schema = ClientFixture.schema()
+        schema.registerMigration("app-v2") { db in
+            try db.execute(sql: "ALTER TABLE events RENAME COLUMN value TO amount; ALTER TABLE events ADD COLUMN mood TEXT")
+        }
+        return schema
+    }
+
+    static let version2Events = SyncedTable(table: "events", naturalKey: "hk", fieldNames: ["amount": "value"])
+
     /// One to four changes in one transaction: creates (some with a natural key every device
     /// and user draws from), edits and deletes of whatever the store holds, edits of notes
     /// every device of the user shares (conflicting), and now and then a record too big to send.
@@ -152,6 +173,8 @@ final class FaultSchedule {
         let events = try await process.store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM events ORDER BY id") }
         var statements: [(String, StatementArguments)] = []
         var effects: [Effect] = []
+        let v2 = version2.contains(process.path)
+
         for _ in 0...roll(0..<4) {
             counter += 1
             let stamp = "\(process.user)-\(process.name)-\(counter)"
@@ -159,13 +182,21 @@ final class FaultSchedule {
             case ..<35:
                 let key: String? = roll(0..<2) == 0 ? nil : "hk-\(roll(0..<5))"
                 let (kind, value) = (["steps", "sleep"][roll(0..<2)], roll(0..<1000))
-                statements.append(("INSERT INTO events (id, kind, value, hk) VALUES (?, ?, ?, ?)", [stamp, kind, value, key]))
+                if v2 {
+                    statements.append(("INSERT INTO events (id, kind, amount, hk, mood) VALUES (?, ?, ?, ?, ?)", [stamp, kind, value, key, stamp]))
+                } else {
+                    statements.append(("INSERT INTO events (id, kind, value, hk) VALUES (?, ?, ?, ?)", [stamp, kind, value, key]))
+                }
                 effects.append(
                     Effect(record: "events/\(stamp)", state: Self.describe(kind: kind, value: "\(value)", naturalKey: key), naturalKey: key != nil)
                 )
             case ..<55 where !events.isEmpty:
                 let (value, id) = (roll(0..<1000), events[roll(0..<events.count)])
-                statements.append(("UPDATE events SET value = ?, kind = ? WHERE id = ?", [value, stamp, id]))
+                if v2 {
+                    statements.append(("UPDATE events SET amount = ?, kind = ?, mood = ? WHERE id = ?", [value, stamp, stamp, id]))
+                } else {
+                    statements.append(("UPDATE events SET value = ?, kind = ? WHERE id = ?", [value, stamp, id]))
+                }
                 effects.append(Effect(record: "events/\(id)", state: nil, update: "kind=\(stamp) value=\(value)"))
             case ..<65 where !events.isEmpty:
                 let id = events[roll(0..<events.count)]
@@ -257,33 +288,54 @@ final class FaultSchedule {
         note("client killed", "\(process.name) \(duringRequest ? "during a request" : "between syncs"), reopened")
     }
 
-    /// Copies one of Alice's stores to a new device, at most twice a schedule, while that store
-    /// syncs or between syncs, as a backup or a migration copies the file. The old device's
-    /// process does not run on the new one: the copy's lease names a process that does not exist.
+    /// Copies one of Alice's stores to a new device, at most twice a schedule, as a backup or a
+    /// migration copies the file: between syncs, or while that store's push is on the wire (its
+    /// batch in flight in the copy too). The old device's process does not run on the new one:
+    /// the copy's lease names a process that does not exist.
     private func copyStore() async throws {
         let sources = processes.indices.filter { processes[$0].user == "alice" && processes[$0].name != "widget" }
         guard copies < 2, !sources.isEmpty else { return }
         copies += 1
         let source = processes[sources[roll(0..<sources.count)]]
-        let client = source.client
-        let run: Task<Void, Never>? = roll(0..<2) == 0 ? Task { _ = try? await client.sync() } : nil
         let path = ClientFixture.storePath()
-        let target = try DatabaseQueue(path: path)
-        try source.store.database.backup(to: target)
+        let database = source.store.database
+        let copied = LockIsolated<(any Error)??>(nil)
+        let copy = { @Sendable in
+            do {
+                try database.backup(to: try DatabaseQueue(path: path))
+                copied.setValue(.some(nil))
+            } catch {
+                copied.setValue(.some(error))
+            }
+        }
+        if roll(0..<2) == 0 {
+            source.transport.beforeNextPush(copy)
+            _ = try? await source.client.sync()
+            source.transport.beforeNextPush(nil)
+        }
+        if copied.value == nil { copy() }  // between syncs, or the sync pushed nothing
+        if let error = copied.value ?? nil { throw error }
         let dead = try deadProcessID()
+        let target = try DatabaseQueue(path: path)
         // Changes the copy holds queued are the copy's to send too: a record one of them
         // touches has two writers, and the last write of either may win.
-        let queued = try await target.write { db in
+        let (queued, inFlight) = try await target.write { db in
             try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [dead])
-            return try String.fetchAll(db, sql: "SELECT DISTINCT entity || '/' || entity_id FROM ferry_outbox WHERE state IN (0, 1, 2)")
+            return (
+                try String.fetchAll(db, sql: "SELECT DISTINCT entity || '/' || entity_id FROM ferry_outbox WHERE state IN (0, 1, 2)"),
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 1") ?? 0
+            )
         }
         try target.close()
-        await run?.value
         for record in queued { history["alice", default: [:]][record, default: RecordHistory()].writers.insert(path) }
         bigRecords[path] = bigRecords[source.path]
+        if version2.contains(source.path) { version2.insert(path) }
         let name = "copy\(copies)"
         processes.append(try open(name: name, user: "alice", path: path))
-        note("store copied", "\(source.name) to \(name)\(run == nil ? "" : " while it synced"), \(queued.count) records queued in it")
+        note(
+            inFlight > 0 ? "store copied mid-push" : "store copied",
+            "\(source.name) to \(name): \(queued.count) records queued, \(inFlight) changes in flight"
+        )
     }
 
     // MARK: - The invariant
@@ -360,9 +412,11 @@ final class FaultSchedule {
             problems.append("dead letters are \(deadLetters.sorted()), expected exactly the records too big to send: \(big.sorted())")
         }
 
+        let version2 = self.version2.contains(process.path)
         var local = try await store.database.read { db in
             var rows: [String: String] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT id, kind, value, hk FROM events") {
+            let value = version2 ? "amount" : "value"
+            for row in try Row.fetchAll(db, sql: "SELECT id, kind, \(value), hk FROM events") {
                 rows["events/\(row[0] as String)"] = Self.describe(kind: row[1], value: (row[2] as Int64?).map { "\($0)" }, naturalKey: row[3])
             }
             for row in try Row.fetchAll(db, sql: "SELECT id, body FROM notes") {
@@ -389,6 +443,19 @@ final class FaultSchedule {
                     + "(store at version \(localVersions[key].map(String.init) ?? "none"), server at \(server[key].map { "\($0.version)" } ?? "none"); "
                     + "answers heard: \(ledger.answers(about: key, user: process.user)))"
             )
+        }
+        if version2 {
+            // The field version 1 does not hold arrives on version 2 as the server has it.
+            let localMoods = try await store.database.read { db in
+                Dictionary(
+                    uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT id, mood FROM events").map {
+                        ("events/\($0[0] as String)", $0[1] as String?)
+                    }
+                )
+            }
+            for (key, mood) in localMoods where remote[key] != nil && mood != Self.text(server[key]?.data?["mood"]) {
+                problems.append("\(key): the store holds mood \(mood ?? "null"), the server \(Self.text(server[key]?.data?["mood"]) ?? "null")")
+            }
         }
         return problems
     }

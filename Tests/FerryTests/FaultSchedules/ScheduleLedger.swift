@@ -64,14 +64,14 @@ final class ScheduleLedger: @unchecked Sendable {
                         + "\(result.status.rawValue)\(result.version.map { " v\($0)" } ?? "")\(result.entityID.map { $0 == mutation.entityID ? "" : " as \($0)" } ?? "")"
                 )
                 // Two copies of one store share a client id: the second to send an id hears it is
-                // reused, or a duplicate (which claims nothing), not the first one's result.
-                let claimsNothing = result.status == .duplicate || (result.status == .rejected && result.code == PushResult.mutationIDReused)
-                if let earlier = answers[key], result.status != .conflict, !claimsNothing, earlier.result != result,
-                    earlier.result.status != .duplicate
+                // reused, or a duplicate; either claims nothing, and the other copy's answer is
+                // the one that counts, whichever came first.
+                if let earlier = answers[key], result.status != .conflict, !result.claimsNothing, earlier.result != result,
+                    !earlier.result.claimsNothing
                 {
                     problems.append("\(user): mutation \(result.id) of \(push.clientID) was answered \(earlier.result) and later \(result)")
                 }
-                if answers[key] == nil || answers[key]?.result.status == .duplicate { answers[key] = answer }
+                if answers[key].map({ $0.result.claimsNothing }) ?? true { answers[key] = answer }
             }
         }
     }
@@ -138,5 +138,12 @@ final class ScheduleLedger: @unchecked Sendable {
             }
         }
         return problems.sorted()
+    }
+}
+
+extension PushResult {
+    /// A duplicate, or a rejection of a reused id: says nothing of what the mutation wrote.
+    fileprivate var claimsNothing: Bool {
+        status == .duplicate || (status == .rejected && code == PushResult.mutationIDReused)
     }
 }

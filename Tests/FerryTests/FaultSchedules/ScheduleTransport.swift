@@ -52,6 +52,7 @@ final class ScheduleTransport: SyncTransport, @unchecked Sendable {
     private var killCountdown: Int?
     private var killed = false
     private var onKilled: (@Sendable () -> Void)?
+    private var beforePush: (@Sendable () -> Void)?
 
     init(user: String, name: String, seed: UInt64, server: RestartableServer, ledger: ScheduleLedger, freezer: Freezer) {
         self.user = user
@@ -65,6 +66,11 @@ final class ScheduleTransport: SyncTransport, @unchecked Sendable {
     func turnFaultsOff() { lock.withLock { faultsOn = false } }
 
     /// Kills the process at its request number `request` from now (0 is the next one).
+    /// Runs `hook` when the next push is about to go out (its batch marked in flight), once.
+    func beforeNextPush(_ hook: (@Sendable () -> Void)?) {
+        lock.withLock { beforePush = hook }
+    }
+
     func armKill(atRequest request: Int, onKilled: @escaping @Sendable () -> Void) {
         lock.withLock {
             killCountdown = request
@@ -73,6 +79,14 @@ final class ScheduleTransport: SyncTransport, @unchecked Sendable {
     }
 
     func send(_ request: TransportRequest) async throws -> TransportResponse {
+        if request.path == "/v1/push",
+            let hook = lock.withLock({ () -> (@Sendable () -> Void)? in
+                defer { beforePush = nil }
+                return beforePush
+            })
+        {
+            hook()
+        }
         let (fault, roll) = lock.withLock { () -> (InjectedFault?, Int) in
             let roll = Int.random(in: 0..<1000, using: &generator)
             if killed { return (.killed, roll) }
