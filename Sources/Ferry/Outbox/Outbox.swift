@@ -33,6 +33,21 @@ struct Outbox: Sendable {
         }
     }
 
+    /// The newest entry's id (0 for an empty queue).
+    static func newestEntry(in store: FerryStore) async throws -> Int64 {
+        try await store.database.read { db in try Int64.fetchOne(db, sql: "SELECT max(id) FROM ferry_outbox") ?? 0 }
+    }
+
+    /// How many changes were queued after entry `id` and still wait, and the newest entry's id:
+    /// a range of the primary key, however long the queue.
+    static func queuedEntries(after id: Int64, in store: FerryStore) async throws -> (count: Int, newest: Int64) {
+        try await store.database.read { db in
+            let count =
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE id > ? AND \(OutboxState.queuedCondition)", arguments: [id]) ?? 0
+            return (count, max(id, try Int64.fetchOne(db, sql: "SELECT max(id) FROM ferry_outbox") ?? 0))
+        }
+    }
+
     /// Takes the next batch: at most `limit` entries, coalesced, marked in flight.
     /// `nil` when nothing is pending.
     ///

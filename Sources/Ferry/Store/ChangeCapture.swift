@@ -139,13 +139,15 @@ private struct Expressions {
             // A JSON path cannot name a field with a double quote: such a table keeps its columns only.
             // A multi-entity table keeps its columns only too (`ExtraFields` folds by entity).
             guard table.entityColumn == nil, !dataColumns.contains(where: { table.field(ofColumn: $0).contains("\"") }) else { return object }
-            let extras = "(SELECT data FROM ferry_extras WHERE entity = \(entity(row)) AND entity_id = \(row).\(pk))"
             let paths = dataColumns.map { column in
                 let path = "$.\"\(table.field(ofColumn: column))\"".sqlLiteral
                 return ", \(path), \(row).\(column.quotedDatabaseIdentifier)"
             }
-            // json_set of no kept fields (NULL) is NULL: the columns alone, one lookup either way.
-            return "coalesce(json_set(\(extras)\(paths.joined())), \(object))"
+            // No kept fields (the usual case): no row, NULL, the columns alone; one lookup
+            // either way, and json_set only runs for a row that has some.
+            let extras =
+                "(SELECT json_set(data\(paths.joined())) FROM ferry_extras WHERE entity = \(entity(row)) AND entity_id = \(row).\(pk))"
+            return "coalesce(\(extras), \(object))"
         }
     }
 

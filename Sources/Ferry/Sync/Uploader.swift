@@ -23,6 +23,7 @@ struct Uploader: Sendable {
         var batchSize = maximumBatchSize
         let commits = outbox.store.outboxCommits.count
         var total = try await Outbox.counts(in: outbox.store).pending
+        var counted = try await Outbox.newestEntry(in: outbox.store)
         await status.update(asOfCommit: commits) {
             if total > 0 { $0.phase = .uploading(done: 0, total: total) }  // "Synced 0 of 0" would say nothing true
             $0.pending = total
@@ -75,7 +76,7 @@ struct Uploader: Sendable {
                     try await record(apply(push, to: batch), push: push, into: &summary)
                     current = try await read(limit: batchSize, into: &summary)
                 }
-                try await report(summary, total: &total, journaledTenth: &journaledTenth)
+                try await report(summary, total: &total, counted: &counted, journaledTenth: &journaledTenth)
             case _ where refusedWhole:
                 // Split the batch until the mutation at fault is alone, and dead-letter that one
                 // with the server's reason: one record the server cannot take must not hold
@@ -99,7 +100,7 @@ struct Uploader: Sendable {
                     )
                 }
                 current = try await read(limit: batchSize, into: &summary)
-                try await report(summary, total: &total, journaledTenth: &journaledTenth)
+                try await report(summary, total: &total, counted: &counted, journaledTenth: &journaledTenth)
             default:
                 await returnToQueue(batch, next)
                 throw FerryError.protocolViolation("push answered \(response.status): \(SyncConnection.message(in: response))")
@@ -237,18 +238,20 @@ struct Uploader: Sendable {
         }
     }
 
-    /// Progress from what this drain has done and what the queue holds now: changes the app
-    /// queues during the upload grow the total as they come (the upload sends them too), and
-    /// `pending` stays the queue's true count, not an estimate a moment later corrects.
-    private func report(_ summary: UploadSummary, total: inout Int, journaledTenth: inout Int) async throws {
+    /// Progress from what this drain has done: changes the app queues during the upload grow
+    /// the total as they come (the upload sends them too), counted among the entries after
+    /// the newest one `counted` (a range of ids, not the whole queue), and `pending` stays the
+    /// queue's count, not an estimate a moment later corrects.
+    private func report(_ summary: UploadSummary, total: inout Int, counted: inout Int64, journaledTenth: inout Int) async throws {
         let done = summary.acknowledged + summary.deadLettered
         let commits = outbox.store.outboxCommits.count
-        let queued = try await Outbox.counts(in: outbox.store).pending
-        total = max(total, done + queued)
+        let (added, newest) = try await Outbox.queuedEntries(after: counted, in: outbox.store)
+        counted = newest
+        total = max(total + added, done)
         let phase = SyncStatus.Phase.uploading(done: done, total: total)
-        await status.update(asOfCommit: commits) {
+        await status.update(asOfCommit: commits) { [total] in
             $0.phase = phase
-            $0.pending = queued
+            $0.pending = total - done
         }
         await journalProgress(done: done, total: total, journaledTenth: &journaledTenth)
     }
