@@ -366,12 +366,14 @@ struct Outbox: Sendable {
                 }
                 if !finished.isEmpty {
                     // A dead letter of a record whose later change is answered is superseded:
-                    // retried, it would put older data over newer.
+                    // retried, it would put older data over newer. Found from the answered
+                    // entries by record (an index), never by scanning the queue for dead letters.
                     try Self.remove(
                         where: """
-                            state = \(OutboxState.deadLettered.rawValue) AND EXISTS (
-                                SELECT 1 FROM ferry_outbox AS done WHERE done.id IN (SELECT value FROM json_each(?))
-                                AND done.entity = ferry_outbox.entity AND done.entity_id = ferry_outbox.entity_id AND done.id > ferry_outbox.id)
+                            id IN (SELECT dead.id FROM json_each(?) AS answered
+                                JOIN ferry_outbox AS done ON done.id = answered.value
+                                JOIN ferry_outbox AS dead ON dead.entity_id = done.entity_id AND dead.entity = done.entity
+                                    AND dead.id < done.id AND dead.state = \(OutboxState.deadLettered.rawValue))
                             """,
                         arguments: [Self.idList(finished)],
                         db: db
