@@ -3,17 +3,23 @@ extension JournalEvent {
     /// timeline page, the demo, `QueueSnapshot`) match on these and on `details`, never on a
     /// message's words. A kind this version does not know (written by a newer one) still reads.
     public struct Kind: RawRepresentable, Hashable, Sendable, Codable, ExpressibleByStringLiteral, CustomStringConvertible {
+        /// The name as the journal stores it: `run.finished`.
         public var rawValue: String
 
+        /// The kind named `rawValue`.
         public init(rawValue: String) { self.rawValue = rawValue }
+        /// The kind named by a literal: `"request"`.
         public init(stringLiteral value: String) { self.rawValue = value }
+        /// Reads the kind as the journal stores it: a plain string.
         public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
 
+        /// Writes the kind as a plain string, as the journal always has.
         public func encode(to encoder: any Encoder) throws {
             var container = encoder.singleValueContainer()
             try container.encode(rawValue)
         }
 
+        /// The name, as the journal stores it.
         public var description: String { rawValue }
 
         /// A client's sync run began; `run.finished` ends it.
@@ -28,8 +34,9 @@ extension JournalEvent {
         public static let progress: Kind = "progress"
         /// Changes set aside as dead letters.
         public static let deadLettered: Kind = "deadLettered"
-        /// Dead letters queued again, or dropped: `count`.
+        /// Dead letters queued again: `count`.
         public static let deadLettersRetried: Kind = "deadLetters.retried"
+        /// Dead letters dropped: `count`.
         public static let deadLettersDiscarded: Kind = "deadLetters.discarded"
         /// A batch the server refused whole was halved.
         public static let batchHalved: Kind = "batch.halved"
@@ -43,8 +50,9 @@ extension JournalEvent {
         public static let pullSetAside: Kind = "pull.setAside"
         /// The store took a new client id: another store holds its old one.
         public static let clientRenewed: Kind = "client.renewed"
-        /// A trigger reached the scheduler, and what became of one: `trigger`, `fate`.
+        /// A trigger reached the scheduler: `trigger`.
         public static let triggerReceived: Kind = "trigger.received"
+        /// What became of a trigger: `trigger`, `fate`.
         public static let trigger: Kind = "trigger"
         /// A scheduler run began (`run`, `kind`) or ended (`run`, `outcome`).
         public static let schedulerRun: Kind = "scheduler.run"

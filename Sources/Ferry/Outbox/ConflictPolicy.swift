@@ -12,7 +12,7 @@ public struct Conflict: Sendable, Equatable {
     /// a delete.
     public var local: JSONObject?
     /// The record on the server; `nil` if it does not exist. A tombstone (`deleted`) says when
-    /// the delete was made in ``RecordState/changedAt``, like an edit.
+    /// the delete was made in its `changedAt`, like an edit.
     public var server: RecordState?
     /// When the local change (``local``) was made, by this device's clock; `nil` for a change
     /// queued by a Ferry older than the time it keeps.
