@@ -98,6 +98,10 @@ def _ints(value):
             yield from _ints(item)
 
 
+def _answered(case):
+    return "answered" in (case.query or {})
+
+
 def _forged_cursor(case):
     return "cursor" in (case.query or {})
 
@@ -113,7 +117,7 @@ def _integer_past_64_bits(case):
 
 def _whole_float(case):
     return any(
-        isinstance(m, dict) and any(isinstance(m.get(k), float) and m[k].is_integer() for k in ("id", "baseVersion"))
+        isinstance(m, dict) and any(isinstance(m.get(k), float) and m[k].is_integer() for k in ("id", "baseVersion", "changedAt"))
         for m in _mutations(case)
     )
 
@@ -130,7 +134,10 @@ UNEXPRESSIBLE = [
     ("bad_request", re.compile(r"^body is not valid JSON \(integer -?[0-9]+ does not fit in 64 bits"), _integer_past_64_bits),
     # Integers written as integers: JSON Schema calls 2.0 and 2e3 integers, the server
     # refuses them for id and baseVersion (see openapi.yaml, Mutation).
-    ("bad_request", re.compile(r"^mutations\[[0-9]+\]\.(id|baseVersion): expected a whole number, got -?[0-9.e+-]+$"), _whole_float),
+    ("bad_request", re.compile(r"^mutations\[[0-9]+\]\.(id|baseVersion|changedAt): expected a whole number, got -?[0-9.e+-]+$"), _whole_float),
+    # A pull's answered ids ascending and apart, and named for a client (the Ferry-Client-ID
+    # header); a pattern can say neither.
+    ("bad_request", re.compile(r"^answered (must be ascending|needs the Ferry-Client-ID header)"), _answered),
 ]
 
 

@@ -317,7 +317,7 @@ struct PullTests {
             #expect(missing.status == 400)
             #expect(missing.errorMessage?.contains("Ferry-Client-ID") == true)
             let tooMany = (1...1001).map { "\($0 * 2)" }.joined(separator: ",")
-            for value in ["0", "-1", "abc", "", "3-1", "5,3", "1-3,3-4", "1.5", "9007199254740992", "1-", "1--2", tooMany] {
+            for value in ["0", "-1", "abc", "", "3-1", "5,3", "1-3,3-4", "1.5", "9007199254740992", "1-", "1--2", "+3", "007", tooMany] {
                 let reply = try await server.send(.GET, "/v1/pull?answered=\(value)", token: token, headers: [("Ferry-Client-ID", "phone")])
                 #expect(reply.status == 400, "answered=\(value.prefix(20))")
                 #expect(reply.errorMessage?.contains("answered") == true)

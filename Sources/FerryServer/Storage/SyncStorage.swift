@@ -100,7 +100,10 @@ public struct OwnWrites: Sendable, Equatable {
                 + "at most \(maxRanges) of them; got '\(text.prefix(40))'"
         )
         for part in text.split(separator: ",", omittingEmptySubsequences: false) {
-            let bounds = part.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false).map { Int64($0) }
+            // Digits only, no leading zero: the form openapi.yaml's pattern gives (no `+3`, no `007`).
+            let bounds = part.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false).map { text in
+                text.first != "0" && !text.isEmpty && text.utf8.allSatisfy { (48...57).contains($0) } ? Int64(text) : nil
+            }
             guard bounds.count <= 2, let low = bounds.first ?? nil, let high = bounds.last ?? nil,
                 low >= 1, low <= high, high <= ProtocolLimits.maxMutationID,
                 ranges.last.map({ $0.upperBound < low }) ?? true, ranges.count < maxRanges
