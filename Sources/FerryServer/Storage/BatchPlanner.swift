@@ -60,7 +60,13 @@ struct BatchPlanner {
     ///   - replays: the results the client's recent pushes got, by mutation id.
     ///   - loaded: every record found by `lookups(for:replays:)`.
     ///   - now: the server's clock in milliseconds since 1970, the `changedAt` of a mutation without one.
-    init(clientID: String, lastMutationID: Int64, replays: [Int64: RecentResults.Kept] = [:], loaded: [StoredRecord], now: Int64) {
+    init(
+        clientID: String,
+        lastMutationID: Int64,
+        replays: [Int64: RecentResults.Kept] = [:],
+        loaded: [StoredRecord],
+        now: Int64 = Int64((Date().timeIntervalSince1970 * 1000).rounded())
+    ) {
         self.clientID = clientID
         self.now = now
         self.initialLastMutationID = lastMutationID

@@ -331,8 +331,7 @@ public final class PostgresSyncStorage: SyncStorage {
             clientID: clientID,
             lastMutationID: lastMutationID,
             replays: replays,
-            loaded: loaded,
-            now: Int64((Date().timeIntervalSince1970 * 1000).rounded())
+            loaded: loaded
         )
         return planner.plan(mutations)
     }

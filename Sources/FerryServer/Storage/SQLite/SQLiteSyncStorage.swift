@@ -228,8 +228,7 @@ public final class SQLiteSyncStorage: SyncStorage {
             clientID: clientID,
             lastMutationID: lastMutationID,
             replays: replays,
-            loaded: loaded,
-            now: Int64((Date().timeIntervalSince1970 * 1000).rounded())
+            loaded: loaded
         )
         let plan = planner.plan(mutations)
         try write(plan, userID: userID, db: db)
