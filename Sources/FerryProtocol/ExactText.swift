@@ -21,3 +21,27 @@ extension String {
         hasher.combine(utf8.count)  // keeps ("ab", "c") apart from ("a", "bc")
     }
 }
+
+/// A string as a dictionary key that equals another only when their UTF-8 bytes do: user ids
+/// that differ only in Unicode normalization ("zoë" composed and decomposed) are two users to
+/// the database, so they are two to every table kept in memory too (quotas, queues).
+package struct ExactKey: Hashable, Sendable {
+    package let text: String
+
+    package init(_ text: String) { self.text = text }
+
+    package static func == (a: Self, b: Self) -> Bool { a.text.hasSameBytes(as: b.text) }
+
+    package func hash(into hasher: inout Hasher) { text.hashBytes(into: &hasher) }
+}
+
+extension String? {
+    /// Whether both are `nil`, or both hold the same bytes (`String.hasSameBytes(as:)`).
+    package func hasSameBytes(as other: String?) -> Bool {
+        switch (self, other) {
+        case (nil, nil): true
+        case (let a?, let b?): a.hasSameBytes(as: b)
+        default: false
+        }
+    }
+}

@@ -18,6 +18,9 @@ public enum ProtocolLimits {
     public static let pullLimitRange = 1...1000
     /// The pull `limit` when the request gives none.
     public static let defaultPullLimit = 500
+    /// Most bytes of record data one pull page carries (4 MiB): a page stops before the record
+    /// that would pass it, except that its first record always goes, whatever its size.
+    public static let maxPullPageDataBytes = 4 * 1024 * 1024
 }
 
 /// Header names used by the protocol beyond the standard ones.

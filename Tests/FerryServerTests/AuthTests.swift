@@ -35,6 +35,19 @@ struct AuthTests {
             ("no exp", "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS256", "typ": "JWT"], claims: ["sub": "alice"])), "exp"),
             ("no sub", "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS256", "typ": "JWT"], claims: ["exp": now + 600])), "sub"),
             (
+                "crit naming an extension",
+                "Bearer "
+                    + (try TestServer.handMadeToken(
+                        header: ["alg": "HS256", "typ": "JWT", "crit": ["http://example.com/must-check"], "http://example.com/must-check": true],
+                        claims: ["sub": "alice", "exp": now + 600]
+                    )), "crit"
+            ),
+            (
+                "crit that is not a list",
+                "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS256", "crit": "b64"], claims: ["sub": "alice", "exp": now + 600])),
+                "crit"
+            ),
+            (
                 "empty sub",
                 "Bearer " + (try TestServer.handMadeToken(header: ["alg": "HS256", "typ": "JWT"], claims: ["sub": "", "exp": now + 600])), "sub"
             ),

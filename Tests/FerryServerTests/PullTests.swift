@@ -32,6 +32,50 @@ struct PullTests {
     }
 
     @Test(
+        "a page stops at its data budget, not only at limit: large records come in pages of about 4 MiB, none lost or doubled",
+        arguments: StorageBackend.allCases
+    )
+    func pagesBoundedByBytes(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            let budget = ProtocolLimits.maxPullPageDataBytes
+            // 60 records of about 250 KiB (15 MB), with small ones and tombstones between them.
+            let big = String(repeating: "x", count: 250 * 1024)
+            var id: Int64 = 0
+            for batch in 0..<6 {
+                var mutations: [Mutation] = []
+                for index in 0..<10 {
+                    id += 1
+                    mutations.append(.upsert(id: id, entity: "docs", entityID: "big-\(batch)-\(index)", data: ["body": .string(big)]))
+                    id += 1
+                    mutations.append(.upsert(id: id, entity: "docs", entityID: "small-\(batch)-\(index)", data: .value(id)))
+                }
+                id += 1
+                mutations.append(.delete(id: id, entity: "docs", entityID: "small-\(batch)-0"))
+                _ = try await server.pushOK(PushRequest(clientID: "c1", mutations: mutations), token: token)
+            }
+            var seen: [String] = []
+            var cursor: String?
+            var pages = 0
+            while true {
+                let reply = try await server.pull(token: token, cursor: cursor, limit: 1000)
+                #expect(reply.status == 200)
+                let page = try reply.decode(PullResponse.self)
+                pages += 1
+                let dataBytes = page.changes.reduce(0) { $0 + ($1.data.map { try! ProtocolValidation.encode($0).count } ?? 0) }
+                #expect(page.changes.count == 1 || dataBytes <= budget, "page \(pages) carries \(dataBytes) bytes of data")
+                #expect(reply.body.count < budget + 64 * 1024, "page \(pages) is \(reply.body.count) bytes")
+                #expect(!page.changes.isEmpty, "a page without a client's own writes always makes progress")
+                seen += page.changes.map(\.entityID)
+                cursor = page.cursor
+                if !page.hasMore { break }
+            }
+            #expect(seen.count == 120 && Set(seen).count == 120, "every record once: \(seen.count) changes, \(Set(seen).count) records")
+            #expect(pages >= 4, "15 MB in pages of at most 4 MiB: \(pages) pages")
+        }
+    }
+
+    @Test(
         "strings that need escaping come back exactly as sent: quotes, backslashes, control characters, non-ASCII",
         arguments: StorageBackend.allCases
     )

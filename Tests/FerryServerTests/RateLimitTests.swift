@@ -80,6 +80,19 @@ struct RateLimitTests {
         try await storage.close()
     }
 
+    @Test("user ids that differ only in Unicode normalization have quotas of their own", arguments: StorageBackend.allCases)
+    func normalizationApart(backend: StorageBackend) async throws {
+        let storage = try await TestDatabase.make(backend).open()
+        let limiter = try #require(TestServer.limiter(RateLimitPolicy(requests: 3, window: .seconds(60)), storage: storage, clock: TestClock()))
+        let composed = "zo\u{EB}"
+        let decomposed = "zoe\u{308}"
+        #expect(composed == decomposed, "Swift calls them equal; the database does not")
+        for _ in 0..<3 { #expect(try await limiter.acquire(for: composed).allowed) }
+        #expect(try await !limiter.acquire(for: composed).allowed)
+        #expect(try await limiter.acquire(for: decomposed).remaining == 2, "the other spelling is another user with a full quota")
+        try await storage.close()
+    }
+
     @Test("--rate-limit values: N/SECONDS, off, and clear refusals")
     func parsing() throws {
         #expect(try RateLimitPolicy.parse("300/60") == .default)

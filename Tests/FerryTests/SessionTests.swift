@@ -239,6 +239,22 @@ struct SessionTests {
         }
     }
 
+    @Test("user ids that differ only in Unicode normalization are two users: a switch between them is a switch")
+    func normalizationIsASwitch() async throws {
+        try await TestServer.run { server in
+            let composed = "zo\u{EB}"
+            let decomposed = "zoe\u{308}"
+            let session = Self.session(server: server, directory: TestDirectory.make("session-nfc"), policy: .keepPendingChanges, clock: TestClock())
+            try await session.signIn(composed)
+            let first = try #require(await session.engine)
+            try await session.signIn(decomposed)
+            let second = try #require(await session.engine)
+            #expect(second.userID.utf8.elementsEqual(decomposed.utf8), "the second spelling is signed in")
+            #expect(first.store.path != second.store.path, "each spelling has a store of its own")
+            try await session.signOut()
+        }
+    }
+
     @Test("sign-ins and sign-outs called at once happen one after another: one engine at a time, and no erase under a newer engine")
     func transitionsOneAtATime() async throws {
         try await TestServer.run { server in

@@ -275,8 +275,8 @@ public actor SyncSession {
         let start = FollowOutcome(number: followReceived, userID: engine?.userID, error: nil)
         for await outcome in followed.subscribeFromLatest(orFirst: start) {
             guard outcome.number >= followReceived else { continue }  // values received since are not done yet
-            if engine?.userID == userID { return engine }
-            if outcome.userID == userID, let error = outcome.error { throw error }
+            if (engine?.userID).hasSameBytes(as: userID) { return engine }
+            if outcome.userID.hasSameBytes(as: userID), let error = outcome.error { throw error }
             if outcome.ended { break }
         }
         throw CancellationError()
@@ -312,7 +312,8 @@ public actor SyncSession {
     }
 
     private func performSignIn(_ userID: String) async throws {
-        guard engine?.userID != userID else { return }
+        // Byte for byte: "zoë" composed and decomposed are two users, with two stores and tokens.
+        guard !(engine?.userID).hasSameBytes(as: userID) else { return }
         if engine != nil { try await performSignOut() }
         let configuration = self.configuration
         // Opening may migrate, move a store kept under its old name, and wait up to 10 s for

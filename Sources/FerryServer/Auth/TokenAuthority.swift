@@ -5,8 +5,8 @@ import JWTKit
 /// Issues and verifies the HS256 bearer tokens of PROTOCOL.md.
 ///
 /// JWTKit checks the signature; this type adds what the protocol demands on
-/// top: only HS256 is accepted whatever the header claims, `exp` and a
-/// non-empty `sub` are required, and every refusal says which rule failed.
+/// top: only HS256 is accepted whatever the header claims, a header with `crit` is
+/// refused, `exp` and a non-empty `sub` are required, and every refusal says which rule failed.
 public struct TokenAuthority: Sendable {
     /// HS256 needs a key at least as long as its 32-byte output.
     public static let minimumSecretBytes = 32
@@ -50,6 +50,9 @@ public struct TokenAuthority: Sendable {
         }
         guard let algorithm = header.alg else { throw .malformed("its header has no alg") }
         guard algorithm == "HS256" else { throw .wrongAlgorithm(algorithm) }
+        // RFC 7515 §4.1.11: a recipient must refuse a token whose `crit` names an extension it
+        // does not understand. Ferry understands none, so any `crit` (well-formed or not) is refused.
+        if header.fields["crit"] != nil { throw .criticalExtension }
 
         let claims: FerryClaims
         do {
@@ -116,6 +119,8 @@ public enum AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     case expired
     /// No usable `sub` claim (1 to 256 characters, no U+0000).
     case missingSubject
+    /// The header's `crit` names extensions this server does not understand (RFC 7515 §4.1.11).
+    case criticalExtension
 
     /// A short name for metrics.
     var metricLabel: String {
@@ -128,6 +133,7 @@ public enum AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .missingExpiry: "missing_expiry"
         case .expired: "expired"
         case .missingSubject: "missing_subject"
+        case .criticalExtension: "critical_extension"
         }
     }
 
@@ -146,6 +152,8 @@ public enum AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .missingExpiry: "token has no exp claim; tokens must expire"
         case .expired: "token has expired; get a new one"
         case .missingSubject: "token has no sub claim naming the user"
+        case .criticalExtension:
+            "token header has a crit parameter naming extensions this server does not understand; issue tokens without crit"
         }
     }
 }

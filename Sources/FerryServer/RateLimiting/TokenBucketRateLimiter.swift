@@ -11,7 +11,8 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
     private let policy: RateLimitPolicy
     private let clock: C
     private let refillPerSecond: Double
-    private var buckets: [String: Bucket] = [:]
+    /// Keyed by the user id's bytes: ids that differ only in normalization are different users.
+    private var buckets: [ExactKey: Bucket] = [:]
 
     /// A limiter applying `policy` to each user, with time read from `clock`.
     public init(policy: RateLimitPolicy, clock: C) {
@@ -24,12 +25,13 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
     public func acquire(for userID: String) -> RateLimitDecision {
         let now = clock.now
         let capacity = Double(policy.requests)
-        var bucket = buckets[userID] ?? Bucket(tokens: capacity, updated: now)
+        let key = ExactKey(userID)
+        var bucket = buckets[key] ?? Bucket(tokens: capacity, updated: now)
         bucket.tokens = min(capacity, bucket.tokens + bucket.updated.duration(to: now).seconds * refillPerSecond)
         bucket.updated = now
         let allowed = bucket.tokens >= 1
         if allowed { bucket.tokens -= 1 }
-        buckets[userID] = bucket
+        buckets[key] = bucket
         if buckets.count > 10_000 { forgetFullBuckets(at: now) }
         return RateLimitDecision(allowed: allowed, tokens: bucket.tokens, policy: policy)
     }

@@ -27,32 +27,50 @@ public struct PullPage: Sendable {
         ownWrites == nil ? limit + 1 : 4 * limit + 1
     }
 
-    /// The page of `rows` (all rows after `after` in change order, up to `scanLimit`): up to
-    /// `limit` records, leaving out `ownWrites`. The cursor stands after the last row read for
-    /// the page, left out or not, so the next pull does not read left-out rows again.
-    init(
-        scanned rows: [(record: StoredRecord, seq: Int64)],
-        after: Int64,
-        limit: Int,
-        leavingOut ownWrites: OwnWrites?,
-        encode: (Int64) -> String
-    ) {
-        var page: [StoredRecord] = []
-        var position = after
-        for (record, seq) in rows {
+    /// Builds a page from the rows after a position, offered one by one in change order (at most
+    /// `scanLimit` of them): up to `limit` records and ``ProtocolLimits/maxPullPageDataBytes`` of
+    /// their data (the first record goes whatever its size), leaving out `ownWrites`. The cursor
+    /// stands after the last row the page took or left out, so the next pull reads neither again.
+    struct Builder: Sendable {
+        let limit: Int
+        let ownWrites: OwnWrites?
+        private(set) var records: [StoredRecord] = []
+        private var position: Int64
+        private var dataBytes = 0
+        private var read = 0
+        private var full = false
+
+        init(after: Int64, limit: Int, leavingOut ownWrites: OwnWrites?) {
+            self.position = after
+            self.limit = limit
+            self.ownWrites = ownWrites
+        }
+
+        /// Offers the next row, its data `size` in bytes (0 for a tombstone); `data` is read only
+        /// if the page takes it, so a row past the budget is never copied. `fits: false` says
+        /// the database already found it past the budget. Returns whether to offer more.
+        mutating func offer(_ record: StoredRecord, seq: Int64, size: Int, fits: Bool = true, data: () throws -> Data?) rethrows -> Bool {
+            read += 1
             if ownWrites?.leavesOut(record, at: seq) == true {
                 position = seq
-                continue
+                return true
             }
-            if page.count == limit {
-                self.init(records: page, cursor: encode(position), hasMore: true)
-                return
+            guard fits, records.count < limit, records.isEmpty || dataBytes + size <= ProtocolLimits.maxPullPageDataBytes else {
+                full = true
+                return false
             }
-            page.append(record)
+            var record = record
+            record.data = try data()
+            records.append(record)
+            dataBytes += size
             position = seq
+            return true
         }
-        // Every row read: more may follow only if the read stopped at its limit.
-        self.init(records: page, cursor: encode(position), hasMore: rows.count >= Self.scanLimit(limit, leavingOut: ownWrites))
+
+        /// The page: more may follow if it filled, or if the read stopped at `scanLimit` rows.
+        func page(encode: (Int64) -> String) -> PullPage {
+            PullPage(records: records, cursor: encode(position), hasMore: full || read >= PullPage.scanLimit(limit, leavingOut: ownWrites))
+        }
     }
 
     /// The `PullResponse` body of PROTOCOL.md, each record's stored data spliced in verbatim.

@@ -421,42 +421,57 @@ public final class PostgresSyncStorage: SyncStorage {
     // MARK: - Pull
 
     /// Reads up to `limit` records changed after `cursor` in one statement (one snapshot), leaving
-    /// out `ownWrites` (`PullPage.init(scanned:after:limit:leavingOut:encode:)`). Throws
+    /// out `ownWrites` and stopping at the page's data budget (`PullPage.Builder`). Throws
     /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
-        let scan = PullPage.scanLimit(limit, leavingOut: ownWrites)
-        let rows = try await withDatabase { [logger] db in
-            var rows: [(record: StoredRecord, seq: Int64)] = []
-            rows.reserveCapacity(scan)
+        let builder = try await withDatabase { [logger] db in
+            var builder = PullPage.Builder(after: after, limit: limit, leavingOut: ownWrites)
             for try await row in try await db.query(
-                """
-                SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation, written_seq
-                FROM records WHERE user_id = \(userID) AND seq > \(after) ORDER BY seq LIMIT \(scan)
-                """,
+                Self.pullQuery(userID: userID, after: after, scan: PullPage.scanLimit(limit, leavingOut: ownWrites)),
                 logger: logger
             ) {
-                let (entity, entityID, version, deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq) =
-                    try row.decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64, Int64?, String?, Int64?, Int64?).self)
+                let (entity, entityID, version, deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits) =
+                    try row.decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64, Int64?, String?, Int64?, Int64?, Int, Bool).self)
                 let record = StoredRecord(
                     entity: entity,
                     entityID: entityID,
                     version: version,
                     deleted: deleted,
                     naturalKey: naturalKey,
-                    data: data.map { Data($0.readableBytesView) },
                     changedAt: changedAt,
                     writtenBy: writtenBy,
                     writtenMutation: writtenMutation,
                     writtenSeq: writtenSeq
                 )
-                rows.append((record, seq))
+                // The statement sends no row past the first that passes the budget, and that one without its data.
+                guard builder.offer(record, seq: seq, size: size, fits: fits, data: { data.map { Data($0.readableBytesView) } }) else { break }
             }
-            return rows
+            return builder
         }
-        return PullPage(scanned: rows, after: after, limit: limit, leavingOut: ownWrites) {
-            cursors.encode(position: $0, userID: userID)
-        }
+        return builder.page { cursors.encode(position: $0, userID: userID) }
+    }
+
+    /// A pull page's statement: the rows after `after` in change order, walking `records_pull`
+    /// and stopping at `scan` rows, and of those only up to the first whose data passes the page's
+    /// budget (sent without its data, `fits` false). The running total reads each row's size from
+    /// its header, not its data, so rows past the budget cost an index entry and a heap tuple.
+    static func pullQuery(userID: String, after: Int64, scan: Int) -> PostgresQuery {
+        let budget = ProtocolLimits.maxPullPageDataBytes
+        return """
+            SELECT entity, entity_id, version, deleted, natural_key, CASE WHEN fits THEN data END, seq, changed_at,
+                written_by, written_mutation, written_seq, size, fits
+            FROM (
+                SELECT *, running <= \(budget) OR running = size AS fits FROM (
+                    SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation,
+                        written_seq, coalesce(octet_length(data), 0) AS size,
+                        sum(coalesce(octet_length(data), 0)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running
+                    FROM records WHERE user_id = \(userID) AND seq > \(after) ORDER BY seq LIMIT \(scan)
+                ) scanned
+                WHERE running - size <= \(budget)
+            ) page
+            ORDER BY seq
+            """
     }
 
     /// Runs `SELECT 1`; throws ``StorageError`` when no connection is available within the deadline.

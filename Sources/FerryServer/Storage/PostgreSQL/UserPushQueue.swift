@@ -1,3 +1,5 @@
+import FerryProtocol
+
 /// Lets one push per user at a time into the database from this process.
 ///
 /// A user's pushes run one at a time anyway (they take the user's row lock). Waiting here,
@@ -11,7 +13,8 @@ actor UserPushQueue {
     }
 
     /// Users with a push under way, and the pushes waiting behind it in arrival order.
-    private var waiting: [String: [Waiter]] = [:]
+    /// Keyed by the user id's bytes, as the database tells users apart.
+    private var waiting: [ExactKey: [Waiter]] = [:]
     private var nextID: UInt64 = 0
 
     /// Runs `body` once every earlier push of `userID` in this process has finished.
@@ -28,8 +31,8 @@ actor UserPushQueue {
     }
 
     private func enter(_ userID: String) async throws {
-        guard waiting[userID] != nil else {
-            waiting[userID] = []
+        guard waiting[ExactKey(userID)] != nil else {
+            waiting[ExactKey(userID)] = []
             return
         }
         nextID += 1
@@ -37,7 +40,7 @@ actor UserPushQueue {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 if Task.isCancelled { return continuation.resume(throwing: CancellationError()) }
-                waiting[userID, default: []].append(Waiter(id: id, continuation: continuation))
+                waiting[ExactKey(userID), default: []].append(Waiter(id: id, continuation: continuation))
             }
         } onCancel: {
             Task { await self.withdraw(id, of: userID) }
@@ -46,17 +49,17 @@ actor UserPushQueue {
 
     /// A cancelled waiter leaves the line; one already given its turn is not found here.
     private func withdraw(_ id: UInt64, of userID: String) {
-        guard let index = waiting[userID]?.firstIndex(where: { $0.id == id }) else { return }
-        waiting[userID]?.remove(at: index).continuation.resume(throwing: CancellationError())
+        guard let index = waiting[ExactKey(userID)]?.firstIndex(where: { $0.id == id }) else { return }
+        waiting[ExactKey(userID)]?.remove(at: index).continuation.resume(throwing: CancellationError())
     }
 
     private func leave(_ userID: String) {
-        guard var queue = waiting[userID], !queue.isEmpty else {
-            waiting[userID] = nil
+        guard var queue = waiting[ExactKey(userID)], !queue.isEmpty else {
+            waiting[ExactKey(userID)] = nil
             return
         }
         let next = queue.removeFirst()
-        waiting[userID] = queue
+        waiting[ExactKey(userID)] = queue
         next.continuation.resume()
     }
 }

@@ -270,34 +270,36 @@ public final class SQLiteSyncStorage: SyncStorage {
     }
 
     /// Reads up to `limit` records changed after `cursor` in one read transaction, leaving out
-    /// `ownWrites` (`PullPage.init(scanned:after:limit:leavingOut:encode:)`). Throws
+    /// `ownWrites` and stopping at the page's data budget (`PullPage.Builder`). Throws
     /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
-        let rows = try await mapErrors {
+        let builder = try await mapErrors {
             try await writer.read { db in
-                try Row.fetchAll(
+                // A cursor steps one row at a time: the rows past the page's budget are never
+                // read, and a row's data is copied out only when the page takes it.
+                let rows = try Row.fetchCursor(
                     db.cachedStatement(
                         sql: """
                             SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at,
-                                written_by, written_mutation, written_seq
+                                written_by, written_mutation, written_seq, coalesce(length(data), 0)
                             FROM records WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?
                             """
                     ),
                     arguments: [userID, after, PullPage.scanLimit(limit, leavingOut: ownWrites)]
                 )
-                .map { row in
-                    var record = Self.record(from: row)
+                var builder = PullPage.Builder(after: after, limit: limit, leavingOut: ownWrites)
+                while let row = try rows.next() {
+                    var record = Self.record(from: row, withData: false)
                     record.writtenBy = row[8]
                     record.writtenMutation = row[9]
                     record.writtenSeq = row[10]
-                    return (record, row[6] as Int64)
+                    guard builder.offer(record, seq: row[6], size: row[11], data: { row[5] }) else { break }
                 }
+                return builder
             }
         }
-        return PullPage(scanned: rows, after: after, limit: limit, leavingOut: ownWrites) {
-            cursors.encode(position: $0, userID: userID)
-        }
+        return builder.page { cursors.encode(position: $0, userID: userID) }
     }
 
     /// Reads from the database; throws ``StorageError`` when it cannot.
@@ -422,14 +424,14 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// A record from a row whose columns are entity, entity_id, version, deleted, natural_key,
     /// data, seq, changed_at, read by position: GRDB matches names case-insensitively, which
     /// costs more than the rest of reading a row.
-    private static func record(from row: Row) -> StoredRecord {
+    private static func record(from row: Row, withData: Bool = true) -> StoredRecord {
         StoredRecord(
             entity: row[0],
             entityID: row[1],
             version: row[2],
             deleted: row[3],
             naturalKey: row[4],
-            data: row[5],
+            data: withData ? row[5] : nil,
             changedAt: row[7]
         )
     }
