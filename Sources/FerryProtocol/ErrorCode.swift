@@ -10,6 +10,9 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     case notFound = "not_found"
     /// 405: the route exists, not with this method.
     case methodNotAllowed = "method_not_allowed"
+    /// 408: the request's body did not arrive within the server's body timeout; the connection is
+    /// closed. Send the body at once (a resent push is still applied once).
+    case requestTimeout = "request_timeout"
     /// 413: too many mutations or too many bytes in one push; send smaller batches.
     case batchTooLarge = "batch_too_large"
     /// 429: the user's quota is spent; retry after `Retry-After` seconds.
@@ -26,6 +29,7 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
         case .unauthorized: 401
         case .notFound: 404
         case .methodNotAllowed: 405
+        case .requestTimeout: 408
         case .batchTooLarge: 413
         case .rateLimited: 429
         case .internal: 500

@@ -17,21 +17,32 @@ public struct ServerConfiguration: Sendable {
     /// connection, or a slow client trickling its headers) is closed, so slow clients cannot
     /// hold the server's connections.
     public var idleTimeout: Duration
+    /// How long a request's body may take to arrive once its head has: a body still incomplete
+    /// then is answered `408` and its connection closed, so a client trickling bytes cannot hold
+    /// a request, and the memory of its body, for long.
+    public var bodyTimeout: Duration
+    /// Most requests of one user this process works on at once; the next is answered `429` before
+    /// its body is read, so one user cannot take the server's memory and database from the others.
+    public var maxRequestsPerUser: Int
 
-    /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit and a
-    /// 30-second idle timeout.
+    /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit,
+    /// 30-second idle and body timeouts, and at most 4 requests of a user at once.
     public init(
         host: String = "127.0.0.1",
         port: Int = 8080,
         jwtSecret: String,
         rateLimit: RateLimitPolicy? = .default,
-        idleTimeout: Duration = .seconds(30)
+        idleTimeout: Duration = .seconds(30),
+        bodyTimeout: Duration = .seconds(30),
+        maxRequestsPerUser: Int = 4
     ) {
         self.host = host
         self.port = port
         self.jwtSecret = jwtSecret
         self.rateLimit = rateLimit
         self.idleTimeout = idleTimeout
+        self.bodyTimeout = bodyTimeout
+        self.maxRequestsPerUser = maxRequestsPerUser
     }
 }
 
@@ -47,6 +58,7 @@ public enum FerryServerApplication {
         controller: SyncController,
         authority: TokenAuthority,
         limiter: (any RateLimiter)?,
+        maxRequestsPerUser: Int = ServerConfiguration(jwtSecret: "").maxRequestsPerUser,
         metrics: ServerMetrics,
         logger: Logger
     ) -> Router<FerryRequestContext> {
@@ -59,6 +71,8 @@ public enum FerryServerApplication {
         router.get("/v1/health", use: controller.health)
         router.get("/metrics", use: controller.metricsText)
         let authenticated = router.group("/v1").add(middleware: AuthMiddleware(authority: authority, metrics: metrics))
+        // Before the quota: a request refused for this costs none of it, nor a database round trip.
+        authenticated.add(middleware: UserConcurrencyMiddleware(limit: maxRequestsPerUser, metrics: metrics))
         if let limiter {
             authenticated.add(middleware: RateLimitMiddleware(limiter: limiter, metrics: metrics))
         }
@@ -79,9 +93,16 @@ public enum FerryServerApplication {
     ) async throws -> some ApplicationProtocol {
         let authority = try await TokenAuthority(secret: configuration.jwtSecret)
         let limiter = rateLimiter ?? configuration.rateLimit.map { TokenBucketRateLimiter(policy: $0) }
-        let controller = SyncController(storage: storage, metrics: metrics)
+        let controller = SyncController(storage: storage, metrics: metrics, bodyTimeout: configuration.bodyTimeout)
 
-        let router = router(controller: controller, authority: authority, limiter: limiter, metrics: metrics, logger: logger)
+        let router = router(
+            controller: controller,
+            authority: authority,
+            limiter: limiter,
+            maxRequestsPerUser: configuration.maxRequestsPerUser,
+            metrics: metrics,
+            logger: logger
+        )
 
         return Application(
             router: router,

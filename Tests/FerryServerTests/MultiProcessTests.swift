@@ -15,6 +15,7 @@ struct MultiProcessTests {
         _ count: Int,
         on database: TestDatabase,
         rateLimit: String = "off",
+        options: [String] = [],
         in directory: URL
     ) async throws
         -> ([FerryProcess], [RemoteServer])
@@ -24,6 +25,7 @@ struct MultiProcessTests {
             "serve", "--database", database.url.description, "--port", "0", "--jwt-secret", TestServer.secret, "--rate-limit", rateLimit,
         ]
         if database.backend == .postgres { arguments += ["--pool-size", "4"] }
+        arguments += options
         let processes = try (0..<count).map { _ in try FerryProcess(arguments, in: directory) }
         var servers: [RemoteServer] = []
         for process in processes {
@@ -228,7 +230,14 @@ struct MultiProcessTests {
     func sharedRateLimit() async throws {
         let directory = TestDirectory.make("multi-process-rate")
         let database = try await TestDatabase.make(.postgres)
-        let (processes, servers) = try await Self.serve(2, on: database, rateLimit: "30/3600", in: directory)
+        // 60 requests at once: no cap on requests in progress may refuse any before the quota does.
+        let (processes, servers) = try await Self.serve(
+            2,
+            on: database,
+            rateLimit: "30/3600",
+            options: ["--max-requests-per-user", "100"],
+            in: directory
+        )
         defer { for process in processes { process.process.terminate() } }
         let alice = try await TestServer.token(for: "alice")
         let statuses = try await withThrowingTaskGroup(of: Int.self) { group in

@@ -154,7 +154,7 @@ struct RobustnessTests {
             #expect(text.contains(#"ferry_http_requests_total{endpoint="/v1/pull",status="429"} 1"#))
             #expect(text.contains(#"ferry_mutations_total{status="applied"} 1"#))
             #expect(text.contains(#"ferry_mutations_total{status="rejected"} 1"#))
-            #expect(text.contains("ferry_rate_limited_total 1"))
+            #expect(text.contains(#"ferry_rate_limited_total{reason="quota"} 1"#))
             #expect(text.contains("ferry_http_request_duration_seconds_count"))
         }
     }

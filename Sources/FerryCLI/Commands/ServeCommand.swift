@@ -36,6 +36,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Seconds a connection may stay idle, or take to send a request's head, before it is closed.")
     var idleTimeout = 30
 
+    @Option(help: "Seconds a request's body may take to arrive once its head has; a slower one is answered 408 and closed.")
+    var bodyTimeout = 30
+
+    @Option(help: "Requests of one user this process works on at once (1 to 1000); the next is answered 429 before its body is read.")
+    var maxRequestsPerUser = 4
+
     func run() async throws {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -47,6 +53,12 @@ struct ServeCommand: AsyncParsableCommand {
         }
         guard (1...3600).contains(idleTimeout) else {
             throw CommandFailure("--idle-timeout must be from 1 to 3600 seconds, got \(idleTimeout)")
+        }
+        guard (1...3600).contains(bodyTimeout) else {
+            throw CommandFailure("--body-timeout must be from 1 to 3600 seconds, got \(bodyTimeout)")
+        }
+        guard (1...1000).contains(maxRequestsPerUser) else {
+            throw CommandFailure("--max-requests-per-user must be from 1 to 1000, got \(maxRequestsPerUser)")
         }
         let policy: RateLimitPolicy?
         do {
@@ -92,7 +104,9 @@ struct ServeCommand: AsyncParsableCommand {
             port: port,
             jwtSecret: secret,
             rateLimit: policy,
-            idleTimeout: .seconds(idleTimeout)
+            idleTimeout: .seconds(idleTimeout),
+            bodyTimeout: .seconds(bodyTimeout),
+            maxRequestsPerUser: maxRequestsPerUser
         )
         let host = self.host
         let app = try await FerryServerApplication.make(

@@ -1,6 +1,7 @@
 import FerryProtocol
 import Foundation
 import Hummingbird
+import NIOHTTP1
 
 /// Every failure, as the JSON error envelope of PROTOCOL.md with its status and headers.
 struct FerryHTTPError: Error, HTTPResponseError {
@@ -26,6 +27,11 @@ struct FerryHTTPError: Error, HTTPResponseError {
             self.init(error.code, error.message)
         case let error as AuthFailure:
             self.init(.unauthorized, error.description)
+        case HTTPParserError.invalidEOFState:
+            // The client hung up (or half-closed) before its body's Content-Length had arrived.
+            self.init(.badRequest, "the connection ended before the request body was complete")
+        case let error as HTTPParserError:
+            self.init(.badRequest, "the request is not valid HTTP/1.1: \(error)")
         case StorageError.unavailable(let why):
             context.logger.warning("storage unavailable", metadata: ["reason": "\(why)"])
             self.init(.unavailable, "the database is unavailable; retry later")

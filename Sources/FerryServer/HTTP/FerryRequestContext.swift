@@ -1,5 +1,6 @@
 import FerryProtocol
 import Hummingbird
+import NIOCore
 
 /// Per-request state: Hummingbird's core context plus the authenticated user.
 public struct FerryRequestContext: RequestContext {
@@ -9,10 +10,13 @@ public struct FerryRequestContext: RequestContext {
     public var userID: String?
     /// Shared by every copy of this context, for the access log.
     let facts = RequestFacts()
+    /// The connection: a handler closes its input when a body is too slow (`SyncController`).
+    let channel: (any Channel)?
 
     /// A context for a new request, not yet authenticated.
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
+        self.channel = source.channel
     }
 
     /// No body may exceed the protocol's push limit.

@@ -6,6 +6,8 @@ import Hummingbird
 struct SyncController: Sendable {
     let storage: any SyncStorage
     let metrics: ServerMetrics
+    /// How long a push's body may take to arrive (`ServerConfiguration/bodyTimeout`).
+    var bodyTimeout: Duration = .seconds(30)
 
     func health(_ request: Request, context: FerryRequestContext) async throws -> Response {
         try await storage.checkHealth()
@@ -19,7 +21,8 @@ struct SyncController: Sendable {
         if let length = request.headers[.contentLength].flatMap(Int.init), length > ProtocolLimits.maxPushBodyBytes {
             throw FerryHTTPError(.batchTooLarge, FerryHTTPError.batchTooLargeMessage)
         }
-        let body = try await request.body.collect(upTo: ProtocolLimits.maxPushBodyBytes)
+        let body = try await collectBody(of: request, context: context)
+        context.facts.bodyBytes = body.readableBytes
         let pushRequest = try PushRequest.decode(from: Data(body.readableBytesView))
         try pushRequest.validateBatch()
         context.facts.client = pushRequest.clientID  // validated: A-Z a-z 0-9 _ -, at most 64
@@ -52,6 +55,26 @@ struct SyncController: Sendable {
         let cursor = query.get("cursor")
         let page = try await storage.pull(userID: userID, cursor: cursor, limit: limit, ownWrites: try ownWrites(request))
         return JSONResponse.make(body: page.responseBody())
+    }
+
+    /// A push's body, which must arrive within `bodyTimeout`. A late one is answered `408`, and the
+    /// connection's input is closed: the server would otherwise read the rest of a trickled body
+    /// to reach the next request, at the client's pace.
+    private func collectBody(of request: Request, context: FerryRequestContext) async throws -> ByteBuffer {
+        let body = request.body
+        do {
+            return try await withTimeLimit(bodyTimeout, clock: ContinuousClock()) {
+                try await body.collect(upTo: ProtocolLimits.maxPushBodyBytes)
+            }
+        } catch is TimeLimitExceeded {
+            context.channel?.close(mode: .input, promise: nil)
+            var error = FerryHTTPError(
+                .requestTimeout,
+                "the request body did not arrive within \(Int(bodyTimeout.seconds.rounded(.up))) s; send the whole body at once"
+            )
+            error.headers[.connection] = "close"
+            throw error
+        }
     }
 
     /// The writes a pull leaves out: `answered` with the `Ferry-Client-ID` header naming whose

@@ -5,7 +5,7 @@ import Synchronization
 /// sees the request only from outside. Request contexts are copied from layer to layer;
 /// they all share this one instance.
 final class RequestFacts: Sendable {
-    private let state = Mutex<(user: String?, client: String?)>((nil, nil))
+    private let state = Mutex<(user: String?, client: String?, bodyBytes: Int)>((nil, nil, 0))
 
     var user: String? {
         get { state.withLock { $0.user } }
@@ -15,5 +15,11 @@ final class RequestFacts: Sendable {
     var client: String? {
         get { state.withLock { $0.client } }
         set { state.withLock { $0.client = newValue } }
+    }
+
+    /// Bytes of the request's body read, for what the request costs (`RateLimitMiddleware`).
+    var bodyBytes: Int {
+        get { state.withLock { $0.bodyBytes } }
+        set { state.withLock { $0.bodyBytes = newValue } }
     }
 }

@@ -37,8 +37,10 @@ public final class ServerMetrics: Sendable {
         Counter(label: "ferry_auth_failures_total", dimensions: [("reason", failure.metricLabel)], factory: factory).increment()
     }
 
-    func recordRateLimited() {
-        Counter(label: "ferry_rate_limited_total", factory: factory).increment()
+    /// Counts a request refused with `429`: `quota` when the user's quota was spent, `concurrency`
+    /// when too many of the user's requests were already in progress.
+    func recordRateLimited(reason: String = "quota") {
+        Counter(label: "ferry_rate_limited_total", dimensions: [("reason", reason)], factory: factory).increment()
     }
 
     /// The Prometheus text exposition of every metric.

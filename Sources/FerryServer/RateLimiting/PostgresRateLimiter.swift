@@ -38,4 +38,13 @@ public struct PostgresRateLimiter: RateLimiter {
         guard let (allowed, tokens) = decision else { throw StorageError.corrupt("ferry_take_token returned no row") }
         return RateLimitDecision(allowed: allowed, tokens: tokens, policy: policy)
     }
+
+    /// Takes `tokens` from `userID`'s bucket in the database (`ferry_charge_tokens`), down to minus the quota at most.
+    public func charge(_ tokens: Int, to userID: String) async throws {
+        guard tokens > 0 else { return }
+        let query: PostgresQuery = """
+            SELECT ferry_charge_tokens(\(userID), \(Double(policy.requests)), \(policy.refillPerSecond), \(now?()), \(Double(tokens)))
+            """
+        try await storage.withDatabase { [logger = storage.logger] db in _ = try await db.query(query, logger: logger).collect() }
+    }
 }

@@ -2,7 +2,8 @@ import FerryProtocol
 import Hummingbird
 
 /// Charges each authenticated request to its user and stamps the `RateLimit-*`
-/// headers on every response, errors included; over the limit it answers 429.
+/// headers on every response, errors included; over the limit it answers 429. A request that
+/// moved more than a MiB is charged for its bytes once answered (`RateLimitPolicy/extraCost(bytes:)`).
 struct RateLimitMiddleware: RouterMiddleware {
     typealias Context = FerryRequestContext
     let limiter: any RateLimiter
@@ -24,6 +25,15 @@ struct RateLimitMiddleware: RouterMiddleware {
         do {
             var response = try await next(request, context)
             response.headers.append(contentsOf: decision.headers)
+            let cost = RateLimitPolicy.extraCost(bytes: context.facts.bodyBytes + (response.body.contentLength ?? 0))
+            if cost > 0 {
+                do {
+                    try await limiter.charge(cost, to: userID)
+                } catch {
+                    // The answer is ready: a quota that could not be charged only lets this user a little further.
+                    context.logger.warning("could not charge a request's cost to its quota", metadata: ["error": "\(error)"])
+                }
+            }
             return response
         } catch {
             var httpError = FerryHTTPError(error, context: context)

@@ -39,6 +39,14 @@ public struct RateLimitPolicy: Sendable, Equatable, CustomStringConvertible {
         return RateLimitPolicy(requests: requests, window: .seconds(seconds))
     }
 
+    /// Bytes a request may move (its body and its response's) for its one token; each further
+    /// whole MiB costs another (`extraCost(bytes:)`), so a quota counts what requests cost,
+    /// not only that they came: a 4 MiB push or pull page costs 5 requests, a small one 1.
+    public static let bytesPerToken = 1 << 20
+
+    /// The tokens a request that moved `bytes` costs beyond its first.
+    public static func extraCost(bytes: Int) -> Int { max(0, bytes) / bytesPerToken }
+
     /// Tokens a bucket regains per second: the quota spread over the window.
     var refillPerSecond: Double { Double(requests) / window.seconds }
 

@@ -9,6 +9,11 @@ import Hummingbird
 public protocol RateLimiter: Sendable {
     /// Charges one request to `userID` and says whether it may go ahead, with the headers to send.
     func acquire(for userID: String) async throws -> RateLimitDecision
+
+    /// Charges `tokens` more to `userID` for what a request cost beyond its one token (its bytes,
+    /// `RateLimitPolicy/extraCost(bytes:)`). The bucket may go into debt, down to minus one
+    /// window's quota: the user's next requests wait until it has refilled past one token.
+    func charge(_ tokens: Int, to userID: String) async throws
 }
 
 /// The limiter's answer, with what the `RateLimit-*` headers must say.

@@ -36,6 +36,19 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
         return RateLimitDecision(allowed: allowed, tokens: bucket.tokens, policy: policy)
     }
 
+    /// Takes `tokens` from `userID`'s bucket after refilling it, down to minus the quota at most.
+    public func charge(_ tokens: Int, to userID: String) {
+        guard tokens > 0 else { return }
+        let now = clock.now
+        let capacity = Double(policy.requests)
+        let key = ExactKey(userID)
+        var bucket = buckets[key] ?? Bucket(tokens: capacity, updated: now)
+        bucket.tokens = min(capacity, bucket.tokens + bucket.updated.duration(to: now).seconds * refillPerSecond)
+        bucket.tokens = max(-capacity, bucket.tokens - Double(tokens))
+        bucket.updated = now
+        buckets[key] = bucket
+    }
+
     /// A bucket that has refilled completely is the same as no bucket: drop it to bound memory.
     private func forgetFullBuckets(at now: C.Instant) {
         let capacity = Double(policy.requests)

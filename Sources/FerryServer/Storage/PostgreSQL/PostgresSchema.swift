@@ -113,6 +113,29 @@ enum PostgresSchema {
                 """
             ]
         },
+        Migration(version: 3, name: "charging a request's cost to its user's quota") {
+            // What a request cost beyond its one token (its bytes), taken after it was answered,
+            // with the same refill rule as ferry_take_token; the bucket may owe up to one quota.
+            [
+                """
+                CREATE FUNCTION ferry_charge_tokens(
+                    p_user text, p_capacity double precision, p_per_second double precision, p_now double precision,
+                    p_cost double precision
+                ) RETURNS void LANGUAGE plpgsql AS $$
+                DECLARE
+                    now_s double precision := coalesce(p_now, extract(epoch FROM clock_timestamp()));
+                BEGIN
+                    INSERT INTO rate_buckets (user_id, tokens, updated_at) VALUES (p_user, p_capacity, now_s)
+                        ON CONFLICT (user_id) DO NOTHING;
+                    UPDATE rate_buckets SET
+                        tokens = greatest(-p_capacity, least(p_capacity, tokens + greatest(0, now_s - updated_at) * p_per_second) - p_cost),
+                        updated_at = greatest(updated_at, now_s)
+                        WHERE user_id = p_user;
+                END
+                $$
+                """
+            ]
+        },
     ]
 
     /// Applies the migrations this database lacks, and returns the secret that signs cursors;
