@@ -8,11 +8,11 @@ import Logging
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Measure Ferry against its baselines: capture, drain, merge, sync, pull, relaunch, naive, launch, load.",
+        abstract: "Measure Ferry against its baselines: capture, drain, merge, sync, pull, relaunch, naive, launch, load, fairness.",
         discussion: "Build with -c release for figures worth recording; BENCHMARKS.md says how they were taken."
     )
 
-    static let names = ["capture", "drain", "merge", "sync", "pull", "relaunch", "naive", "launch", "load"]
+    static let names = ["capture", "drain", "merge", "sync", "pull", "relaunch", "naive", "launch", "load", "fairness"]
 
     @Option(
         help:
@@ -115,7 +115,52 @@ struct BenchCommand: AsyncParsableCommand {
             if !json { report(result, of: test) }
             load = result
         }
+        if wanted.contains("fairness") {
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            let target = postgres.map(DatabaseURL.postgres) ?? .sqlite(path: root.appendingPathComponent("fairness.sqlite").path)
+            for honorsRetryAfter in [false, true] {
+                let test = FairnessTest(database: target, honorsRetryAfter: honorsRetryAfter)
+                let result = try await test.run(in: root)
+                if !json { report(result, of: test) }
+            }
+        }
         if json { printNow(String(decoding: try ProtocolValidation.encode(document(results, load: load)), as: UTF8.self)) }
+    }
+
+    private func report(_ fairness: FairnessTest.Report, of test: FairnessTest) {
+        func figures(_ latencies: [Double]) -> String {
+            String(
+                format: "p50 %.1f ms, p99 %.1f ms",
+                FairnessTest.Report.percentile(0.5, of: latencies),
+                FairnessTest.Report.percentile(0.99, of: latencies)
+            )
+        }
+        printNow(
+            "fairness: on \(test.database), one user sends \(test.attackingPushes) pushes of 3.75 MB and \(test.attackingPulls) pulls of 4 MiB pages at once, \(test.honorsRetryAfter ? "waiting Retry-After after a 429" : "without pause"), while another pushes one mutation \(test.probes) times"
+        )
+        printNow("  the other user's push idle:         " + figures(fairness.idle))
+        printNow("  the other user's push under attack: " + figures(fairness.underAttack))
+        let idleP99 = FairnessTest.Report.percentile(0.99, of: fairness.idle)
+        printNow(
+            String(
+                format: "  → p99 under attack is %.1fx idle's",
+                FairnessTest.Report.percentile(0.99, of: fairness.underAttack) / max(idleP99, 0.001)
+            )
+        )
+        printNow(
+            "  the attacker's answers: "
+                + fairness.attackStatuses.sorted { $0.key < $1.key }.map { "\($0.value) × \($0.key == 0 ? "failed" : "\($0.key)")" }.joined(
+                    separator: ", "
+                )
+        )
+        printNow(
+            String(
+                format: "  server resident memory: %.0f MiB before, %.0f MiB at its peak under attack, %.0f MiB after",
+                fairness.memoryBefore,
+                fairness.memoryPeak,
+                fairness.memoryAfter
+            )
+        )
     }
 
     /// Prints a result as it arrives (a long run shows progress), unless `--json`.

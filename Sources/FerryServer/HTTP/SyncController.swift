@@ -1,6 +1,7 @@
 import FerryProtocol
 import Foundation
 import Hummingbird
+import NIOPosix
 
 /// The handlers of PROTOCOL.md's endpoints.
 struct SyncController: Sendable {
@@ -23,7 +24,7 @@ struct SyncController: Sendable {
         }
         let body = try await collectBody(of: request, context: context)
         context.facts.bodyBytes = body.readableBytes
-        let pushRequest = try PushRequest.decode(from: Data(body.readableBytesView))
+        let pushRequest = try await Self.offloaded(ifLarge: body.readableBytes) { try PushRequest.decode(from: Data(body.readableBytesView)) }
         try pushRequest.validateBatch()
         context.facts.client = pushRequest.clientID  // validated: A-Z a-z 0-9 _ -, at most 64
         let response = try await storage.push(
@@ -54,7 +55,15 @@ struct SyncController: Sendable {
         }
         let cursor = query.get("cursor")
         let page = try await storage.pull(userID: userID, cursor: cursor, limit: limit, ownWrites: try ownWrites(request))
-        return JSONResponse.make(body: page.responseBody())
+        return JSONResponse.make(body: try await Self.offloaded(ifLarge: page.dataBytes) { page.responseBody() })
+    }
+
+    /// `work` on NIO's thread pool when it handles more than 256 KiB, else here. Decoding a 4 MiB
+    /// body or writing a 4 MiB page holds a thread for a while: on the cooperative pool (one
+    /// thread a core) a few of them would stop every other request, another user's included;
+    /// the system shares the cores between the pool's threads and those fairly.
+    private static func offloaded<T: Sendable>(ifLarge bytes: Int, _ work: @escaping @Sendable () throws -> T) async throws -> T {
+        bytes > 256 * 1024 ? try await NIOThreadPool.singleton.runIfActive(work) : try work()
     }
 
     /// A push's body, which must arrive within `bodyTimeout`. A late one is answered `408`, and the

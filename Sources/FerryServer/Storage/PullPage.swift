@@ -15,6 +15,9 @@ public struct PullPage: Sendable {
     /// How many changes the page holds.
     public var count: Int { records.count }
 
+    /// Bytes of record data the page holds.
+    public var dataBytes: Int { records.reduce(0) { $0 + ($1.data?.count ?? 0) } }
+
     init(records: [StoredRecord], cursor: String, hasMore: Bool) {
         self.records = records
         self.cursor = cursor

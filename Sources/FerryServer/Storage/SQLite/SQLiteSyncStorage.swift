@@ -17,6 +17,9 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// Internal, not private: tests read the connections' settings through it.
     let writer: any DatabaseWriter
     private let cursors: CursorCodec
+    /// One push per user at a time reaches the writer: a user's burst of large pushes waits here,
+    /// in memory, so another user's push waits behind at most one of them, not all.
+    private let pushes = UserPushQueue()
 
     /// Opens (creating if needed) the database at `path`, or an in-memory database for `nil`.
     /// `statementObserver` sees the SQL of every statement executed, for tests and diagnostics.
@@ -144,6 +147,10 @@ public final class SQLiteSyncStorage: SyncStorage {
 
     /// Applies the batch in one write transaction, committed with `synchronous = FULL` before it returns.
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
+        try await pushes.run(for: userID) { try await self.write(mutations, userID: userID, clientID: clientID) }
+    }
+
+    private func write(_ mutations: [IncomingMutation], userID: String, clientID: String) async throws -> PushResponse {
         try await mapErrors {
             do {
                 return try await writer.write { db in
