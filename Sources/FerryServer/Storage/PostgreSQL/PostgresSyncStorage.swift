@@ -82,10 +82,11 @@ public final class PostgresSyncStorage: SyncStorage {
         // user's lock for more than 10 s (both answered 503), and a transaction left open by a
         // frozen process is ended after 60 s, releasing its user's lock.
         // A commit must be durable before a push is answered, whatever the role's default.
-        configuration.options.additionalStartupParameters = [
-            ("statement_timeout", "30s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "60s"),
-            ("synchronous_commit", "on"),
-        ]
+        configuration.options.additionalStartupParameters =
+            [
+                ("statement_timeout", "30s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "60s"),
+                ("synchronous_commit", "on"),
+            ] + planSettings
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         return PostgresSyncStorage(
             client: client,
@@ -96,6 +97,18 @@ public final class PostgresSyncStorage: SyncStorage {
             deadline: deadline
         )
     }
+
+    /// Plans that do not decay. Every statement Ferry runs is an index walk by design: a push
+    /// probes records by key (a nested loop over the batch's keys), a pull walks `records_pull` in
+    /// change order and stops at its page. After a bulk load, stale statistics made PostgreSQL pick
+    /// a hash join over all of a user's records for each push and a bitmap scan plus a sort of
+    /// everything after the cursor for each page: quadratic over a large sync. These settings
+    /// (on this pool's sessions only) price those plans out whatever the statistics say; where no
+    /// other plan exists PostgreSQL still uses them. `PostgresPlanTests` checks the plans with EXPLAIN.
+    static let planSettings: [(String, String)] = [
+        ("enable_seqscan", "off"), ("enable_bitmapscan", "off"), ("enable_hashjoin", "off"), ("enable_mergejoin", "off"),
+        ("enable_sort", "off"),
+    ]
 
     private init(
         client: PostgresClient,
@@ -349,17 +362,7 @@ public final class PostgresSyncStorage: SyncStorage {
         let naturalKeys = Array(lookups.naturalKeys)
         var found: [RecordKey: StoredRecord] = [:]
         for try await (entity, entityID, version, deleted, naturalKey, data, changedAt) in try await db.query(
-            """
-            SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at FROM records r
-            JOIN unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
-                ON r.entity = w.entity AND r.entity_id = w.entity_id
-            WHERE r.user_id = \(userID)
-            UNION ALL
-            SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at FROM records r
-            JOIN unnest(\(naturalKeys.map(\.entity))::text[], \(naturalKeys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
-                ON r.entity = w.entity AND r.natural_key = w.natural_key
-            WHERE r.user_id = \(userID) AND NOT r.deleted
-            """,
+            loadQuery(keys: keys, naturalKeys: naturalKeys, userID: userID),
             logger: logger
         ).decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64?).self) {
             let record = StoredRecord(
@@ -374,6 +377,22 @@ public final class PostgresSyncStorage: SyncStorage {
             found[record.key] = record
         }
         return Array(found.values)
+    }
+
+    /// A push's lookup: the records named by `keys` and the live holders of `naturalKeys`, each
+    /// an index probe (the primary key, `records_live_natural_key`) per key.
+    static func loadQuery(keys: [RecordKey], naturalKeys: [NaturalKeyRef], userID: String) -> PostgresQuery {
+        """
+        SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at FROM records r
+        JOIN unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
+            ON r.entity = w.entity AND r.entity_id = w.entity_id
+        WHERE r.user_id = \(userID)
+        UNION ALL
+        SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at FROM records r
+        JOIN unnest(\(naturalKeys.map(\.entity))::text[], \(naturalKeys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
+            ON r.entity = w.entity AND r.natural_key = w.natural_key
+        WHERE r.user_id = \(userID) AND NOT r.deleted
+        """
     }
 
     /// Releases the natural keys of records that held one before the batch and no longer do,
@@ -472,6 +491,17 @@ public final class PostgresSyncStorage: SyncStorage {
             ) page
             ORDER BY seq
             """
+    }
+
+    /// The plan PostgreSQL picks for `query` on one of this pool's sessions (`EXPLAIN`, one line
+    /// per node), for tests and diagnostics.
+    package func plan(of query: PostgresQuery) async throws -> String {
+        let explain = PostgresQuery(unsafeSQL: "EXPLAIN " + query.sql, binds: query.binds)
+        return try await withDatabase { [logger] db in
+            var lines: [String] = []
+            for try await line in try await db.query(explain, logger: logger).decode(String.self) { lines.append(line) }
+            return lines.joined(separator: "\n")
+        }
     }
 
     /// Runs `SELECT 1`; throws ``StorageError`` when no connection is available within the deadline.
