@@ -4,6 +4,13 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     case badRequest = "bad_request"
     /// 400: the pull cursor is not one this server issued for this user; pull from the start.
     case invalidCursor = "invalid_cursor"
+    /// 410: the pull cursor is older than what the server keeps (deletions before it were purged
+    /// after the retention), or was read from a history the server no longer has (its database was
+    /// restored from a backup): pull from the start, and drop local records that pull does not bring back.
+    case cursorExpired = "cursor_expired"
+    /// 403: the user already has the most client ids a user may have (`ProtocolLimits/maxClientsPerUser`);
+    /// clients idle for the retention are forgotten.
+    case tooManyClients = "too_many_clients"
     /// 401: no token, or one that is malformed, wrongly signed or expired.
     case unauthorized
     /// 404: no such route.
@@ -30,6 +37,8 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
         case .notFound: 404
         case .methodNotAllowed: 405
         case .requestTimeout: 408
+        case .cursorExpired: 410
+        case .tooManyClients: 403
         case .batchTooLarge: 413
         case .rateLimited: 429
         case .internal: 500

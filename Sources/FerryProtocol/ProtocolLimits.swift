@@ -16,6 +16,9 @@ public enum ProtocolLimits {
     public static let maxPushBodyBytes = 4 * 1024 * 1024
     /// The values a pull's `limit` query parameter may take; any other is a `bad_request`.
     public static let pullLimitRange = 1...1000
+    /// Most client ids a server keeps for one user; a push under one more is refused with
+    /// `too_many_clients` (403) until idle ones are forgotten after the server's retention.
+    public static let maxClientsPerUser = 1000
     /// The pull `limit` when the request gives none.
     public static let defaultPullLimit = 500
     /// Most bytes of record data one pull page carries (4 MiB): a page stops before the record

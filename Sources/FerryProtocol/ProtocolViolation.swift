@@ -15,6 +15,13 @@ public struct ProtocolViolation: Error, Sendable, Equatable, CustomStringConvert
     /// A `bad_request` (400) with `message`.
     public static func badRequest(_ message: String) -> ProtocolViolation { .init(.badRequest, message) }
 
+    /// A push under a new client id from a user who has ``ProtocolLimits/maxClientsPerUser`` already (403).
+    public static let tooManyClients = ProtocolViolation(
+        .tooManyClients,
+        "this user already has \(ProtocolLimits.maxClientsPerUser) client ids, the most a server keeps for one user; "
+            + "a client that has not pushed for the server's retention is forgotten: keep one client id per installed app"
+    )
+
     /// The code and the message, as `code: message`.
     public var description: String { "\(code.rawValue): \(message)" }
 }

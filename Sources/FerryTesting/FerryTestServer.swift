@@ -63,7 +63,15 @@ public struct FerryTestServer: Sendable {
         }
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = try await FerryServerApplication.make(
-            configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: secret, rateLimit: rateLimit, idleTimeout: idleTimeout),
+            // Devices of one user in a test may send many requests at once: no cap on them here.
+            configuration: ServerConfiguration(
+                host: "127.0.0.1",
+                port: 0,
+                jwtSecret: secret,
+                rateLimit: rateLimit,
+                idleTimeout: idleTimeout,
+                maxRequestsPerUser: 100_000
+            ),
             storage: storage,
             rateLimiter: rateLimiter,
             metrics: metrics,

@@ -34,7 +34,7 @@ struct PostgresPlanTests {
         )
         try await database.execute("UPDATE user_changes SET position = 200100 WHERE user_id = 'alice'")
 
-        let pull = PostgresSyncStorage.pullQuery(userID: "alice", after: 100_000, scan: 501)
+        let pull = PostgresSyncStorage.pullQuery(userID: "alice", cursor: PullCursor(position: 100_000), scan: 501)
         let keys = (0..<1000).map { RecordKey(entity: "docs", entityID: "d-\($0 * 97)") }
         let naturalKeys = (0..<1000).map { NaturalKeyRef(entity: "docs", naturalKey: "k-\($0 * 89)") }
         let load = PostgresSyncStorage.loadQuery(keys: keys, naturalKeys: naturalKeys, userID: "alice")

@@ -36,7 +36,8 @@ struct StorageCostTests {
         let updates = try await push(501, entityPrefix: "e", naturalKeyPrefix: "k")
         let merges = try await push(1001, entityPrefix: "other", naturalKeyPrefix: "k")
         for (name, executed) in [("inserts", inserts), ("updates", updates), ("merges", merges)] {
-            #expect(executed.count <= 9, "\(name) ran \(executed.count) statements:\n\(executed.joined(separator: "\n"))")
+            // A client's first push (the inserts) also counts the user's clients against their limit.
+            #expect(executed.count <= (name == "inserts" ? 10 : 9), "\(name) ran \(executed.count) statements:\n\(executed.joined(separator: "\n"))")
         }
         try await storage.close()
     }

@@ -18,6 +18,14 @@ public struct TestServer: HTTPServerEndpoint {
     public let database: TestDatabase
     public let storage: any SyncStorage
 
+    public func cursorBeforeEverything(userID: String) -> String? {
+        switch storage {
+        case let storage as SQLiteSyncStorage: storage.cursorBeforeEverything(userID: userID)
+        case let storage as PostgresSyncStorage: storage.cursorBeforeEverything(userID: userID)
+        default: nil
+        }
+    }
+
     /// Runs `body` against a fresh server on a fresh database of `backend`. Pass `database` to
     /// reopen an existing one.
     ///
@@ -104,6 +112,15 @@ public struct TestServer: HTTPServerEndpoint {
 public protocol ServerEndpoint: Sendable {
     /// Sends one request with exactly these headers and returns the server's answer.
     func perform(_ method: HTTPMethod, _ path: String, headers: [(String, String)], body: Data?) async throws -> Reply
+
+    /// A cursor before every change of `userID`, where the test can make one (its storage is in
+    /// this process): `pullAll` then brings tombstones too, as a device that pulled before
+    /// anything was written sees them. `nil` pulls from scratch, which brings none.
+    func cursorBeforeEverything(userID: String) -> String?
+}
+
+extension ServerEndpoint {
+    public func cursorBeforeEverything(userID: String) -> String? { nil }
 }
 
 /// A server answering at a URL over loopback HTTP.
@@ -204,10 +221,11 @@ extension ServerEndpoint {
         return try reply.decode(PullResponse.self)
     }
 
-    /// Pulls from the beginning until caught up; the user's records by `entity/entityID`.
+    /// Pulls from the beginning until caught up; the user's records by `entity/entityID`, with
+    /// tombstones where `cursorBeforeEverything(userID:)` gives a cursor (a pull from scratch has none).
     public func pullAll(token: String, limit: Int = 1000) async throws -> [String: Change] {
         var records: [String: Change] = [:]
-        var cursor: String?
+        var cursor = TokenAuthority.unverifiedSubject(of: token).flatMap { cursorBeforeEverything(userID: $0) }
         repeat {
             let page = try await pullOK(token: token, cursor: cursor, limit: limit)
             for change in page.changes { records["\(change.entity)/\(change.entityID)"] = change }

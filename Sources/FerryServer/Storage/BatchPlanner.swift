@@ -65,7 +65,7 @@ struct BatchPlanner {
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept] = [:],
         loaded: [StoredRecord],
-        now: Int64 = Int64((Date().timeIntervalSince1970 * 1000).rounded())
+        now: Int64 = serverMilliseconds()
     ) {
         self.clientID = clientID
         self.now = now

@@ -71,8 +71,10 @@ public struct PullPage: Sendable {
         }
 
         /// The page: more may follow if it filled, or if the read stopped at `scanLimit` rows.
-        func page(encode: (Int64) -> String) -> PullPage {
-            PullPage(records: records, cursor: encode(position), hasMore: full || read >= PullPage.scanLimit(limit, leavingOut: ownWrites))
+        /// `encode` makes the cursor of the position read up to, knowing whether the pull is caught up.
+        func page(encode: (_ position: Int64, _ caughtUp: Bool) -> String) -> PullPage {
+            let hasMore = full || read >= PullPage.scanLimit(limit, leavingOut: ownWrites)
+            return PullPage(records: records, cursor: encode(position, !hasMore), hasMore: hasMore)
         }
     }
 

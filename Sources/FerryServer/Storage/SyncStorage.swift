@@ -10,9 +10,16 @@ public protocol SyncStorage: Sendable {
     func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse
 
     /// Returns the user's records changed after `cursor`, oldest change first, leaving out those
-    /// whose current state `ownWrites` names (PROTOCOL.md, "A client's own writes").
-    /// Throws `ProtocolViolation` with `invalid_cursor` for a cursor this server did not issue.
+    /// whose current state `ownWrites` names (PROTOCOL.md, "A client's own writes"), and, on a
+    /// pull from scratch, tombstones. Throws `ProtocolViolation` with `invalid_cursor` for a
+    /// cursor this server did not issue, and `cursor_expired` for one older than what was
+    /// purged or read from a history this database does not have (`ChangeHead`).
     func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage
+
+    /// Forgets what the retention lets go: tombstones written before `cutoff` (milliseconds since
+    /// 1970, the server's clock), with every user's purge horizon moved past them so older
+    /// cursors expire, and clients that have not pushed since `cutoff` with their kept results.
+    func purge(before cutoff: Int64) async throws -> PurgeReport
 
     /// Succeeds when the database can be reached.
     func checkHealth() async throws
@@ -20,6 +27,29 @@ public protocol SyncStorage: Sendable {
     /// Closes the database; called once, after the HTTP server has stopped.
     func close() async throws
 }
+
+/// What one purge forgot.
+public struct PurgeReport: Sendable, Equatable {
+    /// Tombstones deleted.
+    public var tombstones = 0
+    /// Users whose purge horizon moved (their older cursors now expire).
+    public var users = 0
+    /// Idle clients forgotten, with their kept results.
+    public var clients = 0
+
+    /// Nothing purged.
+    public init(tombstones: Int = 0, users: Int = 0, clients: Int = 0) {
+        self.tombstones = tombstones
+        self.users = users
+        self.clients = clients
+    }
+}
+
+/// The server's clock, in milliseconds since 1970: when records and clients were last written.
+func serverMilliseconds() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+
+/// A server process's epoch (`ChangeHead`): random, never 0 (the epoch of histories written before epochs).
+func newEpoch() -> Int64 { Int64.random(in: 1...Int64.max) }
 
 /// Failures of the storage layer that a client should retry later.
 public enum StorageError: Error, Sendable, CustomStringConvertible {

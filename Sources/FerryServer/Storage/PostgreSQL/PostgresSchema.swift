@@ -136,6 +136,22 @@ enum PostgresSchema {
                 """
             ]
         },
+        Migration(version: 4, name: "retention and restores: when rows were written, epochs, purge horizons") {
+            // When each record state and client was last written (rows before this migration count
+            // from now), the epoch of the process that wrote a user's changes last and where that
+            // epoch began, and the user's purge horizon (`ChangeHead`); indexes find what to purge.
+            let now = serverMilliseconds()
+            return [
+                PostgresQuery(unsafeSQL: "ALTER TABLE records ADD COLUMN written_at bigint NOT NULL DEFAULT \(now)"),
+                PostgresQuery(unsafeSQL: "ALTER TABLE clients ADD COLUMN last_seen_at bigint NOT NULL DEFAULT \(now)"),
+                """
+                ALTER TABLE user_changes ADD COLUMN epoch bigint NOT NULL DEFAULT 0, ADD COLUMN epoch_base bigint NOT NULL DEFAULT 0,
+                    ADD COLUMN purged_through bigint NOT NULL DEFAULT 0
+                """,
+                "CREATE INDEX records_tombstones ON records (written_at) WHERE deleted",
+                "CREATE INDEX clients_idle ON clients (last_seen_at)",
+            ]
+        },
     ]
 
     /// Applies the migrations this database lacks, and returns the secret that signs cursors;

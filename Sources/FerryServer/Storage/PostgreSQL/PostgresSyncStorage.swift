@@ -33,6 +33,8 @@ public final class PostgresSyncStorage: SyncStorage {
     /// Set by `close()`: the pool then fails every request with an error of its own module.
     private let closed = NIOLockedValueBox(false)
     private let pushes = UserPushQueue()
+    /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
+    private let epoch = newEpoch()
 
     /// Connects, applies missing migrations, and keeps at most `poolSize` connections open.
     public static func connect(
@@ -158,8 +160,8 @@ public final class PostgresSyncStorage: SyncStorage {
     /// Applies the batch in one transaction that holds the user's change-position lock, as the overview describes.
     /// Throws ``StorageError`` when no connection is available within the deadline.
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        try await withDatabase(queueingFor: userID) { [logger] db in
-            try await Self.push(mutations, userID: userID, clientID: clientID, db: db, logger: logger)
+        try await withDatabase(queueingFor: userID) { [logger, epoch] db in
+            try await Self.push(mutations, userID: userID, clientID: clientID, epoch: epoch, db: db, logger: logger)
         }
     }
 
@@ -168,18 +170,19 @@ public final class PostgresSyncStorage: SyncStorage {
         _ mutations: [IncomingMutation],
         userID: String,
         clientID: String,
+        epoch: Int64,
         db: PostgresConnection,
         logger: Logger
     ) async throws -> PushResponse {
         do {
             return try await Self.transaction(db, logger: logger) { db in
-                try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: false, db: db, logger: logger)
+                try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: false, epoch: epoch, db: db, logger: logger)
             }
         } catch let error as PSQLError where error.isRefusedWrite {
             // The planner should make this impossible; if a rule was missed, the batch
             // (rolled back whole) still gets one result per mutation instead of a 500.
             return try await Self.transaction(db, logger: logger) { db in
-                try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: true, db: db, logger: logger)
+                try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: true, epoch: epoch, db: db, logger: logger)
             }
         }
     }
@@ -193,10 +196,18 @@ public final class PostgresSyncStorage: SyncStorage {
         userID: String,
         clientID: String,
         oneByOne: Bool,
+        epoch: Int64,
         db: PostgresConnection,
         logger: Logger
     ) async throws -> PushResponse {
         let (position, lastMutationID, pushes) = try await lock(userID, clientID: clientID, db: db, logger: logger)
+        if pushes == 0 {
+            // A client this server does not know: one more of the user's, within the limit.
+            for try await count in try await db.query("SELECT count(*) FROM clients WHERE user_id = \(userID)", logger: logger).decode(Int.self)
+            where count >= ProtocolLimits.maxClientsPerUser {
+                throw ProtocolViolation.tooManyClients
+            }
+        }
         // Most pushes carry new ids only: the kept results are read for a resend alone, the
         // older of the two slots first.
         var replays: [Int64: RecentResults.Kept] = [:]
@@ -234,7 +245,7 @@ public final class PostgresSyncStorage: SyncStorage {
                         logger: logger
                     )
                     try await release(plan, userID: userID, db: db, logger: logger)
-                    if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID), logger: logger) }
+                    if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger) }
                     try await db.query("RELEASE SAVEPOINT mutation", logger: logger)
                     position += Int64(plan.writes.count)
                     results.append(plan.response.results[0])
@@ -264,7 +275,7 @@ public final class PostgresSyncStorage: SyncStorage {
                 logger: logger
             )
             try await release(plan, userID: userID, db: db, logger: logger)
-            if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID), logger: logger) }
+            if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger) }
             response = plan.response
         }
         // A push of resent mutations only changes nothing.
@@ -273,8 +284,10 @@ public final class PostgresSyncStorage: SyncStorage {
         try await db.query(
             """
             WITH client AS (
-                INSERT INTO clients (user_id, client_id, last_mutation_id, pushes) VALUES (\(userID), \(clientID), \(response.lastMutationID), 1)
-                ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1
+                INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at)
+                VALUES (\(userID), \(clientID), \(response.lastMutationID), 1, \(serverMilliseconds()))
+                ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
+                    last_seen_at = excluded.last_seen_at
             )
             INSERT INTO client_results (user_id, client_id, slot, results) VALUES (\(userID), \(clientID), \(Int(pushes % 2)), \(results))
             ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
@@ -412,18 +425,23 @@ public final class PostgresSyncStorage: SyncStorage {
 
     /// The statement writing a batch's final record states at the positions after `position`,
     /// in order of last change, and moving the user's position past them.
-    private static func write(_ writes: [StoredRecord], after position: Int64, userID: String) -> PostgresQuery {
+    private static func write(_ writes: [StoredRecord], after position: Int64, userID: String, epoch: Int64) -> PostgresQuery {
         // Every state a push writes, its pushing client's mutations wrote (`BatchPlanner`).
         let writer = writes.first?.writtenBy ?? ""
         // Arrays cannot hold NULLs through PostgresNIO's encoders: a flag beside each nullable column.
         let seqs = (0..<Int64(writes.count)).map { position + 1 + $0 }
         return """
-            WITH moved AS (UPDATE user_changes SET position = \(position + Int64(writes.count)) WHERE user_id = \(userID))
+            WITH moved AS (
+                UPDATE user_changes SET position = \(position + Int64(writes.count)), epoch = \(epoch),
+                    epoch_base = CASE WHEN epoch = \(epoch) THEN epoch_base ELSE position END
+                WHERE user_id = \(userID)
+            )
             INSERT INTO records
-                (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation, written_seq)
+                (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation, written_seq,
+                written_at)
             SELECT \(userID), w.entity, w.entity_id, w.version, w.deleted,
                 CASE WHEN w.has_key THEN w.natural_key END, CASE WHEN w.has_data THEN w.data END, w.seq,
-                w.changed_at, \(writer), w.written_mutation, w.seq
+                w.changed_at, \(writer), w.written_mutation, w.seq, \(serverMilliseconds())
             FROM unnest(
                 \(writes.map(\.entity))::text[], \(writes.map(\.entityID))::text[], \(writes.map(\.version))::int8[],
                 \(writes.map(\.deleted))::bool[], \(writes.map { $0.naturalKey != nil })::bool[], \(writes.map { $0.naturalKey ?? "" })::text[],
@@ -433,7 +451,8 @@ public final class PostgresSyncStorage: SyncStorage {
             ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
                 version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
                 data = excluded.data, seq = excluded.seq, changed_at = excluded.changed_at,
-                written_by = excluded.written_by, written_mutation = excluded.written_mutation, written_seq = excluded.written_seq
+                written_by = excluded.written_by, written_mutation = excluded.written_mutation, written_seq = excluded.written_seq,
+                written_at = excluded.written_at
             """
     }
 
@@ -443,15 +462,24 @@ public final class PostgresSyncStorage: SyncStorage {
     /// out `ownWrites` and stopping at the page's data budget (`PullPage.Builder`). Throws
     /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
-        let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
-        let builder = try await withDatabase { [logger] db in
-            var builder = PullPage.Builder(after: after, limit: limit, leavingOut: ownWrites)
-            for try await row in try await db.query(
-                Self.pullQuery(userID: userID, after: after, scan: PullPage.scanLimit(limit, leavingOut: ownWrites)),
-                logger: logger
-            ) {
-                let (entity, entityID, version, deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits) =
-                    try row.decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64, Int64?, String?, Int64?, Int64?, Int, Bool).self)
+        let cursor = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) }
+        let query = Self.pullQuery(userID: userID, cursor: cursor, scan: PullPage.scanLimit(limit, leavingOut: ownWrites))
+        let (head, rows) = try await withDatabase { [logger] db in
+            var head = ChangeHead()
+            var rows: [(record: StoredRecord, seq: Int64, size: Int, fits: Bool, data: ByteBuffer?)] = []
+            for try await row in try await db.query(query, logger: logger) {
+                let (
+                    position, epoch, epochBase, purgedThrough, entity, entityID, version, deleted, naturalKey, data, seq, changedAt,
+                    writtenBy, writtenMutation, writtenSeq, size, fits
+                ) = try row.decode(
+                    (
+                        Int64, Int64, Int64, Int64, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?, Int64?, String?, Int64?,
+                        Int64?, Int?, Bool?
+                    ).self
+                )
+                head = ChangeHead(position: position, epoch: epoch, epochBase: epochBase, purgedThrough: purgedThrough)
+                // The head alone: no change after the cursor.
+                guard let entity, let entityID, let version, let deleted, let seq, let size, let fits else { break }
                 let record = StoredRecord(
                     entity: entity,
                     entityID: entityID,
@@ -463,34 +491,105 @@ public final class PostgresSyncStorage: SyncStorage {
                     writtenMutation: writtenMutation,
                     writtenSeq: writtenSeq
                 )
-                // The statement sends no row past the first that passes the budget, and that one without its data.
-                guard builder.offer(record, seq: seq, size: size, fits: fits, data: { data.map { Data($0.readableBytesView) } }) else { break }
+                rows.append((record, seq, size, fits, data))
             }
-            return builder
+            return (head, rows)
         }
-        return builder.page { cursors.encode(position: $0, userID: userID) }
+        // In change order: the statement has no ORDER BY of its own (it would sort the page's
+        // data), and the window already decided which rows fit in that order.
+        var builder = PullPage.Builder(after: cursor?.position ?? 0, limit: limit, leavingOut: ownWrites)
+        for row in rows.sorted(by: { $0.seq < $1.seq }) {
+            // The statement sends no row past the first that passes the budget, and that one without its data.
+            guard builder.offer(row.record, seq: row.seq, size: row.size, fits: row.fits, data: { row.data.map { Data($0.readableBytesView) } })
+            else { break }
+        }
+        // The head was read in the statement's snapshot, with the rows: a cursor it refuses
+        // is refused before any of them is sent.
+        let start = try head.start(from: cursor)
+        return builder.page { position, caughtUp in
+            cursors.encode(head.cursor(after: position, from: start, caughtUp: caughtUp), userID: userID)
+        }
     }
 
-    /// A pull page's statement: the rows after `after` in change order, walking `records_pull`
-    /// and stopping at `scan` rows, and of those only up to the first whose data passes the page's
-    /// budget (sent without its data, `fits` false). The running total reads each row's size from
-    /// its header, not its data, so rows past the budget cost an index entry and a heap tuple.
-    static func pullQuery(userID: String, after: Int64, scan: Int) -> PostgresQuery {
+    /// A pull page's statement, one snapshot: the user's `ChangeHead`, then the rows after the
+    /// cursor in change order (tombstones up to its horizon left out; a pull from scratch has the
+    /// head as its horizon), walking `records_pull` and stopping at `scan` rows, and of those only
+    /// up to the first whose data passes the page's budget (sent without its data, `fits` false).
+    /// The running total reads each row's size from its header, not its data, so rows past the
+    /// budget cost an index entry and a heap tuple. A user without a head (who never pushed) has
+    /// no row at all; one with no change after the cursor has the head alone. Rows come in the
+    /// order the index walk reads them; the caller sorts them by `seq` all the same.
+    static func pullQuery(userID: String, cursor: PullCursor?, scan: Int) -> PostgresQuery {
         let budget = ProtocolLimits.maxPullPageDataBytes
+        let after = cursor?.position ?? 0
+        let horizon = cursor?.horizon
         return """
-            SELECT entity, entity_id, version, deleted, natural_key, CASE WHEN fits THEN data END, seq, changed_at,
-                written_by, written_mutation, written_seq, size, fits
-            FROM (
+            SELECT u.position, u.epoch, u.epoch_base, u.purged_through, p.entity, p.entity_id, p.version, p.deleted, p.natural_key,
+                CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at, p.written_by, p.written_mutation, p.written_seq, p.size, p.fits
+            FROM (SELECT position, epoch, epoch_base, purged_through FROM user_changes WHERE user_id = \(userID)) u
+            LEFT JOIN LATERAL (
                 SELECT *, running <= \(budget) OR running = size AS fits FROM (
                     SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation,
                         written_seq, coalesce(octet_length(data), 0) AS size,
                         sum(coalesce(octet_length(data), 0)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running
-                    FROM records WHERE user_id = \(userID) AND seq > \(after) ORDER BY seq LIMIT \(scan)
+                    FROM records
+                    WHERE user_id = \(userID) AND seq > \(after) AND NOT (deleted AND seq <= coalesce(\(horizon), u.position))
+                    ORDER BY seq LIMIT \(scan)
                 ) scanned
                 WHERE running - size <= \(budget)
-            ) page
-            ORDER BY seq
+            ) p ON true
             """
+    }
+
+    /// Deletes, in one transaction, the tombstones written before `cutoff` (each user's purge
+    /// horizon moved past them first) and the clients that have not pushed since, with their
+    /// kept results; then refreshes the planner's statistics of what changed.
+    public func purge(before cutoff: Int64) async throws -> PurgeReport {
+        let report = try await withDatabase { [logger] db in
+            try await Self.transaction(db, logger: logger) { db in
+                var report = PurgeReport()
+                for try await (users, tombstones) in try await db.query(
+                    """
+                    WITH old AS (
+                        SELECT user_id, max(seq) AS through FROM records WHERE deleted AND written_at < \(cutoff) GROUP BY user_id
+                    ), moved AS (
+                        UPDATE user_changes u SET purged_through = greatest(u.purged_through, old.through) FROM old
+                        WHERE u.user_id = old.user_id RETURNING u.user_id
+                    ), deleted AS (
+                        DELETE FROM records r USING old
+                        WHERE r.user_id = old.user_id AND r.deleted AND r.written_at < \(cutoff) AND r.seq <= old.through RETURNING 1
+                    )
+                    SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM deleted)
+                    """,
+                    logger: logger
+                ).decode((Int, Int).self) {
+                    report.users = users
+                    report.tombstones = tombstones
+                }
+                for try await clients in try await db.query(
+                    """
+                    WITH idle AS (DELETE FROM clients WHERE last_seen_at < \(cutoff) RETURNING user_id, client_id),
+                    results AS (DELETE FROM client_results c USING idle WHERE c.user_id = idle.user_id AND c.client_id = idle.client_id)
+                    SELECT count(*) FROM idle
+                    """,
+                    logger: logger
+                ).decode(Int.self) {
+                    report.clients = clients
+                }
+                return report
+            }
+        }
+        if report.tombstones > 0 || report.clients > 0 {
+            // Statistics follow what the purge changed (plans do not depend on them: `planSettings`).
+            try await withDatabase { [logger] db in _ = try await db.query("ANALYZE records, clients, client_results", logger: logger).collect() }
+        }
+        return report
+    }
+
+    /// A cursor standing before every change, as a device that pulled before anything was written
+    /// holds: pulls from it bring tombstones too. For tests that look at every change.
+    package func cursorBeforeEverything(userID: String) -> String {
+        cursors.encode(PullCursor(position: 0), userID: userID)
     }
 
     /// The plan PostgreSQL picks for `query` on one of this pool's sessions (`EXPLAIN`, one line

@@ -20,6 +20,8 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// One push per user at a time reaches the writer: a user's burst of large pushes waits here,
     /// in memory, so another user's push waits behind at most one of them, not all.
     private let pushes = UserPushQueue()
+    /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
+    private let epoch = newEpoch()
 
     /// Opens (creating if needed) the database at `path`, or an in-memory database for `nil`.
     /// `statementObserver` sees the SQL of every statement executed, for tests and diagnostics.
@@ -142,6 +144,24 @@ public final class SQLiteSyncStorage: SyncStorage {
                     """
             )
         }
+        migrator.registerMigration("v4") { db in
+            // What retention and restores need (`ChangeHead`, `purge(before:)`): when each record
+            // state and client was last written (rows before this migration count from now), the
+            // epoch of the process that wrote last and where that epoch began, and each user's
+            // purge horizon. A partial index finds the tombstones to purge.
+            let now = serverMilliseconds()
+            try db.execute(
+                sql: """
+                    ALTER TABLE records ADD COLUMN written_at INTEGER NOT NULL DEFAULT \(now);
+                    ALTER TABLE clients ADD COLUMN last_seen_at INTEGER NOT NULL DEFAULT \(now);
+                    ALTER TABLE change_sequence ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE change_sequence ADD COLUMN epoch_base INTEGER NOT NULL DEFAULT 0;
+                    CREATE TABLE user_horizons (user_id TEXT PRIMARY KEY NOT NULL, purged_through INTEGER NOT NULL) WITHOUT ROWID;
+                    CREATE INDEX records_tombstones ON records (written_at) WHERE deleted = 1;
+                    CREATE INDEX clients_idle ON clients (last_seen_at);
+                    """
+            )
+        }
         return migrator
     }
 
@@ -155,7 +175,7 @@ public final class SQLiteSyncStorage: SyncStorage {
             do {
                 return try await writer.write { db in
                     try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                        try Self.apply(mutations, clientID: clientID, lastMutationID: lastMutationID, replays: replays, userID: userID, db: db)
+                        try Self.apply(mutations, clientID: clientID, lastMutationID: lastMutationID, replays: replays, userID: userID, epoch: epoch, db: db)
                             .response
                     }
                 }
@@ -170,6 +190,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                             lastMutationID: lastMutationID,
                             replays: replays,
                             userID: userID,
+                            epoch: epoch,
                             db: db
                         )
                     }
@@ -194,6 +215,10 @@ public final class SQLiteSyncStorage: SyncStorage {
         )
         let lastMutationID: Int64 = client?[0] ?? 0
         let pushes: Int64 = client?[1] ?? 0
+        if client == nil {
+            let clients = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM clients WHERE user_id = ?"), arguments: [userID]) ?? 0
+            if clients >= ProtocolLimits.maxClientsPerUser { throw ProtocolViolation.tooManyClients }
+        }
         // Most pushes carry new ids only: the kept results are read for a resend alone,
         // the older of the two slots first.
         var replays: [Int64: RecentResults.Kept] = [:]
@@ -208,10 +233,11 @@ public final class SQLiteSyncStorage: SyncStorage {
         if response.lastMutationID > lastMutationID {
             try db.cachedStatement(
                 sql: """
-                    INSERT INTO clients (user_id, client_id, last_mutation_id, pushes) VALUES (?, ?, ?, 1)
-                    ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1
+                    INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at) VALUES (?, ?, ?, 1, ?)
+                    ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
+                        last_seen_at = excluded.last_seen_at
                     """
-            ).execute(arguments: [userID, clientID, response.lastMutationID])
+            ).execute(arguments: [userID, clientID, response.lastMutationID, serverMilliseconds()])
             try db.cachedStatement(sql: "INSERT OR REPLACE INTO client_results (user_id, client_id, slot, results) VALUES (?, ?, ?, ?)")
                 .execute(arguments: [
                     userID, clientID, pushes % 2,
@@ -228,6 +254,7 @@ public final class SQLiteSyncStorage: SyncStorage {
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
         userID: String,
+        epoch: Int64,
         db: Database
     ) throws -> BatchPlanner.BatchPlan {
         let loaded = try load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db)
@@ -238,7 +265,7 @@ public final class SQLiteSyncStorage: SyncStorage {
             loaded: loaded
         )
         let plan = planner.plan(mutations)
-        try write(plan, userID: userID, db: db)
+        try write(plan, userID: userID, epoch: epoch, db: db)
         return plan
     }
 
@@ -250,6 +277,7 @@ public final class SQLiteSyncStorage: SyncStorage {
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
         userID: String,
+        epoch: Int64,
         db: Database
     ) throws -> PushResponse {
         var last = lastMutationID
@@ -259,7 +287,8 @@ public final class SQLiteSyncStorage: SyncStorage {
             let result: PushResult
             do {
                 result = try inSavepoint(db) {
-                    try apply([incoming], clientID: clientID, lastMutationID: last, replays: replays, userID: userID, db: db).response.results[0]
+                    try apply([incoming], clientID: clientID, lastMutationID: last, replays: replays, userID: userID, epoch: epoch, db: db)
+                        .response.results[0]
                 }
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                 result = PushResult(
@@ -280,9 +309,21 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// `ownWrites` and stopping at the page's data budget (`PullPage.Builder`). Throws
     /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
-        let after = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) } ?? 0
-        let builder = try await mapErrors {
+        let cursor = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) }
+        let (head, start, builder) = try await mapErrors {
             try await writer.read { db in
+                let row = try Row.fetchOne(
+                    db.cachedStatement(
+                        sql: """
+                            SELECT value, epoch, epoch_base, (SELECT purged_through FROM user_horizons WHERE user_id = ?)
+                            FROM change_sequence WHERE id = 1
+                            """
+                    ),
+                    arguments: [userID]
+                )
+                guard let row else { throw StorageError.corrupt("change_sequence is empty") }
+                let head = ChangeHead(position: row[0], epoch: row[1], epochBase: row[2], purgedThrough: row[3] ?? 0)
+                let start = try head.start(from: cursor)
                 // A cursor steps one row at a time: the rows past the page's budget are never
                 // read, and a row's data is copied out only when the page takes it.
                 let rows = try Row.fetchCursor(
@@ -290,12 +331,12 @@ public final class SQLiteSyncStorage: SyncStorage {
                         sql: """
                             SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at,
                                 written_by, written_mutation, written_seq, coalesce(length(data), 0)
-                            FROM records WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?
+                            FROM records WHERE user_id = ? AND seq > ? AND NOT (deleted = 1 AND seq <= ?) ORDER BY seq LIMIT ?
                             """
                     ),
-                    arguments: [userID, after, PullPage.scanLimit(limit, leavingOut: ownWrites)]
+                    arguments: [userID, start.position, start.horizon, PullPage.scanLimit(limit, leavingOut: ownWrites)]
                 )
-                var builder = PullPage.Builder(after: after, limit: limit, leavingOut: ownWrites)
+                var builder = PullPage.Builder(after: start.position, limit: limit, leavingOut: ownWrites)
                 while let row = try rows.next() {
                     var record = Self.record(from: row, withData: false)
                     record.writtenBy = row[8]
@@ -303,10 +344,56 @@ public final class SQLiteSyncStorage: SyncStorage {
                     record.writtenSeq = row[10]
                     guard builder.offer(record, seq: row[6], size: row[11], data: { row[5] }) else { break }
                 }
-                return builder
+                return (head, start, builder)
             }
         }
-        return builder.page { cursors.encode(position: $0, userID: userID) }
+        return builder.page { position, caughtUp in
+            cursors.encode(head.cursor(after: position, from: start, caughtUp: caughtUp), userID: userID)
+        }
+    }
+
+    /// Deletes, in one transaction, the tombstones written before `cutoff` (each user's purge
+    /// horizon moved past them first) and the clients that have not pushed since, with their
+    /// kept results.
+    public func purge(before cutoff: Int64) async throws -> PurgeReport {
+        try await mapErrors {
+            try await writer.write { db in
+                var report = PurgeReport()
+                try db.execute(
+                    sql: """
+                        INSERT INTO user_horizons (user_id, purged_through)
+                        SELECT user_id, max(seq) FROM records WHERE deleted = 1 AND written_at < ? GROUP BY user_id
+                        ON CONFLICT (user_id) DO UPDATE SET purged_through = max(purged_through, excluded.purged_through)
+                        """,
+                    arguments: [cutoff]
+                )
+                report.users = db.changesCount
+                try db.execute(
+                    sql: """
+                        DELETE FROM records WHERE deleted = 1 AND written_at < ?
+                            AND seq <= (SELECT purged_through FROM user_horizons h WHERE h.user_id = records.user_id)
+                        """,
+                    arguments: [cutoff]
+                )
+                report.tombstones = db.changesCount
+                try db.execute(
+                    sql: """
+                        DELETE FROM client_results WHERE (user_id, client_id) IN
+                            (SELECT user_id, client_id FROM clients WHERE last_seen_at < ?)
+                        """,
+                    arguments: [cutoff]
+                )
+                try db.execute(sql: "DELETE FROM clients WHERE last_seen_at < ?", arguments: [cutoff])
+                report.clients = db.changesCount
+                return report
+            }
+        }
+    }
+
+    /// A cursor standing before every change, as a device that pulled before anything was written
+    /// holds: pulls from it bring tombstones too. For tests that look at every change.
+    package func cursorBeforeEverything(userID: String) -> String {
+        cursors.encode(PullCursor(position: 0), userID: userID)
     }
 
     /// Reads from the database; throws ``StorageError`` when it cannot.
@@ -379,7 +466,7 @@ public final class SQLiteSyncStorage: SyncStorage {
     }
 
     /// Writes a batch's final record states with fresh change positions, in order of last change.
-    private static func write(_ plan: BatchPlanner.BatchPlan, userID: String, db: Database) throws {
+    private static func write(_ plan: BatchPlanner.BatchPlan, userID: String, epoch: Int64, db: Database) throws {
         guard !plan.writes.isEmpty else { return }
         for chunk in plan.releasedNaturalKeys.chunked(rowsPerStatement) {
             let rows = ValuesList(rows: chunk.count, columns: 2)
@@ -393,35 +480,42 @@ public final class SQLiteSyncStorage: SyncStorage {
         }
         guard
             let end = try Int64.fetchOne(
-                db.cachedStatement(sql: "UPDATE change_sequence SET value = value + ? WHERE id = 1 RETURNING value"),
-                arguments: [plan.writes.count]
+                // A write of another epoch than the head's first moves the epoch's base to the head (`ChangeHead`).
+                db.cachedStatement(
+                    sql: """
+                        UPDATE change_sequence SET value = value + ?, epoch = ?, epoch_base = CASE WHEN epoch = ? THEN epoch_base ELSE value END
+                        WHERE id = 1 RETURNING value
+                        """
+                ),
+                arguments: [plan.writes.count, epoch, epoch]
             )
         else { throw StorageError.corrupt("change_sequence is empty") }
         var position = end - Int64(plan.writes.count)
+        let now = serverMilliseconds()
         for chunk in plan.writes.chunked(rowsPerStatement) {
-            let rows = ValuesList(rows: chunk.count, columns: 11)
+            let rows = ValuesList(rows: chunk.count, columns: 12)
             // `WHERE` ends the SELECT before `ON CONFLICT` (SQLite's rule for an upsert from a
             // SELECT); it also drops the padding rows.
             let statement = try db.cachedStatement(
                 sql: """
                     INSERT INTO records
                         (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation,
-                        written_seq)
+                        written_seq, written_at)
                     SELECT ?, * FROM (VALUES \(rows.sql)) WHERE column1 IS NOT NULL
                     ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
                         version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
                         data = excluded.data, seq = excluded.seq, changed_at = excluded.changed_at,
                         written_by = excluded.written_by, written_mutation = excluded.written_mutation,
-                        written_seq = excluded.written_seq
+                        written_seq = excluded.written_seq, written_at = excluded.written_at
                     """
             )
             var values: [(any DatabaseValueConvertible)?] = []
-            values.reserveCapacity(chunk.count * 11)
+            values.reserveCapacity(chunk.count * 12)
             for record in chunk {
                 position += 1
                 values += [
                     record.entity, record.entityID, record.version, record.deleted, record.naturalKey, record.data, position,
-                    record.changedAt, record.writtenBy, record.writtenMutation, position,
+                    record.changedAt, record.writtenBy, record.writtenMutation, position, now,
                 ]
             }
             try statement.execute(arguments: [userID] + rows.arguments(values))
