@@ -24,9 +24,15 @@ public struct ServerConfiguration: Sendable {
     /// Most requests of one user this process works on at once; the next is answered `429` before
     /// its body is read, so one user cannot take the server's memory and database from the others.
     public var maxRequestsPerUser: Int
+    /// How long the server keeps tombstones and idle clients (with their kept results); cursors
+    /// older than what was purged are refused with `cursor_expired`. `nil` keeps everything.
+    public var retention: Duration?
+    /// How often the server purges what the retention lets go.
+    public var purgeInterval: Duration
 
     /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit,
-    /// 30-second idle and body timeouts, and at most 4 requests of a user at once.
+    /// 30-second idle and body timeouts, at most 4 requests of a user at once, and a retention of
+    /// 30 days (the time cursors are valid), purged every hour.
     public init(
         host: String = "127.0.0.1",
         port: Int = 8080,
@@ -34,8 +40,12 @@ public struct ServerConfiguration: Sendable {
         rateLimit: RateLimitPolicy? = .default,
         idleTimeout: Duration = .seconds(30),
         bodyTimeout: Duration = .seconds(30),
-        maxRequestsPerUser: Int = 4
+        maxRequestsPerUser: Int = 4,
+        retention: Duration? = .seconds(30 * 86_400),
+        purgeInterval: Duration = .seconds(3600)
     ) {
+        self.retention = retention
+        self.purgeInterval = purgeInterval
         self.host = host
         self.port = port
         self.jwtSecret = jwtSecret
@@ -108,7 +118,18 @@ public enum FerryServerApplication {
             router: router,
             server: .http1(configuration: .init(idleTimeout: .nanoseconds(Int64(configuration.idleTimeout / .nanoseconds(1))))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ferry"),
-            services: [StorageCloser(storage: storage, logger: logger)],
+            services: [StorageCloser(storage: storage, logger: logger)]
+                + (configuration.retention.map { retention in
+                    [
+                        RetentionService(
+                            storage: storage,
+                            retention: retention,
+                            interval: configuration.purgeInterval,
+                            metrics: metrics,
+                            logger: logger
+                        )
+                    ]
+                } ?? []),
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger
         )

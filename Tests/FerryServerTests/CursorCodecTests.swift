@@ -18,7 +18,10 @@ struct CursorCodecTests {
             let text = Self.codec.encode(cursor, userID: "alice")
             #expect(text.hasPrefix("c2."))
             #expect(try Self.codec.decode(text, userID: "alice") == cursor)
-            #expect(try Self.codec.decode(Self.codec.encodeVersion1(position: position, userID: "alice"), userID: "alice") == PullCursor(position: position))
+            #expect(
+                try Self.codec.decode(Self.codec.encodeVersion1(position: position, userID: "alice"), userID: "alice")
+                    == PullCursor(position: position)
+            )
         }
     }
 

@@ -46,6 +46,10 @@ extension JournalEvent {
         public static let background: Kind = "background"
         /// Another process holds the store's sync lease.
         public static let leaseWait: Kind = "lease.wait"
+        /// A pull started again from scratch (`details["reason"]`: the server's refusal of the cursor, or `full`).
+        public static let pullRestarted: Kind = "pull.restarted"
+        /// A pull from scratch ended, and the records it did not bring back left the store: `details["removed"]`, `details["kept"]` (changes queued).
+        public static let pullSwept: Kind = "pull.swept"
         /// A pulled record the app's schema refused was set aside.
         public static let pullSetAside: Kind = "pull.setAside"
         /// The store took a new client id: another store holds its old one.

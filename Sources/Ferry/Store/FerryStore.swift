@@ -277,6 +277,17 @@ public final class FerryStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("ferry-v11") { db in
+            // A pull from scratch on a store that holds records (its cursor refused after a purge
+            // or a server restore, or a full sync) notes every record it brings back, across
+            // launches, and at its end removes the records it did not bring (`Puller`).
+            try db.execute(
+                sql: """
+                    ALTER TABLE ferry_meta ADD COLUMN scratch INTEGER NOT NULL DEFAULT 0;
+                    CREATE TABLE ferry_scratch_seen (entity TEXT NOT NULL, entity_id TEXT NOT NULL, PRIMARY KEY (entity, entity_id)) WITHOUT ROWID;
+                    """
+            )
+        }
         return migrator
     }
 

@@ -8,6 +8,14 @@ import GRDB
 /// back; a record with local changes still queued keeps its local state (the
 /// queued change will reach the server and come back); the cursor is saved in
 /// the same transaction as the rows it covers.
+///
+/// **From scratch.** A pull without a cursor brings every live record and no tombstone. On a
+/// store that holds records (its cursor refused after the server purged what it needed or was
+/// restored from a backup, or a full sync) it is a pull *from scratch*: it takes every record
+/// as the server sends it (the server's versions may have gone back), notes each one in
+/// `ferry_scratch_seen` (which survives a relaunch mid-pull), and once caught up removes the
+/// records it did not bring back, except those with changes still queued (or set aside as dead
+/// letters): deleted meanwhile, or lost by the server's restore.
 struct Puller: Sendable {
     let store: FerryStore
     /// Confirmed with every page written: a client that lost it writes nothing more.
@@ -43,16 +51,25 @@ struct Puller: Sendable {
         // client's own writes"): the pull names them, under the client id they were answered
         // to, read with them (another process on the store may have taken a new one). A pull
         // from scratch names none: it brings everything.
-        let (savedCursor, clientID, answered) = try await store.database.read { db in
+        let (savedCursor, clientID, answered, savedScratch) = try await store.database.read { db in
             (
                 try String.fetchOne(db, sql: "SELECT cursor FROM ferry_meta"),
                 try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta"),
-                try Int64.fetchAll(db, sql: "SELECT id FROM ferry_answered ORDER BY id")
+                try Int64.fetchAll(db, sql: "SELECT id FROM ferry_answered ORDER BY id"),
+                try Bool.fetchOne(db, sql: "SELECT scratch FROM ferry_meta") ?? false
             )
         }
         var cursor = savedCursor
         if let clientID { store.identity.clientID = clientID }
-        let ranges = fromScratch ? "" : Self.ranges(answered)
+        // A pull from scratch under way (this run's, or one a relaunch interrupted) goes on as one.
+        // A store's first pull names the writes the server answered it, and gets the tombstones
+        // that may delete them; without any, it notes what it gets and sweeps what it did not
+        // (it may hold records otherwise: a copy, rows written with capture off).
+        var scratch = savedScratch
+        if cursor == nil && !scratch && (fromScratch || answered.isEmpty) {
+            scratch = try await beginFromScratch(reason: fromScratch ? "full" : nil)
+        }
+        var ranges = scratch || fromScratch ? "" : Self.ranges(answered)
         // While one page is written locally, the next is fetched and decoded, so the network,
         // the server and the local database work at the same time. Pages are still written
         // one at a time and in order, each in one transaction with its own cursor.
@@ -64,13 +81,15 @@ struct Puller: Sendable {
                 summary.requests += 1
                 if let written = try await writing?.value { await count(written, into: &summary) }
                 writing = nil
-                guard let page = fetched else {
-                    // The server no longer knows our position: start over; pages are idempotent.
-                    try await store.database.write { db in try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL") }
+                guard case .page(let page) = fetched else {
+                    // The server no longer knows our position, or no longer has what it needs to go
+                    // on from it: start over from scratch; pages are idempotent.
+                    if case .refused(let reason) = fetched { scratch = try await beginFromScratch(reason: reason) }
                     cursor = nil
+                    ranges = ""
                     continue
                 }
-                writing = Task { try await apply(page) }
+                writing = Task { [scratch] in try await apply(page, fromScratch: scratch) }
                 summary.received += page.changes.count
                 let phase = SyncStatus.Phase.downloading(received: summary.received)
                 await status.update { $0.phase = phase }
@@ -84,6 +103,7 @@ struct Puller: Sendable {
                 cursor = page.cursor
             }
             if let written = try await writing?.value { await count(written, into: &summary) }
+            if scratch { try await sweep() }
             if let last = answered.last {
                 // Caught up: the cursor is past every write named, so they are named no more.
                 try await store.database.write { db in try db.execute(sql: "DELETE FROM ferry_answered WHERE id <= ?", arguments: [last]) }
@@ -103,18 +123,28 @@ struct Puller: Sendable {
         await journal(outcome.refused)
     }
 
-    /// One page after `cursor`; `nil` when the server refuses the cursor as unknown.
-    private func fetchPage(after cursor: String?, answered: String) async throws -> PullResponse? {
+    /// A page, or the server's refusal of the cursor (unknown to it, or expired) with its words.
+    private enum Fetched {
+        case page(PullResponse)
+        case refused(String)
+    }
+
+    /// One page after `cursor`, or the server's refusal of it.
+    private func fetchPage(after cursor: String?, answered: String) async throws -> Fetched {
         var path = "/v1/pull?limit=\(pageSize)"
         if !answered.isEmpty { path += "&answered=\(answered)" }
         if let cursor { path += "&cursor=\(cursor.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? cursor)" }
         let response = try await connection.send(TransportRequest(method: "GET", path: path))
         guard response.status == 200 else {
-            if response.status == 400, (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body))?.code == .invalidCursor { return nil }
+            if let error = try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body),
+                (response.status == 400 && error.code == .invalidCursor) || (response.status == 410 && error.code == .cursorExpired)
+            {
+                return .refused("\(error.error.code): \(error.error.message)")
+            }
             throw FerryError.protocolViolation("pull answered \(response.status): \(SyncConnection.message(in: response))")
         }
         do {
-            return try PullResponse.decode(from: response.body)
+            return .page(try PullResponse.decode(from: response.body))
         } catch {
             throw FerryError.protocolViolation("pull response is not valid: \(error)")
         }
@@ -123,12 +153,15 @@ struct Puller: Sendable {
     /// Applies one page and saves its cursor; returns how many changes were written locally,
     /// and what the app's schema refused (set aside, `PulledRecords`). The cursor moves on
     /// whatever was refused: one record must not stop every pull after it.
-    private func apply(_ page: PullResponse) async throws -> PageOutcome {
+    private func apply(_ page: PullResponse, fromScratch: Bool) async throws -> PageOutcome {
         try await store.database.write { db in
             try lease.confirm(db)
             var writer = RecordWriter(store: store)
             let records = page.changes.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }
-            let known = try KnownVersions.of(records, db: db)
+            // From scratch, every record is taken as sent, whatever version this store knew: a
+            // restored server's versions may have gone back.
+            let known = fromScratch ? [:] : try KnownVersions.of(records, db: db)
+            if fromScratch { try Self.noteSeen(records, db: db) }
             var learned = KnownVersions()
             let queued = try Outbox.queuedRecords(among: records, db: db)
             var news: [PulledRecords.Record] = []
@@ -152,6 +185,102 @@ struct Puller: Sendable {
             try db.execute(sql: "UPDATE ferry_meta SET cursor = ?", arguments: [page.cursor])
             return PageOutcome(applied: outcome.written.count, refused: outcome.refused.map { ($0.record.ref, $0.reason) })
         }
+    }
+
+    /// Starts a pull from scratch in one transaction: no cursor, nothing noted yet. Returns
+    /// whether it must note and sweep, that is whether the store holds any record; journals why.
+    private func beginFromScratch(reason: String?) async throws -> Bool {
+        let sweeping = try await store.database.write { [store, lease] db in
+            try lease.confirm(db)
+            let holds =
+                try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_versions) OR EXISTS (SELECT 1 FROM ferry_set_aside)") == true
+                || store.tables.contains { table in
+                    try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(table.table.quotedDatabaseIdentifier))") == true
+                }
+            try db.execute(sql: "DELETE FROM ferry_scratch_seen")
+            try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL, scratch = ?", arguments: [holds])
+            return holds
+        }
+        if let reason {
+            await connection.journal.record(
+                JournalEvent(
+                    kind: .pullRestarted,
+                    message: reason == "full"
+                        ? "a full pull from scratch" : "the server refused the pull's cursor (\(reason)); pulling again from scratch",
+                    details: ["reason": reason]
+                )
+            )
+        }
+        return sweeping
+    }
+
+    /// Notes `records` as brought back by the pull from scratch under way.
+    private static func noteSeen(_ records: [RecordRef], db: Database) throws {
+        guard !records.isEmpty else { return }
+        let keys = String(decoding: try JSONEncoder().encode(records.map { [$0.entity, $0.entityID] }), as: UTF8.self)
+        try db.cachedStatement(
+            sql: "INSERT OR IGNORE INTO ferry_scratch_seen SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?)"
+        ).execute(arguments: [keys])
+    }
+
+    /// Ends a pull from scratch, caught up, in one transaction: the records it did not bring back
+    /// leave the store, uncaptured, except those with changes queued; so do their versions and
+    /// set-aside copies.
+    private func sweep() async throws {
+        let (removed, kept) = try await store.database.write { [store, lease] db in
+            try lease.confirm(db)
+            var unseen: [RecordRef] = []
+            for table in store.tables {
+                let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? "?"
+                let key = table.primaryKey.quotedDatabaseIdentifier
+                let rows = try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT \(entity), CAST(\(key) AS TEXT) FROM \(table.table.quotedDatabaseIdentifier) t WHERE NOT EXISTS
+                            (SELECT 1 FROM ferry_scratch_seen s WHERE s.entity = \(entity) AND s.entity_id = CAST(t.\(key) AS TEXT))
+                        """,
+                    arguments: table.entityColumn == nil ? [table.entity, table.entity] : []
+                )
+                unseen += rows.map { RecordRef(entity: $0[0], entityID: $0[1]) }
+            }
+            let unseenVersions = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT entity, entity_id FROM ferry_versions v WHERE NOT EXISTS
+                        (SELECT 1 FROM ferry_scratch_seen s WHERE s.entity = v.entity AND s.entity_id = v.entity_id)
+                    """
+            ).map { RecordRef(entity: $0[0], entityID: $0[1]) }
+            // Changes queued, in flight or set aside as dead letters: the record stays with them.
+            let queued = Set(
+                try Row.fetchAll(db, sql: "SELECT DISTINCT entity, entity_id FROM ferry_outbox").map { RecordRef(entity: $0[0], entityID: $0[1]) }
+            )
+            let gone = unseen.filter { !queued.contains($0) }
+            var writer = RecordWriter(store: store)
+            try FerryStore.withoutCapture(db) {
+                for record in gone { try writer.write(entity: record.entity, entityID: record.entityID, data: nil, naturalKey: nil, db: db) }
+            }
+            let forget = try db.cachedStatement(sql: "DELETE FROM ferry_versions WHERE entity = ? AND entity_id = ?")
+            for record in Set(gone + unseenVersions) where !queued.contains(record) {
+                try forget.execute(arguments: [record.entity, record.entityID])
+            }
+            try db.execute(
+                sql: """
+                    DELETE FROM ferry_set_aside WHERE NOT EXISTS
+                        (SELECT 1 FROM ferry_scratch_seen s WHERE s.entity = ferry_set_aside.entity AND s.entity_id = ferry_set_aside.entity_id)
+                    """
+            )
+            try db.execute(sql: "DELETE FROM ferry_scratch_seen")
+            try db.execute(sql: "UPDATE ferry_meta SET scratch = 0")
+            return (gone.count, unseen.count - gone.count)
+        }
+        await connection.journal.record(
+            JournalEvent(
+                kind: .pullSwept,
+                message: "the pull from scratch is caught up: \(removed) record\(removed == 1 ? "" : "s") it did not bring back left the store"
+                    + (kept > 0 ? ", \(kept) with changes queued stay" : ""),
+                details: ["removed": "\(removed)", "kept": "\(kept)"]
+            )
+        )
     }
 
     /// Tries the records set aside by this pull or earlier ones again, once the pull is caught up.

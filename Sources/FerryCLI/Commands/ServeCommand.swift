@@ -42,6 +42,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Requests of one user this process works on at once (1 to 1000); the next is answered 429 before its body is read.")
     var maxRequestsPerUser = 4
 
+    @Option(
+        help: "Days tombstones and idle clients are kept (1 to 3650), purged every hour; older cursors get cursor_expired. Or off."
+    )
+    var retentionDays = "30"
+
     func run() async throws {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -56,6 +61,15 @@ struct ServeCommand: AsyncParsableCommand {
         }
         guard (1...3600).contains(bodyTimeout) else {
             throw CommandFailure("--body-timeout must be from 1 to 3600 seconds, got \(bodyTimeout)")
+        }
+        let retention: Duration?
+        switch retentionDays {
+        case "off": retention = nil
+        case let text:
+            guard let days = Int(text), (1...3650).contains(days) else {
+                throw CommandFailure("--retention-days must be a whole number of days from 1 to 3650, or off; got '\(text)'")
+            }
+            retention = .seconds(days * 86_400)
         }
         guard (1...1000).contains(maxRequestsPerUser) else {
             throw CommandFailure("--max-requests-per-user must be from 1 to 1000, got \(maxRequestsPerUser)")
@@ -106,7 +120,8 @@ struct ServeCommand: AsyncParsableCommand {
             rateLimit: policy,
             idleTimeout: .seconds(idleTimeout),
             bodyTimeout: .seconds(bodyTimeout),
-            maxRequestsPerUser: maxRequestsPerUser
+            maxRequestsPerUser: maxRequestsPerUser,
+            retention: retention
         )
         let host = self.host
         let app = try await FerryServerApplication.make(

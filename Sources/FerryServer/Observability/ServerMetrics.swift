@@ -43,6 +43,13 @@ public final class ServerMetrics: Sendable {
         Counter(label: "ferry_rate_limited_total", dimensions: [("reason", reason)], factory: factory).increment()
     }
 
+    /// Counts what a purge forgot (`RetentionService`).
+    func recordPurge(_ report: PurgeReport) {
+        Counter(label: "ferry_purged_tombstones_total", factory: factory).increment(by: report.tombstones)
+        Counter(label: "ferry_purged_clients_total", factory: factory).increment(by: report.clients)
+        Counter(label: "ferry_purges_total", factory: factory).increment()
+    }
+
     /// The Prometheus text exposition of every metric.
     func exposition() -> [UInt8] {
         registry.emitToBuffer()

@@ -98,11 +98,13 @@ struct ChangeHead: Sendable, Equatable {
     var epochBase: Int64 = 0
     var purgedThrough: Int64 = 0
 
-    /// The cursor a pull starts from: `cursor`, or for a pull from scratch the start of the
-    /// history with this head as its horizon. Throws `cursor_expired` for a cursor older than
-    /// what was purged, or read from a history this database does not have.
-    func start(from cursor: PullCursor?) throws(ProtocolViolation) -> PullCursor {
-        guard let cursor else { return PullCursor(position: 0, horizon: position, epoch: epoch) }
+    /// The cursor a pull starts from: `cursor`, or the start of the history. A pull from scratch
+    /// that names no writes of its own (`answered`) comes from a device that holds no record, and
+    /// has this head as its horizon: it needs no tombstone. One that names some holds those
+    /// records, and gets the tombstones that may delete them. Throws `cursor_expired` for a
+    /// cursor older than what was purged, or read from a history this database does not have.
+    func start(from cursor: PullCursor?, namingOwnWrites: Bool = false) throws(ProtocolViolation) -> PullCursor {
+        guard let cursor else { return PullCursor(position: 0, horizon: namingOwnWrites ? 0 : position, epoch: epoch) }
         if cursor.position < purgedThrough {
             throw ProtocolViolation(
                 .cursorExpired,

@@ -1,6 +1,7 @@
 import ConcurrencyExtras
 import Ferry
 import FerryProtocol
+import FerryServer
 import FerryTestSupport
 import Foundation
 import GRDB
@@ -490,7 +491,10 @@ final class FaultSchedule {
     private func serverRecords(of user: String) async throws -> [String: Change] {
         let transport = URLSessionTransport(baseURL: URL(string: await server.baseURL)!)
         var records: [String: Change] = [:]
-        var cursor: String?
+        // A pull from scratch brings no tombstone: start from a cursor before every change instead.
+        let storage = try SQLiteSyncStorage(path: server.databasePath)
+        var cursor: String? = storage.cursorBeforeEverything(userID: user)
+        try await storage.close()
         while true {
             let query = cursor.map { "?limit=1000&cursor=\($0)" } ?? "?limit=1000"
             let response = try await transport.send(

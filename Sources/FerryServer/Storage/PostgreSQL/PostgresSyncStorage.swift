@@ -463,7 +463,12 @@ public final class PostgresSyncStorage: SyncStorage {
     /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let cursor = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) }
-        let query = Self.pullQuery(userID: userID, cursor: cursor, scan: PullPage.scanLimit(limit, leavingOut: ownWrites))
+        let query = Self.pullQuery(
+            userID: userID,
+            cursor: cursor,
+            namingOwnWrites: ownWrites != nil,
+            scan: PullPage.scanLimit(limit, leavingOut: ownWrites)
+        )
         let (head, rows) = try await withDatabase { [logger] db in
             var head = ChangeHead()
             var rows: [(record: StoredRecord, seq: Int64, size: Int, fits: Bool, data: ByteBuffer?)] = []
@@ -505,24 +510,25 @@ public final class PostgresSyncStorage: SyncStorage {
         }
         // The head was read in the statement's snapshot, with the rows: a cursor it refuses
         // is refused before any of them is sent.
-        let start = try head.start(from: cursor)
+        let start = try head.start(from: cursor, namingOwnWrites: ownWrites != nil)
         return builder.page { position, caughtUp in
             cursors.encode(head.cursor(after: position, from: start, caughtUp: caughtUp), userID: userID)
         }
     }
 
     /// A pull page's statement, one snapshot: the user's `ChangeHead`, then the rows after the
-    /// cursor in change order (tombstones up to its horizon left out; a pull from scratch has the
-    /// head as its horizon), walking `records_pull` and stopping at `scan` rows, and of those only
+    /// cursor in change order (tombstones up to its horizon left out; a pull from scratch naming
+    /// no writes of its own has the head as its horizon), walking `records_pull` and stopping at `scan` rows, and of those only
     /// up to the first whose data passes the page's budget (sent without its data, `fits` false).
     /// The running total reads each row's size from its header, not its data, so rows past the
     /// budget cost an index entry and a heap tuple. A user without a head (who never pushed) has
     /// no row at all; one with no change after the cursor has the head alone. Rows come in the
     /// order the index walk reads them; the caller sorts them by `seq` all the same.
-    static func pullQuery(userID: String, cursor: PullCursor?, scan: Int) -> PostgresQuery {
+    static func pullQuery(userID: String, cursor: PullCursor?, namingOwnWrites: Bool = false, scan: Int) -> PostgresQuery {
         let budget = ProtocolLimits.maxPullPageDataBytes
         let after = cursor?.position ?? 0
-        let horizon = cursor?.horizon
+        // `nil`: the head (`ChangeHead.start(from:namingOwnWrites:)`).
+        let horizon = cursor?.horizon ?? (namingOwnWrites ? 0 : nil)
         return """
             SELECT u.position, u.epoch, u.epoch_base, u.purged_through, p.entity, p.entity_id, p.version, p.deleted, p.natural_key,
                 CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at, p.written_by, p.written_mutation, p.written_seq, p.size, p.fits

@@ -175,8 +175,16 @@ public final class SQLiteSyncStorage: SyncStorage {
             do {
                 return try await writer.write { db in
                     try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                        try Self.apply(mutations, clientID: clientID, lastMutationID: lastMutationID, replays: replays, userID: userID, epoch: epoch, db: db)
-                            .response
+                        try Self.apply(
+                            mutations,
+                            clientID: clientID,
+                            lastMutationID: lastMutationID,
+                            replays: replays,
+                            userID: userID,
+                            epoch: epoch,
+                            db: db
+                        )
+                        .response
                     }
                 }
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
@@ -323,7 +331,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                 )
                 guard let row else { throw StorageError.corrupt("change_sequence is empty") }
                 let head = ChangeHead(position: row[0], epoch: row[1], epochBase: row[2], purgedThrough: row[3] ?? 0)
-                let start = try head.start(from: cursor)
+                let start = try head.start(from: cursor, namingOwnWrites: ownWrites != nil)
                 // A cursor steps one row at a time: the rows past the page's budget are never
                 // read, and a row's data is copied out only when the page takes it.
                 let rows = try Row.fetchCursor(
