@@ -2,8 +2,9 @@ import Foundation
 import Logging
 import ServiceLifecycle
 
-/// Forgets what the retention lets go (`SyncStorage/purge(before:)`): at start, then every
-/// `interval`, until graceful shutdown. Each purge is logged and counted in the metrics; one
+/// Forgets what the retention lets go (`SyncStorage/purge(before:)`): a minute after start (not
+/// at once: processes starting together migrate the database first), then every `interval`,
+/// until graceful shutdown. Each purge is logged and counted in the metrics; one
 /// that fails is logged and tried again at the next interval.
 struct RetentionService: Service {
     let storage: any SyncStorage
@@ -14,6 +15,7 @@ struct RetentionService: Service {
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
+            try await Task.sleep(for: min(.seconds(60), interval))
             while !Task.isCancelled {
                 await purgeOnce()
                 try await Task.sleep(for: interval)

@@ -104,12 +104,13 @@ public final class PostgresSyncStorage: SyncStorage {
     /// probes records by key (a nested loop over the batch's keys), a pull walks `records_pull` in
     /// change order and stops at its page. After a bulk load, stale statistics made PostgreSQL pick
     /// a hash join over all of a user's records for each push and a bitmap scan plus a sort of
-    /// everything after the cursor for each page: quadratic over a large sync. These settings
+    /// everything after the cursor for each page: quadratic over a large sync. Without sequential
+    /// and bitmap scans a page can only walk an index, and `records_pull` is the one in its order
+    /// (sorts stay allowed: some statements need one, as reading `client_results` in order). These settings
     /// (on this pool's sessions only) price those plans out whatever the statistics say; where no
     /// other plan exists PostgreSQL still uses them. `PostgresPlanTests` checks the plans with EXPLAIN.
     static let planSettings: [(String, String)] = [
         ("enable_seqscan", "off"), ("enable_bitmapscan", "off"), ("enable_hashjoin", "off"), ("enable_mergejoin", "off"),
-        ("enable_sort", "off"),
     ]
 
     private init(
