@@ -69,7 +69,7 @@ def server_growth(concurrent):
 
 for concurrent in (1, 4):
     before, peak, results = server_growth(concurrent)
-    print(f"server, {concurrent} concurrent pull(s) of {args.records} records of 250 KiB: {results[0][0]} pages of {results[0][1]} changes each; "
+    print(f"server, {concurrent} concurrent pull(s) of {args.records} records of 250 KiB: {results[0][0]} pages, {results[0][1]} changes; "
           f"resident {before:.0f} MiB before, peak {peak:.0f} MiB: {peak - before:.0f} MiB growth, {(peak - before) / concurrent:.0f} MiB per pull")
 
 store = f"{folder}/client"

@@ -80,6 +80,12 @@ struct ClientCommandTests {
             #expect(run.status != 0)
             #expect(run.error.contains("not 'alice'"))
             #expect(try await server.pullAll(token: token).isEmpty, "nothing was sent with another user's token")
+            // The same name in another Unicode normalization is another user too.
+            let decomposed = try await TestServer.token(for: "alice\u{301}")
+            let composedBase = ["--store", base[1], "--user", "alic\u{E9}"]
+            run = try await Self.ferry(["client", "sync"] + composedBase + ["--server", server.baseURL, "--token", decomposed])
+            #expect(run.status != 0)
+            #expect(run.error.contains("the token is for user"), "\(run.error)")
 
             run = try await Self.ferry(["client", "sync"] + base + ["--server", server.baseURL, "--token", token, "--json"])
             #expect(run.status == 0, "\(run.error)")

@@ -14,7 +14,7 @@ struct CursorCodecTests {
     @Test("a cursor reads back as what it stands for, for every position a database can reach; first-version cursors still read")
     func roundTrip() throws {
         for position: Int64 in [0, 1, 255, 256, 1 << 31, 1 << 53, .max] {
-            let cursor = PullCursor(position: position, horizon: position / 2, epoch: .max - position)
+            let cursor = PullCursor(position: position, horizon: position / 2, epoch: .max - position, head: position | 1)
             let text = Self.codec.encode(cursor, userID: "alice")
             #expect(text.hasPrefix("c2."))
             #expect(try Self.codec.decode(text, userID: "alice") == cursor)
@@ -66,10 +66,17 @@ struct CursorCodecTests {
         #expect(expires(PullCursor(position: 151, epoch: 7), head), "past the head: this history is older than the cursor")
         #expect(expires(PullCursor(position: 120, epoch: 5), head), "an epoch's cursor past what that epoch wrote here")
         #expect(expires(PullCursor(position: 120, epoch: 9), head), "an epoch this history never had, past its base")
+        // A live backup: the device read position 120 of epoch 7 while the history reached 150; restored to
+        // 130 of the same epoch, its position is there but the history it saw is not.
+        let restored = ChangeHead(position: 130, epoch: 7, epochBase: 100)
+        #expect(expires(PullCursor(position: 120, epoch: 7, head: 150), restored), "saw a longer history than the restored one")
+        #expect(!expires(PullCursor(position: 120, epoch: 7, head: 130), restored))
         // From scratch: the head is the horizon; caught up, the cursor stands at the head and drops the horizon.
         let start = try head.start(from: nil)
-        #expect(start == PullCursor(position: 0, horizon: 150, epoch: 7))
-        #expect(head.cursor(after: 60, from: start, caughtUp: false) == PullCursor(position: 60, horizon: 150, epoch: 7))
-        #expect(head.cursor(after: 60, from: start, caughtUp: true) == PullCursor(position: 150, horizon: 0, epoch: 7))
+        #expect(start == PullCursor(position: 0, horizon: 150, epoch: 7, head: 150))
+        #expect(head.cursor(after: 60, from: start, caughtUp: false) == PullCursor(position: 60, horizon: 150, epoch: 7, head: 150))
+        #expect(head.cursor(after: 60, from: start, caughtUp: true) == PullCursor(position: 150, horizon: 0, epoch: 7, head: 150))
+        // A pull from scratch below the purge horizon goes on: its horizon skips every purged tombstone.
+        #expect(!expires(PullCursor(position: 10, horizon: 150, epoch: 7), head))
     }
 }

@@ -83,6 +83,43 @@ struct PullTests {
     }
 
     @Test(
+        "a page past its budget on a client's own large writes ends there with hasMore: another client's change after them still comes",
+        arguments: StorageBackend.allCases
+    )
+    func budgetAmongOwnWrites(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            let start = try await server.pullOK(token: token)
+            let big = String(repeating: "x", count: 250 * 1024)
+            for batch in 0..<2 {
+                let ids = (1...10).map { Int64(batch * 10 + $0) }
+                _ = try await server.pushOK(
+                    PushRequest(
+                        clientID: "k",
+                        mutations: ids.map { .upsert(id: $0, entity: "docs", entityID: "d\($0)", data: ["body": .string(big)]) }
+                    ),
+                    token: token
+                )
+            }
+            _ = try await server.pushOK(
+                PushRequest(clientID: "b", mutations: [.upsert(id: 1, entity: "docs", entityID: "z", data: .value(1))]),
+                token: token
+            )
+            var received: [String] = []
+            var cursor = start.cursor
+            var pages = 0
+            while pages < 50 {
+                let page = try await server.pullOK(token: token, cursor: cursor, ownWrites: ("k", "1-20"))
+                received += page.changes.map(\.entityID)
+                cursor = page.cursor
+                pages += 1
+                if !page.hasMore { break }
+            }
+            #expect(received == ["z"], "its own 5 MB left out, the other client's change comes: \(received) in \(pages) pages")
+        }
+    }
+
+    @Test(
         "strings that need escaping come back exactly as sent: quotes, backslashes, control characters, non-ASCII",
         arguments: StorageBackend.allCases
     )
@@ -300,8 +337,9 @@ struct PullTests {
             // Without answered, or for another client, nothing is left out (a pull from scratch
             // brings no tombstone: not p-1's).
             #expect(try await server.pullAll(token: token).count == 253)
-            // Naming writes of its own, a first pull gets the tombstones that may delete them: p-1's too.
-            #expect(try await server.pullOK(token: token, limit: 1000, ownWrites: ("other", "1-1000")).changes.count == 253)
+            // Naming writes the server never applied for that client (it forgot them, or never had
+            // them) is refused: the device must start over (RetentionTests).
+            #expect(try await server.pull(token: token, limit: 1000, ownWrites: ("other", "1-1000")).status == 410)
         }
     }
 
@@ -375,8 +413,15 @@ struct PullTests {
                 #expect(reply.status == 400, "answered=\(value.prefix(20))")
                 #expect(reply.errorMessage?.contains("answered") == true)
             }
+            _ = try await server.pushOK(
+                PushRequest(clientID: "phone", mutations: (1...9).map { .upsert(id: $0, entity: "e", entityID: "r\($0)", data: .value($0)) }),
+                token: token
+            )
             let fine = try await server.send(.GET, "/v1/pull?answered=1-3,5,7-9", token: token, headers: [("Ferry-Client-ID", "phone")])
             #expect(fine.status == 200)
+            // Ids the server never applied for that client: it forgot them (a restore), so the device starts over.
+            let ahead = try await server.send(.GET, "/v1/pull?answered=1-3,5,7-10", token: token, headers: [("Ferry-Client-ID", "phone")])
+            #expect(ahead.status == 410)
             let badClient = try await server.send(.GET, "/v1/pull?answered=3", token: token, headers: [("Ferry-Client-ID", "no spaces")])
             #expect(badClient.status == 400)
         }

@@ -94,6 +94,19 @@ struct RetentionTests {
             #expect(goesOn.changes.map(\.entityID) == ["w"])
             let scratch = try await server.pullOK(token: token, limit: 1000)
             #expect(!scratch.hasMore)
+            // A pull from scratch in pages of 2: its cursors stay below the purge horizon, and
+            // are accepted all the same (they skip every tombstone up to the head anyway).
+            var paged: [String] = []
+            var cursor: String?
+            repeat {
+                let page = try await server.pullOK(token: token, cursor: cursor, limit: 2)
+                paged += page.changes.map(\.entityID)
+                cursor = page.hasMore ? page.cursor : nil
+            } while cursor != nil
+            #expect(paged.sorted() == ((6...10).map { "r\($0)" } + ["w"]).sorted(), "every page of a pull from scratch after a purge")
+            // A first pull that names writes of its own needs every tombstone: after a purge it starts over instead.
+            let named = try await server.pull(token: token, ownWrites: ("phone", "1-15"))
+            #expect(named.status == 410 && named.errorCode == "cursor_expired", "\(named.status)")
             #expect(scratch.changes.map(\.entityID).sorted() == ((6...10).map { "r\($0)" } + ["w"]).sorted(), "the live records, once each")
             // The idle client is forgotten, with its kept results: its next push starts afresh.
             let again = try await server.pushOK(
@@ -103,6 +116,26 @@ struct RetentionTests {
             #expect(again.results.map(\.status) == [.applied])
             // A second purge finds nothing more.
             #expect(try await server.storage.purge(before: 1000) == PurgeReport())
+        }
+    }
+
+    @Test(
+        "a pull naming answered writes this database never applied (a restore, a forgotten client) is refused with cursor_expired",
+        arguments: StorageBackend.allCases
+    )
+    func answeredBeyondTheServer(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            let before = try await server.pullOK(token: token)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "phone", mutations: (1...2).map { .upsert(id: $0, entity: "e", entityID: "r\($0)", data: .value($0)) }),
+                token: token
+            )
+            #expect(try await server.pull(token: token, cursor: before.cursor, ownWrites: ("phone", "1-2")).status == 200)
+            let beyond = try await server.pull(token: token, cursor: before.cursor, ownWrites: ("phone", "1-3"))
+            #expect(beyond.status == 410 && beyond.errorCode == "cursor_expired")
+            #expect(beyond.errorMessage?.contains("never applied writes answered to this client") == true, "\(beyond.errorMessage ?? "")")
+            #expect(try await server.pull(token: token, cursor: before.cursor, ownWrites: ("tablet", "1")).status == 410, "a client it does not know")
         }
     }
 

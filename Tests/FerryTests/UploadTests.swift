@@ -435,3 +435,53 @@ final class HookedTransport: SyncTransport, @unchecked Sendable {
         return try await base.send(request)
     }
 }
+
+/// A slow link in front of the real server: a push whose body is over `bytes` is answered 408
+/// (its body would not arrive within the server's body timeout), as the server would.
+struct SlowLinkTransport: SyncTransport {
+    let base: any SyncTransport
+    let bytes: Int
+
+    func send(_ request: TransportRequest) async throws -> TransportResponse {
+        guard request.path.hasPrefix("/v1/push"), (request.body?.count ?? 0) > bytes else { return try await base.send(request) }
+        let envelope = ErrorEnvelope(code: .requestTimeout, message: "the request body did not arrive within 30 s; send the whole body at once")
+        return TransportResponse(status: 408, headers: [:], body: try JSONEncoder().encode(envelope))
+    }
+}
+
+@Suite("A push body too slow for the link", .timeLimit(.minutes(1)))
+struct SlowPushTests {
+    @Test("a batch answered 408 is halved until it passes; a lone mutation answered 408 stays queued, never a dead letter")
+    func halvesOn408() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let real = URLSessionTransport(baseURL: URL(string: server.baseURL)!)
+            try await store.database.write { db in
+                for index in 0..<12 {
+                    try db.execute(
+                        sql: "INSERT INTO notes (id, body) VALUES (?, ?)",
+                        arguments: ["n-\(index)", String(repeating: "x", count: 100_000)]
+                    )
+                }
+            }
+            // About 300 KB per request passes: batches of 2 notes.
+            let client = ClientFixture.client(store: store, server: server, transport: SlowLinkTransport(base: real, bytes: 300_000))
+            let report = try await client.sync()
+            #expect(report.upload.acknowledged == 12 && report.upload.deadLettered == 0, "\(report.upload)")
+            #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).count == 12)
+
+            // A single note that is too big for the link: queued still, the run fails as unreachable.
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('big', ?)", arguments: [String(repeating: "y", count: 200_000)])
+            }
+            let slow = ClientFixture.client(store: store, server: server, transport: SlowLinkTransport(base: real, bytes: 100_000))
+            await #expect(throws: FerryError.self) { try await slow.sync() }
+            let states = try await store.database.read { db in
+                try Row.fetchAll(db, sql: "SELECT state FROM ferry_outbox WHERE state != 3").map { $0[0] as Int }
+            }
+            let snapshot = try await QueueSnapshot.read(from: store)
+            #expect(states == [0] && snapshot.deadLetters.isEmpty, "pending, not a dead letter: \(states)")
+            try await store.close()
+        }
+    }
+}

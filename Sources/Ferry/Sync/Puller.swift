@@ -252,7 +252,10 @@ struct Puller: Sendable {
             ).map { RecordRef(entity: $0[0], entityID: $0[1]) }
             // Changes queued, in flight or set aside as dead letters: the record stays with them.
             let queued = Set(
-                try Row.fetchAll(db, sql: "SELECT DISTINCT entity, entity_id FROM ferry_outbox").map { RecordRef(entity: $0[0], entityID: $0[1]) }
+                try Row.fetchAll(
+                    db,
+                    sql: "SELECT DISTINCT entity, entity_id FROM ferry_outbox WHERE state != \(OutboxState.highWaterMark.rawValue)"
+                ).map { RecordRef(entity: $0[0], entityID: $0[1]) }
             )
             let gone = unseen.filter { !queued.contains($0) }
             var writer = RecordWriter(store: store)

@@ -77,6 +77,24 @@ struct Uploader: Sendable {
                     current = try await read(limit: batchSize, into: &summary)
                 }
                 try await report(summary, total: &total, counted: &counted, journaledTenth: &journaledTenth)
+            case 408 where batch.mutations.count > 1:
+                // The body did not arrive within the server's body timeout: a slow link. Smaller
+                // batches take less time each; nothing was applied.
+                if let next { try await outbox.release(next) }
+                try await outbox.release(batch)
+                batchSize = max(1, min(batchSize, batch.entryCount) / 2)
+                await journal.record(
+                    JournalEvent(
+                        kind: .batchHalved,
+                        message: "push answered 408: \(SyncConnection.message(in: response)); batch size now \(batchSize)"
+                    )
+                )
+                current = try await read(limit: batchSize, into: &summary)
+            case 408:
+                // One mutation too slow to send on this link now: it is not at fault, so it stays
+                // queued for a later run, never a dead letter.
+                await returnToQueue(batch, next)
+                throw FerryError.unreachable("a push of one mutation did not reach the server within its body timeout (408); it stays queued")
             case _ where refusedWhole:
                 // Split the batch until the mutation at fault is alone, and dead-letter that one
                 // with the server's reason: one record the server cannot take must not hold

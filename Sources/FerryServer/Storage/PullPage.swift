@@ -54,11 +54,17 @@ public struct PullPage: Sendable {
         /// the database already found it past the budget. Returns whether to offer more.
         mutating func offer(_ record: StoredRecord, seq: Int64, size: Int, fits: Bool = true, data: () throws -> Data?) rethrows -> Bool {
             read += 1
+            // A row past the database's budget ends the page even if it would be left out: the
+            // rows after it were not read, so the cursor must not pass it.
+            guard fits else {
+                full = true
+                return false
+            }
             if ownWrites?.leavesOut(record, at: seq) == true {
                 position = seq
                 return true
             }
-            guard fits, records.count < limit, records.isEmpty || dataBytes + size <= ProtocolLimits.maxPullPageDataBytes else {
+            guard records.count < limit, records.isEmpty || dataBytes + size <= ProtocolLimits.maxPullPageDataBytes else {
                 full = true
                 return false
             }

@@ -464,26 +464,27 @@ public final class PostgresSyncStorage: SyncStorage {
     /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let cursor = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) }
-        let query = Self.pullQuery(
-            userID: userID,
-            cursor: cursor,
-            namingOwnWrites: ownWrites != nil,
-            scan: PullPage.scanLimit(limit, leavingOut: ownWrites)
-        )
+        let query = Self.pullQuery(userID: userID, cursor: cursor, naming: ownWrites, scan: PullPage.scanLimit(limit, leavingOut: ownWrites))
         let (head, rows) = try await withDatabase { [logger] db in
             var head = ChangeHead()
             var rows: [(record: StoredRecord, seq: Int64, size: Int, fits: Bool, data: ByteBuffer?)] = []
             for try await row in try await db.query(query, logger: logger) {
                 let (
-                    position, epoch, epochBase, purgedThrough, entity, entityID, version, deleted, naturalKey, data, seq, changedAt,
-                    writtenBy, writtenMutation, writtenSeq, size, fits
+                    position, epoch, epochBase, purgedThrough, lastMutationID, entity, entityID, version, deleted, naturalKey, data, seq,
+                    changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
                 ) = try row.decode(
                     (
-                        Int64, Int64, Int64, Int64, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?, Int64?, String?, Int64?,
-                        Int64?, Int?, Bool?
+                        Int64, Int64, Int64, Int64, Int64?, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?, Int64?, String?,
+                        Int64?, Int64?, Int?, Bool?
                     ).self
                 )
-                head = ChangeHead(position: position, epoch: epoch, epochBase: epochBase, purgedThrough: purgedThrough)
+                head = ChangeHead(
+                    position: position,
+                    epoch: epoch,
+                    epochBase: epochBase,
+                    purgedThrough: purgedThrough,
+                    lastMutationID: lastMutationID ?? 0
+                )
                 // The head alone: no change after the cursor.
                 guard let entity, let entityID, let version, let deleted, let seq, let size, let fits else { break }
                 let record = StoredRecord(
@@ -511,7 +512,7 @@ public final class PostgresSyncStorage: SyncStorage {
         }
         // The head was read in the statement's snapshot, with the rows: a cursor it refuses
         // is refused before any of them is sent.
-        let start = try head.start(from: cursor, namingOwnWrites: ownWrites != nil)
+        let start = try head.start(from: cursor, naming: ownWrites)
         return builder.page { position, caughtUp in
             cursors.encode(head.cursor(after: position, from: start, caughtUp: caughtUp), userID: userID)
         }
@@ -525,15 +526,20 @@ public final class PostgresSyncStorage: SyncStorage {
     /// budget cost an index entry and a heap tuple. A user without a head (who never pushed) has
     /// no row at all; one with no change after the cursor has the head alone. Rows come in the
     /// order the index walk reads them; the caller sorts them by `seq` all the same.
-    static func pullQuery(userID: String, cursor: PullCursor?, namingOwnWrites: Bool = false, scan: Int) -> PostgresQuery {
+    static func pullQuery(userID: String, cursor: PullCursor?, naming ownWrites: OwnWrites? = nil, scan: Int) -> PostgresQuery {
         let budget = ProtocolLimits.maxPullPageDataBytes
         let after = cursor?.position ?? 0
-        // `nil`: the head (`ChangeHead.start(from:namingOwnWrites:)`).
-        let horizon = cursor?.horizon ?? (namingOwnWrites ? 0 : nil)
+        // `nil`: the head (`ChangeHead.start(from:naming:)`).
+        let horizon = cursor?.horizon ?? (ownWrites == nil ? nil : 0)
         return """
-            SELECT u.position, u.epoch, u.epoch_base, u.purged_through, p.entity, p.entity_id, p.version, p.deleted, p.natural_key,
-                CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at, p.written_by, p.written_mutation, p.written_seq, p.size, p.fits
-            FROM (SELECT position, epoch, epoch_base, purged_through FROM user_changes WHERE user_id = \(userID)) u
+            SELECT u.position, u.epoch, u.epoch_base, u.purged_through, u.last_mutation_id, p.entity, p.entity_id, p.version, p.deleted,
+                p.natural_key, CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at, p.written_by, p.written_mutation, p.written_seq,
+                p.size, p.fits
+            FROM (
+                SELECT position, epoch, epoch_base, purged_through,
+                    (SELECT last_mutation_id FROM clients WHERE user_id = \(userID) AND client_id = \(ownWrites?.clientID)) AS last_mutation_id
+                FROM user_changes WHERE user_id = \(userID)
+            ) u
             LEFT JOIN LATERAL (
                 SELECT *, running <= \(budget) OR running = size AS fits FROM (
                     SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation,

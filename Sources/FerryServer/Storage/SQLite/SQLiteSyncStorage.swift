@@ -330,8 +330,15 @@ public final class SQLiteSyncStorage: SyncStorage {
                     arguments: [userID]
                 )
                 guard let row else { throw StorageError.corrupt("change_sequence is empty") }
-                let head = ChangeHead(position: row[0], epoch: row[1], epochBase: row[2], purgedThrough: row[3] ?? 0)
-                let start = try head.start(from: cursor, namingOwnWrites: ownWrites != nil)
+                var head = ChangeHead(position: row[0], epoch: row[1], epochBase: row[2], purgedThrough: row[3] ?? 0)
+                if let ownWrites {
+                    head.lastMutationID =
+                        try Int64.fetchOne(
+                            db.cachedStatement(sql: "SELECT last_mutation_id FROM clients WHERE user_id = ? AND client_id = ?"),
+                            arguments: [userID, ownWrites.clientID]
+                        ) ?? 0
+                }
+                let start = try head.start(from: cursor, naming: ownWrites)
                 // A cursor steps one row at a time: the rows past the page's budget are never
                 // read, and a row's data is copied out only when the page takes it.
                 let rows = try Row.fetchCursor(
