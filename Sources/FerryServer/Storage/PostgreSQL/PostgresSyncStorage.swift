@@ -394,31 +394,45 @@ public final class PostgresSyncStorage: SyncStorage {
     }
 
     /// A push's lookup: the records named by `keys` and the live holders of `naturalKeys`, each
-    /// an index probe (the primary key, `records_live_natural_key`) per key.
+    /// an index probe (the primary key, `records_live_natural_key`) per key. Each probe is a
+    /// LATERAL subquery with a LIMIT, which PostgreSQL cannot turn into a join: whatever the
+    /// statistics say, it walks the batch's keys and probes for each, and never scans the user's
+    /// records against the keys (a join that stale statistics made it pick, quadratic in the data).
+    /// Which index each probe uses does not depend on statistics either: `records.user_id` and
+    /// `records.seq` keep none (`PostgresSchema` migration 4), so every user looks the same size to
+    /// the planner and the unique key is always the cheapest probe.
     static func loadQuery(keys: [RecordKey], naturalKeys: [NaturalKeyRef], userID: String) -> PostgresQuery {
         """
-        SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at FROM records r
-        JOIN unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
-            ON r.entity = w.entity AND r.entity_id = w.entity_id
-        WHERE r.user_id = \(userID)
+        SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at
+        FROM unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
+        CROSS JOIN LATERAL (
+            SELECT * FROM records r WHERE r.user_id = \(userID) AND r.entity = w.entity AND r.entity_id = w.entity_id LIMIT 1
+        ) r
         UNION ALL
-        SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at FROM records r
-        JOIN unnest(\(naturalKeys.map(\.entity))::text[], \(naturalKeys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
-            ON r.entity = w.entity AND r.natural_key = w.natural_key
-        WHERE r.user_id = \(userID) AND NOT r.deleted
+        SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at
+        FROM unnest(\(naturalKeys.map(\.entity))::text[], \(naturalKeys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
+        CROSS JOIN LATERAL (
+            SELECT * FROM records r
+            WHERE r.user_id = \(userID) AND r.entity = w.entity AND r.natural_key = w.natural_key AND NOT r.deleted LIMIT 1
+        ) r
         """
     }
 
     /// Releases the natural keys of records that held one before the batch and no longer do,
-    /// so the uniqueness index never sees two holders while the batch is written.
+    /// so the uniqueness index never sees two holders while the batch is written. The rows are
+    /// found by a probe per key (as `loadQuery`), then updated by their row ids: no join that
+    /// statistics could turn into a scan of the user's records. The user's lock keeps them in place.
     private static func release(_ plan: BatchPlanner.BatchPlan, userID: String, db: PostgresConnection, logger: Logger) async throws {
         let keys = plan.releasedNaturalKeys
         guard !keys.isEmpty else { return }
         try await db.query(
             """
-            UPDATE records SET natural_key = NULL
-            FROM unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
-            WHERE records.user_id = \(userID) AND records.entity = w.entity AND records.entity_id = w.entity_id
+            UPDATE records SET natural_key = NULL WHERE ctid = ANY (ARRAY(
+                SELECT r.ctid FROM unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
+                CROSS JOIN LATERAL (
+                    SELECT ctid FROM records r WHERE r.user_id = \(userID) AND r.entity = w.entity AND r.entity_id = w.entity_id LIMIT 1
+                ) r
+            ))
             """,
             logger: logger
         )
