@@ -239,3 +239,16 @@ struct StoreTests {
         #expect(rows == 50)
     }
 }
+
+@Suite("A pull's answered ids")
+struct AnsweredRangesTests {
+    @Test("ranges past the cap are sent back, but the highest id is always named, so a server that lost it is found out")
+    func highestAlwaysNamed() {
+        #expect(Puller.ranges([1, 2, 3, 5, 7, 8]) == "1-3,5,7-8")
+        let spread = (1...301).map { Int64($0 * 2) }  // 301 ranges: one over the cap
+        let text = Puller.ranges(spread)
+        let items = text.split(separator: ",")
+        #expect(items.count == Puller.maxAnsweredRanges + 1)
+        #expect(items.last == "602" && items[items.count - 2] == "600", "\(items.suffix(3))")
+    }
+}

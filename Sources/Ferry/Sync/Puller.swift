@@ -27,14 +27,20 @@ struct Puller: Sendable {
     var fromScratch = false
 
     /// `ids` (ascending) as the protocol's `answered`: `3-5500,5502`, at most
-    /// `maxAnsweredRanges` ranges (the ones after are sent back: more traffic, nothing lost).
+    /// `maxAnsweredRanges` ranges (the ones after are sent back: more traffic, nothing lost),
+    /// and always the highest id: a server that no longer has it (restored from a backup)
+    /// answers `cursor_expired`, and this store starts over instead of keeping writes the
+    /// server lost.
     static func ranges(_ ids: [Int64]) -> String {
         var ranges: [ClosedRange<Int64>] = []
         for id in ids {
             if let last = ranges.last, last.upperBound + 1 == id {
                 ranges[ranges.count - 1] = last.lowerBound...id
             } else {
-                guard ranges.count < maxAnsweredRanges else { break }
+                guard ranges.count < maxAnsweredRanges else {
+                    if let highest = ids.last { ranges.append(highest...highest) }
+                    break
+                }
                 ranges.append(id...id)
             }
         }

@@ -399,7 +399,7 @@ public final class PostgresSyncStorage: SyncStorage {
     /// statistics say, it walks the batch's keys and probes for each, and never scans the user's
     /// records against the keys (a join that stale statistics made it pick, quadratic in the data).
     /// Which index each probe uses does not depend on statistics either: `records.user_id` and
-    /// `records.seq` keep none (`PostgresSchema` migration 4), so every user looks the same size to
+    /// `records.seq` keep none (`PostgresSchema` migration 5), so every user looks the same size to
     /// the planner and the unique key is always the cheapest probe.
     static func loadQuery(keys: [RecordKey], naturalKeys: [NaturalKeyRef], userID: String) -> PostgresQuery {
         """
