@@ -92,9 +92,17 @@ struct Uploader: Sendable {
                 current = try await read(limit: batchSize, into: &summary)
             case 408:
                 // One mutation too slow to send on this link now: it is not at fault, so it stays
-                // queued for a later run, never a dead letter.
+                // queued for a later run, never a dead letter, and the upload ends here (the ones
+                // behind it keep their order) so that the run's pull still brings others' changes.
                 await returnToQueue(batch, next)
-                throw FerryError.unreachable("a push of one mutation did not reach the server within its body timeout (408); it stays queued")
+                await journal.record(
+                    JournalEvent(
+                        kind: .wait,
+                        message: "mutation \(batch.mutations[0].id) did not reach the server within its body timeout (408); "
+                            + "it stays queued for the next run"
+                    )
+                )
+                return summary
             case _ where refusedWhole:
                 // Split the batch until the mutation at fault is alone, and dead-letter that one
                 // with the server's reason: one record the server cannot take must not hold
