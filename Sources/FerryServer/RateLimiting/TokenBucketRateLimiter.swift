@@ -24,11 +24,8 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
     /// Refills `userID`'s bucket for the time passed since its last request, then takes one token if a whole one is left.
     public func acquire(for userID: String) -> RateLimitDecision {
         let now = clock.now
-        let capacity = Double(policy.requests)
         let key = ExactKey(userID)
-        var bucket = buckets[key] ?? Bucket(tokens: capacity, updated: now)
-        bucket.tokens = min(capacity, bucket.tokens + bucket.updated.duration(to: now).seconds * refillPerSecond)
-        bucket.updated = now
+        var bucket = refilled(key, at: now)
         let allowed = bucket.tokens >= 1
         if allowed { bucket.tokens -= 1 }
         buckets[key] = bucket
@@ -39,14 +36,20 @@ public actor TokenBucketRateLimiter<C: Clock>: RateLimiter where C.Duration == D
     /// Takes `tokens` from `userID`'s bucket after refilling it, down to minus the quota at most.
     public func charge(_ tokens: Int, to userID: String) {
         guard tokens > 0 else { return }
-        let now = clock.now
-        let capacity = Double(policy.requests)
         let key = ExactKey(userID)
+        var bucket = refilled(key, at: clock.now)
+        bucket.tokens = max(-Double(policy.requests), bucket.tokens - Double(tokens))
+        buckets[key] = bucket
+    }
+
+    /// `key`'s bucket refilled for the time passed since it was last touched, as of `now`; a
+    /// user without one has the whole quota.
+    private func refilled(_ key: ExactKey, at now: C.Instant) -> Bucket {
+        let capacity = Double(policy.requests)
         var bucket = buckets[key] ?? Bucket(tokens: capacity, updated: now)
         bucket.tokens = min(capacity, bucket.tokens + bucket.updated.duration(to: now).seconds * refillPerSecond)
-        bucket.tokens = max(-capacity, bucket.tokens - Double(tokens))
         bucket.updated = now
-        buckets[key] = bucket
+        return bucket
     }
 
     /// A bucket that has refilled completely is the same as no bucket: drop it to bound memory.
