@@ -11,6 +11,14 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     /// 403: the user already has the most client ids a user may have (`ProtocolLimits/maxClientsPerUser`);
     /// clients idle for the retention are forgotten.
     case tooManyClients = "too_many_clients"
+    /// 403: the caller's role in the space does not allow the request (PROTOCOL.md, "Spaces").
+    case forbidden
+    /// 409: the space id belongs to a space someone else created.
+    case spaceExists = "space_exists"
+    /// 409: the space's last admin cannot leave or be demoted.
+    case lastAdmin = "last_admin"
+    /// 409: the user is already a member of ``ProtocolLimits/maxSpacesPerUser`` spaces.
+    case tooManySpaces = "too_many_spaces"
     /// 401: no token, or one that is malformed, wrongly signed or expired.
     case unauthorized
     /// 404: no such route.
@@ -38,7 +46,8 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
         case .methodNotAllowed: 405
         case .requestTimeout: 408
         case .cursorExpired: 410
-        case .tooManyClients: 403
+        case .tooManyClients, .forbidden: 403
+        case .spaceExists, .lastAdmin, .tooManySpaces: 409
         case .batchTooLarge: 413
         case .rateLimited: 429
         case .internal: 500

@@ -26,6 +26,8 @@ public struct Mutation: Sendable, Codable, Hashable {
     /// server keeps it with the record and reports it in a conflict, so a policy can let the
     /// latest change win, an edit or a delete. Optional: the server's clock stands in.
     public var changedAt: Int64?
+    /// The space the record lives in (PROTOCOL.md, "Spaces"); `nil` for the user's personal space.
+    public var space: String?
 
     /// A mutation from its fields, unchecked: `upsert` and `delete` build the shapes PROTOCOL.md allows.
     public init(
@@ -36,7 +38,8 @@ public struct Mutation: Sendable, Codable, Hashable {
         data: JSONObject? = nil,
         naturalKey: String? = nil,
         baseVersion: Int64? = nil,
-        changedAt: Int64? = nil
+        changedAt: Int64? = nil,
+        space: String? = nil
     ) {
         self.id = id
         self.entity = entity
@@ -46,6 +49,7 @@ public struct Mutation: Sendable, Codable, Hashable {
         self.naturalKey = naturalKey
         self.baseVersion = baseVersion
         self.changedAt = changedAt
+        self.space = space
     }
 
     /// A mutation that creates the record or replaces its data, optionally matched by `naturalKey` and guarded by

@@ -24,6 +24,10 @@ public enum ProtocolLimits {
     /// Most bytes of record data one pull page carries (4 MiB): a page stops before the record
     /// that would pass it, except that its first record always goes, whatever its size.
     public static let maxPullPageDataBytes = 4 * 1024 * 1024
+    /// Longest space id, in characters, all of them `a-z 0-9 _ -`.
+    public static let maxSpaceIDLength = 64
+    /// Most spaces a user may be a member of; one more is `too_many_spaces` (409).
+    public static let maxSpacesPerUser = 1000
 }
 
 /// Header names used by the protocol beyond the standard ones.

@@ -57,6 +57,8 @@ package enum ProtocolValidation {
         guard (1...256).contains(count), !userID.unicodeScalars.contains("\u{0}") else {
             return "sub must be 1 to 256 characters, none of them U+0000 (NUL), got \(count)"
         }
+        // The server keeps a space's records under a name starting with U+0001, which no user may have.
+        guard userID.unicodeScalars.first != "\u{1}" else { return "sub must not start with U+0001" }
         return nil
     }
 
@@ -104,6 +106,7 @@ extension Mutation {
     package func rejectionReason(encodedDataBytes: Int? = nil) -> String? {
         if let problem = ProtocolValidation.entityProblem(entity) { return problem }
         if let problem = ProtocolValidation.entityIDProblem(entityID) { return problem }
+        if let space, let problem = ProtocolValidation.spaceIDProblem(space) { return problem }
         if let changedAt, !(0...ProtocolLimits.maxMutationID).contains(changedAt) {
             return "changedAt must be milliseconds since 1970, 0 to 2^53-1, got \(changedAt)"
         }

@@ -12,15 +12,26 @@ public struct Change: Sendable, Codable, Hashable {
     public var naturalKey: String?
     /// Present for `upsert`, absent for `delete`.
     public var data: JSONObject?
+    /// The space the record lives in; `nil` for the user's personal space.
+    public var space: String?
 
     /// A change from its fields.
-    public init(entity: String, entityID: String, op: MutationOp, version: Int64, naturalKey: String? = nil, data: JSONObject? = nil) {
+    public init(
+        entity: String,
+        entityID: String,
+        op: MutationOp,
+        version: Int64,
+        naturalKey: String? = nil,
+        data: JSONObject? = nil,
+        space: String? = nil
+    ) {
         self.entity = entity
         self.entityID = entityID
         self.op = op
         self.version = version
         self.naturalKey = naturalKey
         self.data = data
+        self.space = space
     }
 }
 
@@ -32,12 +43,28 @@ public struct PullResponse: Sendable, Codable, Hashable {
     public var cursor: String
     /// Pull again with `cursor` while this is true.
     public var hasMore: Bool
+    /// The user's memberships as the page was read, sorted by space id; empty from a server without spaces.
+    public var spaces: [Membership]
+    /// The spaces the request's cursor covered that the user can no longer read: drop their records.
+    public var revoked: [String]
 
     /// A response from its fields.
-    public init(changes: [Change], cursor: String, hasMore: Bool) {
+    public init(changes: [Change], cursor: String, hasMore: Bool, spaces: [Membership] = [], revoked: [String] = []) {
         self.changes = changes
         self.cursor = cursor
         self.hasMore = hasMore
+        self.spaces = spaces
+        self.revoked = revoked
+    }
+
+    /// Reads `spaces` and `revoked` as empty when absent (a server from before spaces).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        changes = try container.decode([Change].self, forKey: .changes)
+        cursor = try container.decode(String.self, forKey: .cursor)
+        hasMore = try container.decode(Bool.self, forKey: .hasMore)
+        spaces = try container.decodeIfPresent([Membership].self, forKey: .spaces) ?? []
+        revoked = try container.decodeIfPresent([String].self, forKey: .revoked) ?? []
     }
 }
 

@@ -36,7 +36,9 @@ extension PullResponse {
         return PullResponse(
             changes: try fields.elements("changes", Change.init),
             cursor: try fields.required("cursor", JSONFields.string),
-            hasMore: try fields.required("hasMore", JSONFields.bool)
+            hasMore: try fields.required("hasMore", JSONFields.bool),
+            spaces: fields.fields["spaces"] == nil ? [] : try fields.elements("spaces", Membership.init),
+            revoked: try fields.strings("revoked")
         )
     }
 }
@@ -51,7 +53,8 @@ extension Mutation {
             data: try fields.optional("data", JSONFields.object),
             naturalKey: try fields.optional("naturalKey", JSONFields.string),
             baseVersion: try fields.optional("baseVersion", JSONFields.integer),
-            changedAt: try fields.optional("changedAt", JSONFields.integer)
+            changedAt: try fields.optional("changedAt", JSONFields.integer),
+            space: try fields.optional("space", JSONFields.string)
         )
     }
 }
@@ -90,7 +93,17 @@ extension Change {
             op: try fields.required("op", JSONFields.enumeration(MutationOp.self)),
             version: try fields.required("version", JSONFields.integer),
             naturalKey: try fields.optional("naturalKey", JSONFields.string),
-            data: try fields.optional("data", JSONFields.object)
+            data: try fields.optional("data", JSONFields.object),
+            space: try fields.optional("space", JSONFields.string)
+        )
+    }
+}
+
+extension Membership {
+    init(_ fields: JSONFields) throws(JSONShapeError) {
+        self.init(
+            space: try fields.required("space", JSONFields.string),
+            role: try fields.required("role", JSONFields.enumeration(SpaceRole.self))
         )
     }
 }
@@ -148,6 +161,19 @@ struct JSONFields {
         result.reserveCapacity(values.count)
         for (index, value) in values.enumerated() {
             result.append(try element(JSONFields(value, path: "\(path(key))[\(index)]")))
+        }
+        return result
+    }
+
+    /// An array of strings that may be absent (empty then).
+    func strings(_ key: String) throws(JSONShapeError) -> [String] {
+        guard let value = fields[key], value != .null else { return [] }
+        var result: [String] = []
+        for (index, element) in try convert(value, key: key, Self.array).enumerated() {
+            guard let string = Self.string(element) else {
+                throw JSONShapeError(message: "\(path(key))[\(index)]: expected a string, got \(Self.kind(element))")
+            }
+            result.append(string)
         }
         return result
     }

@@ -59,8 +59,9 @@ public struct ServerConfiguration: Sendable {
 /// Assembles the reference server: routes, middleware, storage and metrics.
 public enum FerryServerApplication {
     /// Paths the server answers, with the one method each accepts.
-    static let routes: [String: HTTPRequest.Method] = [
-        "/v1/health": .get, "/v1/push": .post, "/v1/pull": .get, "/metrics": .get,
+    static let routes: [String: [HTTPRequest.Method]] = [
+        "/v1/health": [.get], "/v1/push": [.post], "/v1/pull": [.get], "/metrics": [.get], "/v1/spaces": [.get],
+        "/v1/spaces/{space}": [.put, .delete], "/v1/spaces/{space}/members": [.get], "/v1/spaces/{space}/members/{user}": [.put, .delete],
     ]
 
     /// The routes and their middleware; `OpenAPITests` reads its routes.
@@ -88,6 +89,13 @@ public enum FerryServerApplication {
         }
         authenticated.post("push", use: controller.push)
         authenticated.get("pull", use: controller.pull)
+        let spaces = SpaceController(storage: controller.storage)
+        authenticated.get("spaces", use: spaces.list)
+        authenticated.put("spaces/{space}", use: spaces.create)
+        authenticated.delete("spaces/{space}", use: spaces.delete)
+        authenticated.get("spaces/{space}/members", use: spaces.members)
+        authenticated.put("spaces/{space}/members/{user}", use: spaces.setRole)
+        authenticated.delete("spaces/{space}/members/{user}", use: spaces.removeMember)
         return router
     }
 

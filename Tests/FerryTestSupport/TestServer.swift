@@ -81,11 +81,12 @@ public struct TestServer: HTTPServerEndpoint {
         for user: String,
         secret: String = secret,
         now: Date = Date(),
-        ttl: Duration = .seconds(3600)
+        ttl: Duration = .seconds(3600),
+        service: Bool = false
     ) async throws
         -> String
     {
-        try await TokenAuthority(secret: secret).issue(userID: user, ttl: ttl, now: now)
+        try await TokenAuthority(secret: secret).issue(userID: user, ttl: ttl, service: service, now: now)
     }
 
     /// Signs arbitrary header and claims with HS256, to build tokens the issuer would never make.
@@ -221,14 +222,14 @@ extension ServerEndpoint {
         return try reply.decode(PullResponse.self)
     }
 
-    /// Pulls from the beginning until caught up; the user's records by `entity/entityID`, with
+    /// Pulls from the beginning until caught up; the user's records by `entity/entityID` (`space:entity/entityID` in a space), with
     /// tombstones where `cursorBeforeEverything(userID:)` gives a cursor (a pull from scratch has none).
     public func pullAll(token: String, limit: Int = 1000) async throws -> [String: Change] {
         var records: [String: Change] = [:]
         var cursor = TokenAuthority.unverifiedSubject(of: token).flatMap { cursorBeforeEverything(userID: $0) }
         repeat {
             let page = try await pullOK(token: token, cursor: cursor, limit: limit)
-            for change in page.changes { records["\(change.entity)/\(change.entityID)"] = change }
+            for change in page.changes { records[(change.space.map { "\($0):" } ?? "") + "\(change.entity)/\(change.entityID)"] = change }
             cursor = page.cursor
             if !page.hasMore { return records }
         } while true

@@ -9,7 +9,9 @@ struct AuthMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
         do {
-            context.userID = try await authority.userID(fromAuthorization: request.headers[.authorization])
+            let caller = try await authority.caller(fromAuthorization: request.headers[.authorization])
+            context.userID = caller.userID
+            context.isService = caller.isService
         } catch {
             // The reason never holds the token (AuthFailure's messages do not echo it).
             context.logger.info("authentication failed", metadata: ["reason": "\(error)"])

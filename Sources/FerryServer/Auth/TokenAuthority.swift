@@ -27,24 +27,37 @@ public struct TokenAuthority: Sendable {
         (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
     }
 
-    /// A token for `userID` that expires after `ttl`, rounded up to a whole second.
-    public func issue(userID: String, ttl: Duration, now: Date = Date()) async throws -> String {
+    /// A token for `userID` that expires after `ttl`, rounded up to a whole second. With
+    /// `service`, a service token (`"ferry_admin": true`): an app's backend, admin of every space.
+    public func issue(userID: String, ttl: Duration, service: Bool = false, now: Date = Date()) async throws -> String {
         // Whole seconds: NumericDate allows fractions, but not every JWT library reads them.
         let expiry = Date(timeIntervalSince1970: (now.timeIntervalSince1970 + ttl.seconds).rounded(.up))
-        return try await keys.sign(FerryClaims(sub: SubjectClaim(value: userID), exp: ExpirationClaim(value: expiry)))
+        return try await keys.sign(
+            FerryClaims(sub: SubjectClaim(value: userID), exp: ExpirationClaim(value: expiry), ferryAdmin: service ? BoolClaim(value: true) : nil)
+        )
     }
 
     /// The user id of a valid `Authorization` header value.
     public func userID(fromAuthorization header: String?, now: Date = Date()) async throws(AuthFailure) -> String {
+        try await caller(fromAuthorization: header, now: now).userID
+    }
+
+    /// Who a valid `Authorization` header value speaks for: a user, or a service.
+    public func caller(fromAuthorization header: String?, now: Date = Date()) async throws(AuthFailure) -> Caller {
         guard let header, !header.isEmpty else { throw .missingHeader }
         let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { throw .notBearer }
         let token = String(parts[1]).trimmingCharacters(in: .whitespaces)
-        return try await userID(fromToken: token, now: now)
+        return try await caller(fromToken: token, now: now)
     }
 
     /// The user id of a valid token.
     public func userID(fromToken token: String, now: Date = Date()) async throws(AuthFailure) -> String {
+        try await caller(fromToken: token, now: now).userID
+    }
+
+    /// Who a valid token speaks for.
+    public func caller(fromToken token: String, now: Date = Date()) async throws(AuthFailure) -> Caller {
         guard let header = try? DefaultJWTParser().parse(Array(token.utf8), as: AnyClaims.self).header else {
             throw .malformed("it is not three base64url parts with a JSON header and claims")
         }
@@ -66,7 +79,7 @@ public struct TokenAuthority: Sendable {
         guard expiry.value > now else { throw .expired }
         guard let subject = claims.sub?.value, !subject.isEmpty else { throw .missingSubject }
         if let problem = ProtocolValidation.userIDProblem(subject) { throw .malformed(problem) }
-        return subject
+        return Caller(userID: subject, isService: claims.ferryAdmin?.value == true)
     }
 }
 
@@ -97,6 +110,13 @@ private struct AnyClaims: JWTPayload {
 struct FerryClaims: JWTPayload {
     var sub: SubjectClaim?
     var exp: ExpirationClaim?
+    /// `true` on a service token.
+    var ferryAdmin: BoolClaim?
+
+    enum CodingKeys: String, CodingKey {
+        case sub, exp
+        case ferryAdmin = "ferry_admin"
+    }
 
     func verify(using algorithm: some JWTAlgorithm) async throws {}
 }

@@ -8,6 +8,8 @@ public struct FerryRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     /// Set by `AuthMiddleware`; `nil` on unauthenticated routes.
     public var userID: String?
+    /// Set by `AuthMiddleware` for a service token (`ferry_admin`).
+    public var isService = false
     /// Shared by every copy of this context, for the access log.
     let facts = RequestFacts()
     /// The connection: a handler closes its input when a body is too slow (`SyncController`).

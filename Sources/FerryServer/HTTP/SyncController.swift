@@ -28,7 +28,7 @@ struct SyncController: Sendable {
         try pushRequest.validateBatch()
         context.facts.client = pushRequest.clientID  // validated: A-Z a-z 0-9 _ -, at most 64
         let response = try await storage.push(
-            userID: userID,
+            caller: Caller(userID: userID, isService: context.isService),
             clientID: pushRequest.clientID,
             mutations: pushRequest.mutations.map(IncomingMutation.init)
         )

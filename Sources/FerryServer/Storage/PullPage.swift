@@ -11,6 +11,10 @@ public struct PullPage: Sendable {
     public var cursor: String
     /// Whether more changes follow this page; the client pulls again with ``PullPage/cursor`` while it is true.
     public var hasMore: Bool
+    /// The user's memberships as the page was read, sorted by space id.
+    public var spaces: [Membership] = []
+    /// The spaces the request's cursor covered that the user can no longer read.
+    public var revoked: [String] = []
 
     /// How many changes the page holds.
     public var count: Int { records.count }
@@ -18,10 +22,12 @@ public struct PullPage: Sendable {
     /// Bytes of record data the page holds.
     public var dataBytes: Int { records.reduce(0) { $0 + ($1.data?.count ?? 0) } }
 
-    init(records: [StoredRecord], cursor: String, hasMore: Bool) {
+    init(records: [StoredRecord], cursor: String, hasMore: Bool, spaces: [Membership] = [], revoked: [String] = []) {
         self.records = records
         self.cursor = cursor
         self.hasMore = hasMore
+        self.spaces = spaces
+        self.revoked = revoked
     }
 
     /// Most rows a pull reads for a page of `limit`: a client's own writes are read and left
@@ -31,23 +37,42 @@ public struct PullPage: Sendable {
     }
 
     /// Builds a page from the rows after a position, offered one by one in change order (at most
-    /// `scanLimit` of them): up to `limit` records and ``ProtocolLimits/maxPullPageDataBytes`` of
-    /// their data (the first record goes whatever its size), leaving out `ownWrites`. The cursor
+    /// `scanLimit` of them): up to `limit` records and `budget` bytes of their data (with
+    /// `takesFirst`, the first record goes whatever its size), leaving out `ownWrites`. The cursor
     /// stands after the last row the page took or left out, so the next pull reads neither again.
+    /// A page over several spaces (`SpacedPage`) has a builder for each history it reads.
     struct Builder: Sendable {
         let limit: Int
         let ownWrites: OwnWrites?
+        let budget: Int
+        let takesFirst: Bool
+        /// The space the rows are of, set on each record taken.
+        let space: String?
         private(set) var records: [StoredRecord] = []
-        private var position: Int64
-        private var dataBytes = 0
+        private(set) var position: Int64
+        private(set) var dataBytes = 0
         private var read = 0
         private var full = false
 
-        init(after: Int64, limit: Int, leavingOut ownWrites: OwnWrites?) {
+        init(
+            after: Int64,
+            limit: Int,
+            leavingOut ownWrites: OwnWrites?,
+            budget: Int = ProtocolLimits.maxPullPageDataBytes,
+            takesFirst: Bool = true,
+            space: String? = nil
+        ) {
             self.position = after
             self.limit = limit
             self.ownWrites = ownWrites
+            self.budget = budget
+            self.takesFirst = takesFirst
+            self.space = space
         }
+
+        /// Whether the read stopped before the end of the history: the page filled, or
+        /// `scanLimit` rows were read.
+        var stopped: Bool { full || read >= PullPage.scanLimit(limit, leavingOut: ownWrites) }
 
         /// Offers the next row, its data `size` in bytes (0 for a tombstone); `data` is read only
         /// if the page takes it, so a row past the budget is never copied. `fits: false` says
@@ -64,12 +89,13 @@ public struct PullPage: Sendable {
                 position = seq
                 return true
             }
-            guard records.count < limit, records.isEmpty || dataBytes + size <= ProtocolLimits.maxPullPageDataBytes else {
+            guard records.count < limit, (takesFirst && records.isEmpty) || dataBytes + size <= budget else {
                 full = true
                 return false
             }
             var record = record
             record.data = try data()
+            record.space = space
             records.append(record)
             dataBytes += size
             position = seq
@@ -79,15 +105,15 @@ public struct PullPage: Sendable {
         /// The page: more may follow if it filled, or if the read stopped at `scanLimit` rows.
         /// `encode` makes the cursor of the position read up to, knowing whether the pull is caught up.
         func page(encode: (_ position: Int64, _ caughtUp: Bool) -> String) -> PullPage {
-            let hasMore = full || read >= PullPage.scanLimit(limit, leavingOut: ownWrites)
-            return PullPage(records: records, cursor: encode(position, !hasMore), hasMore: hasMore)
+            PullPage(records: records, cursor: encode(position, !stopped), hasMore: stopped)
         }
     }
 
     /// The `PullResponse` body of PROTOCOL.md, each record's stored data spliced in verbatim.
     public func responseBody() -> ByteBuffer {
         var body = JSONTextWriter(
-            capacity: 64 + records.reduce(0) { $0 + 96 + $1.entity.utf8.count + $1.entityID.utf8.count + ($1.data?.count ?? 0) }
+            capacity: 64 + 96 * spaces.count
+                + records.reduce(0) { $0 + 96 + $1.entity.utf8.count + $1.entityID.utf8.count + ($1.data?.count ?? 0) }
         )
         body.raw("{\"changes\":[")
         for (index, record) in records.enumerated() {
@@ -96,6 +122,10 @@ public struct PullPage: Sendable {
             body.string(record.entity)
             body.raw(",\"entityID\":")
             body.string(record.entityID)
+            if let space = record.space {
+                body.raw(",\"space\":")
+                body.string(space)
+            }
             body.raw(record.deleted ? ",\"op\":\"delete\",\"version\":" : ",\"op\":\"upsert\",\"version\":")
             body.integer(record.version)
             if let naturalKey = record.naturalKey {
@@ -110,7 +140,21 @@ public struct PullPage: Sendable {
         }
         body.raw("],\"cursor\":")
         body.string(cursor)
-        body.raw(hasMore ? ",\"hasMore\":true}" : ",\"hasMore\":false}")
+        body.raw(hasMore ? ",\"hasMore\":true" : ",\"hasMore\":false")
+        body.raw(",\"spaces\":[")
+        for (index, membership) in spaces.enumerated() {
+            body.raw(index == 0 ? "{\"space\":" : ",{\"space\":")
+            body.string(membership.space)
+            body.raw(",\"role\":")
+            body.string(membership.role.rawValue)
+            body.raw("}")
+        }
+        body.raw("],\"revoked\":[")
+        for (index, space) in revoked.enumerated() {
+            if index > 0 { body.raw(",") }
+            body.string(space)
+        }
+        body.raw("]}")
         return ByteBuffer(bytes: body.bytes)
     }
 }

@@ -26,6 +26,8 @@ enum RecentResults {
         var entityID: String??
         var error: String?
         var fingerprint: Int64
+        /// The rejection's `code`, when it has one (`forbidden`).
+        var code: String? = nil
 
         func answers(_ incoming: IncomingMutation) -> Bool {
             fingerprint == RecentResults.fingerprint(of: incoming)
@@ -33,7 +35,7 @@ enum RecentResults {
 
         /// The result as first answered to `mutation`.
         func result(for mutation: Mutation) -> PushResult {
-            PushResult(id: id, status: status, entityID: entityID ?? mutation.entityID, version: version, error: error)
+            PushResult(id: id, status: status, entityID: entityID ?? mutation.entityID, version: version, error: error, code: code)
         }
     }
 
@@ -58,7 +60,8 @@ enum RecentResults {
                     version: result.version,
                     entityID: entityID,
                     error: result.error,
-                    fingerprint: fingerprint(of: incoming)
+                    fingerprint: fingerprint(of: incoming),
+                    code: result.code == ErrorCode.forbidden.rawValue ? result.code : nil
                 )
             } else if let replayed = replays[result.id], replayed.status != .duplicate {
                 kept = replayed
@@ -83,6 +86,10 @@ enum RecentResults {
             if let error = kept.error { json.string(error) } else { json.raw("null") }
             json.raw(",")
             json.integer(kept.fingerprint)
+            if let code = kept.code {
+                json.raw(",")
+                json.string(code)
+            }
             json.raw("]")
         }
         json.raw("]")
@@ -98,7 +105,7 @@ enum RecentResults {
                 throw StorageError.corrupt("a client's recent push results are not a JSON array")
             }
             for value in results {
-                guard case .array(let fields) = value, fields.count == 6, case .integer(let id) = fields[0],
+                guard case .array(let fields) = value, fields.count == 6 || fields.count == 7, case .integer(let id) = fields[0],
                     case .string(let status) = fields[1], let status = MutationStatus(rawValue: status),
                     case .integer(let fingerprint) = fields[5]
                 else {
@@ -114,7 +121,16 @@ enum RecentResults {
                     }
                 let version: Int64? = if case .integer(let version) = fields[2] { version } else { nil }
                 let error: String? = if case .string(let error) = fields[4] { error } else { nil }
-                kept[id] = Kept(id: id, status: status, version: version, entityID: entityID, error: error, fingerprint: fingerprint)
+                let code: String? = if fields.count == 7, case .string(let code) = fields[6] { code } else { nil }
+                kept[id] = Kept(
+                    id: id,
+                    status: status,
+                    version: version,
+                    entityID: entityID,
+                    error: error,
+                    fingerprint: fingerprint,
+                    code: code
+                )
             }
         }
         return kept
@@ -135,6 +151,8 @@ enum RecentResults {
         add((mutation.naturalKey ?? "").utf8)
         add(mutation.baseVersion.map { "\($0)" }?.utf8 ?? "".utf8)
         add(incoming.encodedData ?? Data())
+        // Only a mutation into a space says one: personal mutations keep the fingerprints they had.
+        if let space = mutation.space { add(space.utf8) }
         return Int64(bitPattern: hash)
     }
 }

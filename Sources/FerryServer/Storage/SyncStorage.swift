@@ -6,8 +6,10 @@ import Foundation
 /// Handlers talk only to this protocol, so every storage engine (SQLite,
 /// PostgreSQL) implements the same PROTOCOL.md rules and passes the same tests.
 public protocol SyncStorage: Sendable {
-    /// Applies one validated batch in a single transaction (PROTOCOL.md push rules 1 to 5).
-    func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse
+    /// Applies one validated batch in a single transaction (PROTOCOL.md push rules 1 to 5). A
+    /// mutation into a space the caller cannot write (judged by the memberships the transaction
+    /// sees) is `rejected` with `forbidden` alone; a service caller writes to every space.
+    func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse
 
     /// Returns the user's records changed after `cursor`, oldest change first, leaving out those
     /// whose current state `ownWrites` names (PROTOCOL.md, "A client's own writes"), and, on a
@@ -15,6 +17,25 @@ public protocol SyncStorage: Sendable {
     /// cursor this server did not issue, and `cursor_expired` for one older than what was
     /// purged or read from a history this database does not have (`ChangeHead`).
     func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage
+
+    /// Creates `space` with the caller its admin (a service caller: with no member); `created`
+    /// is false when the caller already administers it. Throws `space_exists` for someone else's.
+    func createSpace(_ space: String, by caller: Caller) async throws -> (membership: Membership, created: Bool)
+
+    /// Deletes `space` and its records; every member loses access. Admins and services only.
+    func deleteSpace(_ space: String, by caller: Caller) async throws
+
+    /// The user's memberships, sorted by space id.
+    func memberships(of userID: String) async throws -> [Membership]
+
+    /// The members of `space`, sorted by user; for its members and services.
+    func members(of space: String, by caller: Caller) async throws -> [SpaceMember]
+
+    /// Adds `user` to `space` with `role`, or changes their role. Admins and services only.
+    func setRole(_ role: SpaceRole, of user: String, in space: String, by caller: Caller) async throws -> SpaceMember
+
+    /// Removes `user` from `space`: an admin's or service's request, or the member's own.
+    func removeMember(_ user: String, from space: String, by caller: Caller) async throws
 
     /// Forgets what the retention lets go: tombstones written before `cutoff` (milliseconds since
     /// 1970, the server's clock), with every user's purge horizon moved past them so older
@@ -26,6 +47,13 @@ public protocol SyncStorage: Sendable {
 
     /// Closes the database; called once, after the HTTP server has stopped.
     func close() async throws
+}
+
+extension SyncStorage {
+    /// A user's push (not a service's).
+    public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
+        try await push(caller: Caller(userID: userID), clientID: clientID, mutations: mutations)
+    }
 }
 
 /// What one purge forgot.
@@ -186,6 +214,8 @@ struct StoredRecord: Sendable, Equatable {
     var writtenBy: String? = nil
     var writtenMutation: Int64? = nil
     var writtenSeq: Int64? = nil
+    /// The id of the space the record lives in, on a pull page; `nil` for the personal space.
+    var space: String? = nil
 
     var key: RecordKey { RecordKey(entity: entity, entityID: entityID) }
 

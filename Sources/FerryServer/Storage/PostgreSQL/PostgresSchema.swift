@@ -159,6 +159,30 @@ enum PostgresSchema {
             // records per key or sorts everything after a cursor. Plans stay index walks.
             ["ALTER TABLE records ALTER COLUMN user_id SET STATISTICS 0, ALTER COLUMN seq SET STATISTICS 0"]
         },
+        Migration(version: 6, name: "spaces and their members") {
+            // A key per space, never reused; its records, change position and purge horizon live
+            // under its partition (`SpacePartition`) in `records` and `user_changes`. A deleted
+            // space's row stays, so a cursor naming its key can say which space was revoked.
+            [
+                """
+                CREATE TABLE spaces (
+                    key bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                    id text COLLATE "C" NOT NULL,
+                    deleted boolean NOT NULL DEFAULT false
+                )
+                """,
+                "CREATE UNIQUE INDEX spaces_live_id ON spaces (id) WHERE NOT deleted",
+                """
+                CREATE TABLE space_members (
+                    space_key bigint NOT NULL,
+                    user_id text COLLATE "C" NOT NULL,
+                    role text NOT NULL,
+                    PRIMARY KEY (space_key, user_id)
+                )
+                """,
+                "CREATE UNIQUE INDEX space_members_user ON space_members (user_id, space_key)",
+            ]
+        },
     ]
 
     /// Applies the migrations this database lacks, and returns the secret that signs cursors;

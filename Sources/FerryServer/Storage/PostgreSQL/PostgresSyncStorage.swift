@@ -160,16 +160,16 @@ public final class PostgresSyncStorage: SyncStorage {
 
     /// Applies the batch in one transaction that holds the user's change-position lock, as the overview describes.
     /// Throws ``StorageError`` when no connection is available within the deadline.
-    public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        try await withDatabase(queueingFor: userID) { [logger, epoch] db in
-            try await Self.push(mutations, userID: userID, clientID: clientID, epoch: epoch, db: db, logger: logger)
+    public func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
+        try await withDatabase(queueingFor: caller.userID) { [logger, epoch] db in
+            try await Self.push(mutations, caller: caller, clientID: clientID, epoch: epoch, db: db, logger: logger)
         }
     }
 
     /// A push's transaction, and again one mutation at a time if the database refused a write.
     private static func push(
         _ mutations: [IncomingMutation],
-        userID: String,
+        caller: Caller,
         clientID: String,
         epoch: Int64,
         db: PostgresConnection,
@@ -177,13 +177,13 @@ public final class PostgresSyncStorage: SyncStorage {
     ) async throws -> PushResponse {
         do {
             return try await Self.transaction(db, logger: logger) { db in
-                try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: false, epoch: epoch, db: db, logger: logger)
+                try await Self.push(mutations, caller: caller, clientID: clientID, oneByOne: false, epoch: epoch, db: db, logger: logger)
             }
         } catch let error as PSQLError where error.isRefusedWrite {
             // The planner should make this impossible; if a rule was missed, the batch
             // (rolled back whole) still gets one result per mutation instead of a 500.
             return try await Self.transaction(db, logger: logger) { db in
-                try await Self.push(mutations, userID: userID, clientID: clientID, oneByOne: true, epoch: epoch, db: db, logger: logger)
+                try await Self.push(mutations, caller: caller, clientID: clientID, oneByOne: true, epoch: epoch, db: db, logger: logger)
             }
         }
     }
@@ -194,13 +194,14 @@ public final class PostgresSyncStorage: SyncStorage {
     /// batch's size: a round trip is most of a push's cost.
     private static func push(
         _ mutations: [IncomingMutation],
-        userID: String,
+        caller: Caller,
         clientID: String,
         oneByOne: Bool,
         epoch: Int64,
         db: PostgresConnection,
         logger: Logger
     ) async throws -> PushResponse {
+        let userID = caller.userID
         let (position, lastMutationID, pushes) = try await lock(userID, clientID: clientID, db: db, logger: logger)
         if pushes == 0 {
             // A client this server does not know: one more of the user's, within the limit.
@@ -226,6 +227,118 @@ public final class PostgresSyncStorage: SyncStorage {
             replays = try RecentResults.decode(kept)
         }
 
+        let batch = SpacedBatch(mutations)
+        let response: PushResponse
+        if !batch.spaceIDs.isEmpty {
+            // The spaces' change locks, in order of key after the user's (no two pushes wait for
+            // each other in a cycle), then the memberships again: a statement after the locks
+            // sees every deletion and membership change that committed before them, and the
+            // whole batch is judged by that one statement.
+            // A space that became writable between the two reads is locked and read again, so
+            // every space the judgement lets the batch write is locked before it.
+            var positions = [userID: position]
+            var targets = try await targets(of: batch, caller: caller, db: db, logger: logger)
+            while case let unlocked = targets.values.filter({
+                (caller.isService || $0.role?.canWrite == true) && positions[SpacePartition.name($0.key)] == nil
+            }), !unlocked.isEmpty {
+                for key in unlocked.map(\.key).sorted() {
+                    positions[SpacePartition.name(key)] = try await lockChanges(of: SpacePartition.name(key), db: db, logger: logger)
+                }
+                targets = try await Self.targets(of: batch, caller: caller, db: db, logger: logger)
+            }
+            let (groups, refused) = batch.groups(
+                caller: caller,
+                clientID: clientID,
+                targets: targets,
+                lastMutationID: lastMutationID,
+                replays: replays
+            )
+            var responses: [PushResponse] = []
+            for group in groups {
+                guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }
+                responses.append(
+                    try await apply(
+                        group.mutations,
+                        clientID: group.writer,
+                        partition: group.partition,
+                        after: position,
+                        oneByOne: oneByOne,
+                        lastMutationID: lastMutationID,
+                        replays: replays,
+                        epoch: epoch,
+                        db: db,
+                        logger: logger
+                    )
+                )
+            }
+            response = batch.response(lastMutationID: lastMutationID, groups: responses, refused: refused)
+        } else {
+            response = try await apply(
+                mutations,
+                clientID: clientID,
+                partition: userID,
+                after: position,
+                oneByOne: oneByOne,
+                lastMutationID: lastMutationID,
+                replays: replays,
+                epoch: epoch,
+                db: db,
+                logger: logger
+            )
+        }
+        // A push of resent mutations only changes nothing.
+        guard response.lastMutationID > lastMutationID else { return response }
+        let results = ByteBuffer(data: RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays))
+        try await db.query(
+            """
+            WITH client AS (
+                INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at)
+                VALUES (\(userID), \(clientID), \(response.lastMutationID), 1, \(serverMilliseconds()))
+                ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
+                    last_seen_at = excluded.last_seen_at
+            )
+            INSERT INTO client_results (user_id, client_id, slot, results) VALUES (\(userID), \(clientID), \(Int(pushes % 2)), \(results))
+            ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
+            """,
+            logger: logger
+        )
+        return response
+    }
+
+    /// The live spaces `batch` names, by id, with the caller's role in each.
+    private static func targets(
+        of batch: SpacedBatch,
+        caller: Caller,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws -> [String: SpacedBatch.Target] {
+        var targets: [String: SpacedBatch.Target] = [:]
+        for try await (id, key, role) in try await db.query(
+            """
+            SELECT s.id, s.key, m.role FROM spaces s LEFT JOIN space_members m ON m.space_key = s.key AND m.user_id = \(caller.userID)
+            WHERE NOT s.deleted AND s.id = ANY(\(batch.spaceIDs)::text[])
+            """,
+            logger: logger
+        ).decode((String, Int64, String?).self) {
+            targets[id] = SpacedBatch.Target(key: key, role: role.flatMap(SpaceRole.init(rawValue:)))
+        }
+        return targets
+    }
+
+    /// One history's mutations of a push (`SpacedBatch.Group`), written after `position`, all at
+    /// once or, with `oneByOne`, each in a savepoint.
+    private static func apply(
+        _ mutations: [IncomingMutation],
+        clientID: String,
+        partition userID: String,
+        after position: Int64,
+        oneByOne: Bool,
+        lastMutationID: Int64,
+        replays: [Int64: RecentResults.Kept],
+        epoch: Int64,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws -> PushResponse {
         let response: PushResponse
         if oneByOne {
             // One mutation per savepoint: one whose write breaks a constraint is `rejected`
@@ -279,22 +392,6 @@ public final class PostgresSyncStorage: SyncStorage {
             if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger) }
             response = plan.response
         }
-        // A push of resent mutations only changes nothing.
-        guard response.lastMutationID > lastMutationID else { return response }
-        let results = ByteBuffer(data: RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays))
-        try await db.query(
-            """
-            WITH client AS (
-                INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at)
-                VALUES (\(userID), \(clientID), \(response.lastMutationID), 1, \(serverMilliseconds()))
-                ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
-                    last_seen_at = excluded.last_seen_at
-            )
-            INSERT INTO client_results (user_id, client_id, slot, results) VALUES (\(userID), \(clientID), \(Int(pushes % 2)), \(results))
-            ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
-            """,
-            logger: logger
-        )
         return response
     }
 
@@ -323,7 +420,7 @@ public final class PostgresSyncStorage: SyncStorage {
         return (position, 0, 0)
     }
 
-    private static func lockChanges(of userID: String, db: PostgresConnection, logger: Logger) async throws -> Int64 {
+    static func lockChanges(of userID: String, db: PostgresConnection, logger: Logger) async throws -> Int64 {
         for attempt in 0..<2 {
             for try await position in try await db.query(
                 "SELECT position FROM user_changes WHERE user_id = \(userID) FOR UPDATE",
@@ -473,22 +570,83 @@ public final class PostgresSyncStorage: SyncStorage {
 
     // MARK: - Pull
 
-    /// Reads up to `limit` records changed after `cursor` in one statement (one snapshot), leaving
-    /// out `ownWrites` and stopping at the page's data budget (`PullPage.Builder`). Throws
-    /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
+    /// Reads up to `limit` records changed after `cursor`, leaving out `ownWrites` and stopping
+    /// at the page's data budget (`PullPage.Builder`): the personal history in one statement (one
+    /// snapshot), then, for a user in spaces, the spaces' heads in one more, and each space with
+    /// something to read in one of its own while the page has room (`SpacedPage`). A space's
+    /// statement may see later commits than its head's; each space's changes commit in order of
+    /// position (its change lock), so what it reads is all of the space up to its last row, and
+    /// the cursor never passes the head the earlier statement saw unless a row was read past it.
+    /// Throws `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
-        let cursor = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) }
-        let query = Self.pullQuery(userID: userID, cursor: cursor, naming: ownWrites, scan: PullPage.scanLimit(limit, leavingOut: ownWrites))
-        let (head, rows) = try await withDatabase { [logger] db in
+        let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
+        let scan = PullPage.scanLimit(limit, leavingOut: ownWrites)
+        let first = try await rows(of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan))
+        var personal = PullPage.Builder(after: from?.personal.position ?? 0, limit: limit, leavingOut: ownWrites)
+        Self.offer(first.rows, to: &personal)
+        // The head was read in the statement's snapshot, with the rows: a cursor it refuses
+        // is refused before any of them is sent.
+        let start = try first.head.start(from: from?.personal, naming: ownWrites)
+        var page = SpacedPage(
+            from: from,
+            personal: personal,
+            head: first.head,
+            start: start,
+            limit: limit,
+            ownWrites: ownWrites,
+            userID: userID
+        )
+        guard first.spaces > 0 || from?.spaces.isEmpty == false else { return page.page(cursors: cursors, spaces: [], revoked: []) }
+        let spaces = try await readableSpaces(of: userID)
+        for space in spaces {
+            let start = try page.start(of: space)
+            guard page.needsRead(space, from: start) else { continue }
+            var builder = page.builder(for: space, from: start)
+            let read = try await rows(
+                of: Self.pullQuery(
+                    userID: userID,
+                    partition: SpacePartition.name(space.key),
+                    cursor: start,
+                    scan: PullPage.scanLimit(builder.limit, leavingOut: ownWrites),
+                    budget: builder.budget,
+                    takesFirst: builder.takesFirst
+                )
+            )
+            Self.offer(read.rows, to: &builder)
+            page.add(builder, of: space, from: start)
+        }
+        let revokedKeys = page.revoked(readable: spaces)
+        var revoked: [String] = []
+        if !revokedKeys.isEmpty {
+            revoked = try await withDatabase { [logger] db in
+                var ids: [String] = []
+                for try await id in try await db.query("SELECT id FROM spaces WHERE key = ANY(\(revokedKeys)::int8[]) ORDER BY id", logger: logger)
+                    .decode(String.self)
+                {
+                    ids.append(id)
+                }
+                return ids
+            }
+        }
+        return page.page(cursors: cursors, spaces: spaces, revoked: revoked)
+    }
+
+    /// A row of a pull statement: a record, its position and size, and whether it fits the page.
+    private typealias PulledRow = (record: StoredRecord, seq: Int64, size: Int, fits: Bool, data: ByteBuffer?)
+
+    /// Runs a `pullQuery`: the head of the history it reads, how many spaces the user is in, its rows.
+    private func rows(of query: PostgresQuery) async throws -> (head: ChangeHead, spaces: Int, rows: [PulledRow]) {
+        try await withDatabase { [logger] db in
             var head = ChangeHead()
-            var rows: [(record: StoredRecord, seq: Int64, size: Int, fits: Bool, data: ByteBuffer?)] = []
+            var spaces = 0
+            var rows: [PulledRow] = []
             for try await row in try await db.query(query, logger: logger) {
                 let (
-                    position, epoch, epochBase, purgedThrough, lastMutationID, entity, entityID, version, deleted, naturalKey, data, seq,
-                    changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
+                    position, epoch, epochBase, purgedThrough, lastMutationID, spaceCount, entity, entityID, version, deleted, naturalKey, data,
+                    seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
                 ) = try row.decode(
                     (
-                        Int64, Int64, Int64, Int64, Int64?, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?, Int64?, String?,
+                        Int64, Int64, Int64, Int64, Int64?, Int, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?, Int64?, String?,
                         Int64?, Int64?, Int?, Bool?
                     ).self
                 )
@@ -499,6 +657,7 @@ public final class PostgresSyncStorage: SyncStorage {
                     purgedThrough: purgedThrough,
                     lastMutationID: lastMutationID ?? 0
                 )
+                spaces = spaceCount
                 // The head alone: no change after the cursor.
                 guard let entity, let entityID, let version, let deleted, let seq, let size, let fits else { break }
                 let record = StoredRecord(
@@ -514,57 +673,83 @@ public final class PostgresSyncStorage: SyncStorage {
                 )
                 rows.append((record, seq, size, fits, data))
             }
-            return (head, rows)
-        }
-        // In change order: the statement has no ORDER BY of its own (it would sort the page's
-        // data), and the window already decided which rows fit in that order.
-        var builder = PullPage.Builder(after: cursor?.position ?? 0, limit: limit, leavingOut: ownWrites)
-        for row in rows.sorted(by: { $0.seq < $1.seq }) {
-            // The statement sends no row past the first that passes the budget, and that one without its data.
-            guard builder.offer(row.record, seq: row.seq, size: row.size, fits: row.fits, data: { row.data.map { Data($0.readableBytesView) } })
-            else { break }
-        }
-        // The head was read in the statement's snapshot, with the rows: a cursor it refuses
-        // is refused before any of them is sent.
-        let start = try head.start(from: cursor, naming: ownWrites)
-        return builder.page { position, caughtUp in
-            cursors.encode(head.cursor(after: position, from: start, caughtUp: caughtUp), userID: userID)
+            return (head, spaces, rows)
         }
     }
 
-    /// A pull page's statement, one snapshot: the user's `ChangeHead`, then the rows after the
+    /// Offers a statement's rows to `builder` in change order: the statement has no ORDER BY of
+    /// its own (it would sort the page's data), and the window already decided which rows fit in
+    /// that order. It sends no row past the first that passes the budget, and that one without its data.
+    private static func offer(_ rows: [PulledRow], to builder: inout PullPage.Builder) {
+        for row in rows.sorted(by: { $0.seq < $1.seq }) {
+            guard builder.offer(row.record, seq: row.seq, size: row.size, fits: row.fits, data: { row.data.map { Data($0.readableBytesView) } })
+            else { break }
+        }
+    }
+
+    /// The spaces `userID` reads, in order of key, with the heads of their histories.
+    private func readableSpaces(of userID: String) async throws -> [ReadableSpace] {
+        try await withDatabase { [logger] db in
+            var spaces: [ReadableSpace] = []
+            for try await (key, id, role, position, epoch, epochBase, purgedThrough) in try await db.query(
+                """
+                SELECT m.space_key, s.id, m.role, coalesce(h.position, 0), coalesce(h.epoch, 0), coalesce(h.epoch_base, 0),
+                    coalesce(h.purged_through, 0)
+                FROM space_members m JOIN spaces s ON s.key = m.space_key
+                LEFT JOIN user_changes h ON h.user_id = (chr(1) || m.space_key::text) COLLATE "C"
+                WHERE m.user_id = \(userID) ORDER BY m.space_key
+                """,
+                logger: logger
+            ).decode((Int64, String, String, Int64, Int64, Int64, Int64).self) {
+                let head = ChangeHead(position: position, epoch: epoch, epochBase: epochBase, purgedThrough: purgedThrough)
+                spaces.append(ReadableSpace(key: key, id: id, role: SpaceRole(rawValue: role) ?? .read, head: head, last: position))
+            }
+            return spaces
+        }
+    }
+
+    /// A pull page's statement over one history (the user's, or a space's `partition`), one
+    /// snapshot: its `ChangeHead` and how many spaces the user is in, then the rows after the
     /// cursor in change order (tombstones up to its horizon left out; a pull from scratch naming
-    /// no writes of its own has the head as its horizon), walking `records_pull` and stopping at `scan` rows, and of those only
-    /// up to the first whose data passes the page's budget (sent without its data, `fits` false).
-    /// The running total reads each row's size from its header, not its data, so rows past the
-    /// budget cost an index entry and a heap tuple. A user without a head (who never pushed) has
-    /// no row at all; one with no change after the cursor has the head alone. Rows come in the
-    /// order the index walk reads them; the caller sorts them by `seq` all the same.
-    static func pullQuery(userID: String, cursor: PullCursor?, naming ownWrites: OwnWrites? = nil, scan: Int) -> PostgresQuery {
-        let budget = ProtocolLimits.maxPullPageDataBytes
+    /// no writes of its own has the head as its horizon), walking `records_pull` and stopping at
+    /// `scan` rows, and of those only up to the first whose data passes `budget` (sent without its
+    /// data, `fits` false; with `takesFirst`, the first row fits whatever its size). The running
+    /// total reads each row's size from its header, not its data, so rows past the budget cost an
+    /// index entry and a heap tuple. A history with no change after the cursor has the head
+    /// alone (zeros for one never written). Rows come in the order the index walk reads them;
+    /// the caller sorts them by `seq` all the same.
+    static func pullQuery(
+        userID: String,
+        partition: String? = nil,
+        cursor: PullCursor?,
+        naming ownWrites: OwnWrites? = nil,
+        scan: Int,
+        budget: Int = ProtocolLimits.maxPullPageDataBytes,
+        takesFirst: Bool = true
+    ) -> PostgresQuery {
+        let partition = partition ?? userID
         let after = cursor?.position ?? 0
         // `nil`: the head (`ChangeHead.start(from:naming:)`).
         let horizon = cursor?.horizon ?? (ownWrites == nil ? nil : 0)
         return """
-            SELECT u.position, u.epoch, u.epoch_base, u.purged_through, u.last_mutation_id, p.entity, p.entity_id, p.version, p.deleted,
-                p.natural_key, CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at, p.written_by, p.written_mutation, p.written_seq,
-                p.size, p.fits
-            FROM (
-                SELECT position, epoch, epoch_base, purged_through,
-                    (SELECT last_mutation_id FROM clients WHERE user_id = \(userID) AND client_id = \(ownWrites?.clientID)) AS last_mutation_id
-                FROM user_changes WHERE user_id = \(userID)
-            ) u
+            SELECT coalesce(u.position, 0), coalesce(u.epoch, 0), coalesce(u.epoch_base, 0), coalesce(u.purged_through, 0),
+                (SELECT last_mutation_id FROM clients WHERE user_id = \(userID) AND client_id = \(ownWrites?.clientID)),
+                (SELECT count(*)::int8 FROM space_members WHERE user_id = \(userID)),
+                p.entity, p.entity_id, p.version, p.deleted, p.natural_key, CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at,
+                p.written_by, p.written_mutation, p.written_seq, p.size, p.fits
+            FROM (SELECT 1) one
+            LEFT JOIN user_changes u ON u.user_id = \(partition)
             LEFT JOIN LATERAL (
-                SELECT *, running <= \(budget) OR running = size AS fits FROM (
+                SELECT *, running <= \(budget) OR (\(takesFirst) AND running = size) AS fits FROM (
                     SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation,
                         written_seq, coalesce(octet_length(data), 0) AS size,
                         sum(coalesce(octet_length(data), 0)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running
                     FROM records
-                    WHERE user_id = \(userID) AND seq > \(after) AND NOT (deleted AND seq <= coalesce(\(horizon), u.position))
+                    WHERE user_id = \(partition) AND seq > \(after) AND NOT (deleted AND seq <= coalesce(\(horizon), u.position))
                     ORDER BY seq LIMIT \(scan)
                 ) scanned
                 WHERE running - size <= \(budget)
-            ) p ON true
+            ) p ON u.position IS NOT NULL
             """
     }
 

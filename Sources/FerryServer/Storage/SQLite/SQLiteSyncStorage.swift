@@ -162,29 +162,53 @@ public final class SQLiteSyncStorage: SyncStorage {
                     """
             )
         }
+        migrator.registerMigration("v5") { db in
+            // Spaces (PROTOCOL.md, "Spaces"): a key per space never reused (AUTOINCREMENT), whose
+            // records live under its partition (`SpacePartition`); a deleted space's row stays,
+            // so a cursor naming its key can say which space was revoked.
+            try db.execute(
+                sql: """
+                    CREATE TABLE spaces (key INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0);
+                    CREATE UNIQUE INDEX spaces_live_id ON spaces (id) WHERE deleted = 0;
+                    CREATE TABLE space_members (
+                        space_key INTEGER NOT NULL,
+                        user_id TEXT NOT NULL,
+                        role TEXT NOT NULL,
+                        PRIMARY KEY (space_key, user_id)
+                    ) WITHOUT ROWID;
+                    CREATE UNIQUE INDEX space_members_user ON space_members (user_id, space_key);
+                    """
+            )
+        }
         return migrator
     }
 
     /// Applies the batch in one write transaction, committed with `synchronous = FULL` before it returns.
-    public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        try await pushes.run(for: userID) { try await self.write(mutations, userID: userID, clientID: clientID) }
+    public func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
+        try await pushes.run(for: caller.userID) { try await self.write(mutations, caller: caller, clientID: clientID) }
     }
 
-    private func write(_ mutations: [IncomingMutation], userID: String, clientID: String) async throws -> PushResponse {
-        try await mapErrors {
+    private func write(_ mutations: [IncomingMutation], caller: Caller, clientID: String) async throws -> PushResponse {
+        let userID = caller.userID
+        let batch = SpacedBatch(mutations)
+        let epoch = epoch
+        return try await mapErrors {
             do {
                 return try await writer.write { db in
                     try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                        try Self.apply(
-                            mutations,
-                            clientID: clientID,
-                            lastMutationID: lastMutationID,
-                            replays: replays,
-                            userID: userID,
-                            epoch: epoch,
-                            db: db
-                        )
-                        .response
+                        try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db) {
+                            group in
+                            try Self.apply(
+                                group.mutations,
+                                clientID: group.writer,
+                                lastMutationID: lastMutationID,
+                                replays: replays,
+                                userID: group.partition,
+                                epoch: epoch,
+                                db: db
+                            )
+                            .response
+                        }
                     }
                 }
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
@@ -192,19 +216,59 @@ public final class SQLiteSyncStorage: SyncStorage {
                 // (rolled back whole) still gets one result per mutation instead of a 500.
                 return try await writer.write { db in
                     try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                        try Self.applyOneByOne(
-                            mutations,
-                            clientID: clientID,
-                            lastMutationID: lastMutationID,
-                            replays: replays,
-                            userID: userID,
-                            epoch: epoch,
-                            db: db
-                        )
+                        try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db) {
+                            group in
+                            try Self.applyOneByOne(
+                                group.mutations,
+                                clientID: group.writer,
+                                lastMutationID: lastMutationID,
+                                replays: replays,
+                                userID: group.partition,
+                                epoch: epoch,
+                                db: db
+                            )
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// A batch divided by history (`SpacedBatch`), each group applied by `apply`: the spaces it
+    /// names are resolved in the push's transaction, which the single writer keeps from any
+    /// membership change, so the whole batch is judged by one state of the memberships.
+    private static func apply(
+        _ batch: SpacedBatch,
+        caller: Caller,
+        clientID: String,
+        lastMutationID: Int64,
+        replays: [Int64: RecentResults.Kept],
+        db: Database,
+        apply: (SpacedBatch.Group) throws -> PushResponse
+    ) throws -> PushResponse {
+        var targets: [String: SpacedBatch.Target] = [:]
+        if !batch.spaceIDs.isEmpty {
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT s.id, s.key, m.role FROM spaces s LEFT JOIN space_members m ON m.space_key = s.key AND m.user_id = ?
+                    WHERE s.deleted = 0 AND s.id IN (SELECT value FROM json_each(?))
+                    """,
+                arguments: [caller.userID, String(decoding: try JSONEncoder().encode(batch.spaceIDs), as: UTF8.self)]
+            )
+            for row in rows {
+                targets[row[0]] = SpacedBatch.Target(key: row[1], role: (row[2] as String?).flatMap(SpaceRole.init(rawValue:)))
+            }
+        }
+        let (groups, refused) = batch.groups(
+            caller: caller,
+            clientID: clientID,
+            targets: targets,
+            lastMutationID: lastMutationID,
+            replays: replays
+        )
+        if refused.isEmpty, groups.count == 1, groups[0].mutations.count == batch.mutations.count { return try apply(groups[0]) }
+        return batch.response(lastMutationID: lastMutationID, groups: try groups.map(apply), refused: refused)
     }
 
     /// One push's transaction around `apply`: reads the client's position (and, for a resend,
@@ -314,11 +378,13 @@ public final class SQLiteSyncStorage: SyncStorage {
     }
 
     /// Reads up to `limit` records changed after `cursor` in one read transaction, leaving out
-    /// `ownWrites` and stopping at the page's data budget (`PullPage.Builder`). Throws
-    /// `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
+    /// `ownWrites` and stopping at the page's data budget (`PullPage.Builder`): the personal
+    /// history first, then each space the user reads (`SpacedPage`). Throws `ProtocolViolation`
+    /// (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
-        let cursor = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decode(cursor, userID: userID) }
-        let (head, start, builder) = try await mapErrors {
+        let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
+        let codec = cursors
+        return try await mapErrors {
             try await writer.read { db in
                 let row = try Row.fetchOne(
                     db.cachedStatement(
@@ -338,32 +404,88 @@ public final class SQLiteSyncStorage: SyncStorage {
                             arguments: [userID, ownWrites.clientID]
                         ) ?? 0
                 }
-                let start = try head.start(from: cursor, naming: ownWrites)
-                // A cursor steps one row at a time: the rows past the page's budget are never
-                // read, and a row's data is copied out only when the page takes it.
-                let rows = try Row.fetchCursor(
+                let start = try head.start(from: from?.personal, naming: ownWrites)
+                var personal = PullPage.Builder(after: start.position, limit: limit, leavingOut: ownWrites)
+                try Self.read(&personal, partition: userID, from: start, scan: PullPage.scanLimit(limit, leavingOut: ownWrites), db: db)
+                var page = SpacedPage(
+                    from: from,
+                    personal: personal,
+                    head: head,
+                    start: start,
+                    limit: limit,
+                    ownWrites: ownWrites,
+                    userID: userID
+                )
+                // Every space the user reads, with the last position its rows hold and its purge horizon.
+                let spaces = try Row.fetchAll(
                     db.cachedStatement(
                         sql: """
-                            SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at,
-                                written_by, written_mutation, written_seq, coalesce(length(data), 0)
-                            FROM records WHERE user_id = ? AND seq > ? AND NOT (deleted = 1 AND seq <= ?) ORDER BY seq LIMIT ?
+                            SELECT m.space_key, s.id, m.role,
+                                (SELECT max(seq) FROM records r WHERE r.user_id = char(1) || m.space_key),
+                                (SELECT purged_through FROM user_horizons h WHERE h.user_id = char(1) || m.space_key)
+                            FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = ? ORDER BY m.space_key
                             """
                     ),
-                    arguments: [userID, start.position, start.horizon, PullPage.scanLimit(limit, leavingOut: ownWrites)]
-                )
-                var builder = PullPage.Builder(after: start.position, limit: limit, leavingOut: ownWrites)
-                while let row = try rows.next() {
-                    var record = Self.record(from: row, withData: false)
-                    record.writtenBy = row[8]
-                    record.writtenMutation = row[9]
-                    record.writtenSeq = row[10]
-                    guard builder.offer(record, seq: row[6], size: row[11], data: { row[5] }) else { break }
+                    arguments: [userID]
+                ).map { row in
+                    var spaceHead = head
+                    spaceHead.purgedThrough = row[4] ?? 0
+                    spaceHead.lastMutationID = 0
+                    return ReadableSpace(
+                        key: row[0],
+                        id: row[1],
+                        role: SpaceRole(rawValue: row[2]) ?? .read,
+                        head: spaceHead,
+                        last: row[3] ?? 0
+                    )
                 }
-                return (head, start, builder)
+                for space in spaces {
+                    let start = try page.start(of: space)
+                    guard page.needsRead(space, from: start) else { continue }
+                    var builder = page.builder(for: space, from: start)
+                    try Self.read(
+                        &builder,
+                        partition: SpacePartition.name(space.key),
+                        from: start,
+                        scan: PullPage.scanLimit(builder.limit, leavingOut: ownWrites),
+                        db: db
+                    )
+                    page.add(builder, of: space, from: start)
+                }
+                let revokedKeys = page.revoked(readable: spaces)
+                var revoked: [String] = []
+                if !revokedKeys.isEmpty {
+                    revoked = try String.fetchAll(
+                        db,
+                        sql: "SELECT id FROM spaces WHERE key IN (SELECT value FROM json_each(?)) ORDER BY id",
+                        arguments: [String(decoding: try JSONEncoder().encode(revokedKeys), as: UTF8.self)]
+                    )
+                }
+                return page.page(cursors: codec, spaces: spaces, revoked: revoked)
             }
         }
-        return builder.page { position, caughtUp in
-            cursors.encode(head.cursor(after: position, from: start, caughtUp: caughtUp), userID: userID)
+    }
+
+    /// Offers `builder` the rows of `partition` after `start`, in change order. A cursor steps
+    /// one row at a time: the rows past the page's budget are never read, and a row's data is
+    /// copied out only when the page takes it.
+    private static func read(_ builder: inout PullPage.Builder, partition: String, from start: PullCursor, scan: Int, db: Database) throws {
+        let rows = try Row.fetchCursor(
+            db.cachedStatement(
+                sql: """
+                    SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at,
+                        written_by, written_mutation, written_seq, coalesce(length(data), 0)
+                    FROM records WHERE user_id = ? AND seq > ? AND NOT (deleted = 1 AND seq <= ?) ORDER BY seq LIMIT ?
+                    """
+            ),
+            arguments: [partition, start.position, start.horizon, scan]
+        )
+        while let row = try rows.next() {
+            var record = Self.record(from: row, withData: false)
+            record.writtenBy = row[8]
+            record.writtenMutation = row[9]
+            record.writtenSeq = row[10]
+            guard builder.offer(record, seq: row[6], size: row[11], data: { row[5] }) else { break }
         }
     }
 
@@ -553,7 +675,7 @@ public final class SQLiteSyncStorage: SyncStorage {
     }
 
     /// Turns SQLite failures a client should retry (busy, I/O, full disk, closed) into `StorageError.unavailable`.
-    private func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
+    func mapErrors<T>(_ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
         } catch let error as DatabaseError {

@@ -1,0 +1,91 @@
+/// What a member of a space may do (PROTOCOL.md, "Spaces").
+public enum SpaceRole: String, Sendable, Codable, Hashable, CaseIterable, Comparable {
+    /// Pull the space's records.
+    case read
+    /// Pull and push.
+    case write
+    /// Write, and manage the space's members.
+    case admin
+
+    /// Whether a member with this role may push to the space.
+    public var canWrite: Bool { self != .read }
+
+    /// Roles order by what they allow: `read` < `write` < `admin`.
+    public static func < (a: Self, b: Self) -> Bool { a.rank < b.rank }
+
+    private var rank: Int {
+        switch self {
+        case .read: 0
+        case .write: 1
+        case .admin: 2
+        }
+    }
+}
+
+/// One space a user belongs to, with their role in it: an entry of `GET /v1/spaces` and of a pull's `spaces`.
+public struct Membership: Sendable, Codable, Hashable {
+    /// The space's id.
+    public var space: String
+    /// The user's role in it.
+    public var role: SpaceRole
+
+    /// A membership from its fields.
+    public init(space: String, role: SpaceRole) {
+        self.space = space
+        self.role = role
+    }
+}
+
+/// One member of a space: an entry of `GET /v1/spaces/{space}/members`.
+public struct SpaceMember: Sendable, Codable, Hashable {
+    /// The member's user id (their tokens' `sub`).
+    public var user: String
+    /// Their role.
+    public var role: SpaceRole
+
+    /// A member from its fields.
+    public init(user: String, role: SpaceRole) {
+        self.user = user
+        self.role = role
+    }
+}
+
+/// `GET /v1/spaces` response body.
+public struct SpaceList: Sendable, Codable, Hashable {
+    /// The caller's memberships, sorted by space id.
+    public var spaces: [Membership]
+    /// A list from its memberships.
+    public init(spaces: [Membership]) { self.spaces = spaces }
+}
+
+/// `GET /v1/spaces/{space}/members` response body.
+public struct MemberList: Sendable, Codable, Hashable {
+    /// The space's members, sorted by user id.
+    public var members: [SpaceMember]
+    /// A list from its members.
+    public init(members: [SpaceMember]) { self.members = members }
+}
+
+/// `PUT /v1/spaces/{space}/members/{user}` request body.
+public struct RoleRequest: Sendable, Codable, Hashable {
+    /// The role to give.
+    public var role: SpaceRole
+    /// A request for `role`.
+    public init(role: SpaceRole) { self.role = role }
+}
+
+extension ProtocolValidation {
+    /// `nil` when `space` can name a space: 1 to 64 characters of `a-z 0-9 _ -`, starting with a
+    /// letter or digit; else why not.
+    public static func spaceIDProblem(_ space: String) -> String? {
+        let scalars = Array(space.unicodeScalars)
+        guard (1...ProtocolLimits.maxSpaceIDLength).contains(scalars.count) else {
+            return "space must be 1 to \(ProtocolLimits.maxSpaceIDLength) characters, got \(scalars.count)"
+        }
+        let allowed = { (scalar: Unicode.Scalar) in ("a"..."z").contains(scalar) || ("0"..."9").contains(scalar) }
+        guard allowed(scalars[0]), scalars.allSatisfy({ allowed($0) || $0 == "_" || $0 == "-" }) else {
+            return "space may contain only a-z 0-9 _ - and must start with a letter or digit, got '\(space.prefix(64))'"
+        }
+        return nil
+    }
+}

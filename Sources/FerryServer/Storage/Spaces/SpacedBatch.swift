@@ -1,0 +1,79 @@
+import FerryProtocol
+
+/// A push's batch divided by the history each mutation writes: the personal space, and each
+/// space it names, which the storage applies one after another in the push's transaction, each
+/// with the planner as a personal batch. Exactly-once bookkeeping stays the client's: one
+/// `lastMutationID` and one set of kept results for the whole batch.
+struct SpacedBatch {
+    /// A space a batch writes to, as the push's transaction resolved it.
+    struct Target: Sendable {
+        var key: Int64
+        /// The caller's role; `nil` when not a member.
+        var role: SpaceRole?
+    }
+
+    /// The mutations of one history, in request order.
+    struct Group {
+        /// The `user_id` of its rows: the user's id, or the space's partition.
+        var partition: String
+        /// Who writes its rows (`StoredRecord.writtenBy`).
+        var writer: String
+        var mutations: [IncomingMutation]
+    }
+
+    let mutations: [IncomingMutation]
+    /// The ids of the spaces the batch names, sorted; mutations naming an invalid id are
+    /// planned with the personal ones, which the planner rejects for it.
+    let spaceIDs: [String]
+
+    init(_ mutations: [IncomingMutation]) {
+        self.mutations = mutations
+        spaceIDs = Set(mutations.compactMap { $0.rejection == nil ? $0.mutation.space : nil }).sorted()
+    }
+
+    /// Divides the batch by history given the spaces as resolved (by id, live ones only):
+    /// the mutations the caller may not write are answered here (`refused`), each alone.
+    func groups(
+        caller: Caller,
+        clientID: String,
+        targets: [String: Target],
+        lastMutationID: Int64,
+        replays: [Int64: RecentResults.Kept]
+    ) -> (groups: [Group], refused: [Int64: PushResult]) {
+        var personal: [IncomingMutation] = []
+        var bySpace: [Int64: [IncomingMutation]] = [:]
+        var refused: [Int64: PushResult] = [:]
+        for incoming in mutations {
+            guard let space = incoming.mutation.space, incoming.rejection == nil else {
+                personal.append(incoming)
+                continue
+            }
+            let target = targets[space]
+            if let target, caller.isService || target.role?.canWrite == true {
+                bySpace[target.key, default: []].append(incoming)
+            } else if incoming.mutation.id <= lastMutationID, let kept = replays[incoming.mutation.id], kept.answers(incoming) {
+                refused[incoming.mutation.id] = kept.result(for: incoming.mutation)
+            } else {
+                refused[incoming.mutation.id] = SpaceRules.refusedWrite(id: incoming.mutation.id, space: space, role: target?.role)
+            }
+        }
+        let writer = SpacePartition.writer(clientID: clientID, userID: caller.userID)
+        var groups = personal.isEmpty ? [] : [Group(partition: caller.userID, writer: clientID, mutations: personal)]
+        for key in bySpace.keys.sorted() {
+            groups.append(Group(partition: SpacePartition.name(key), writer: writer, mutations: bySpace[key]!))
+        }
+        return (groups, refused)
+    }
+
+    /// The batch's response from each group's and the refused mutations' results, in request order.
+    func response(lastMutationID: Int64, groups: [PushResponse], refused: [Int64: PushResult]) -> PushResponse {
+        var results = refused
+        for response in groups {
+            for result in response.results { results[result.id] = result }
+        }
+        return PushResponse(
+            lastMutationID: max(lastMutationID, mutations.last?.mutation.id ?? 0),
+            results: mutations.map { results[$0.mutation.id]! }
+        )
+    }
+}

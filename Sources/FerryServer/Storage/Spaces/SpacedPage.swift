@@ -1,0 +1,110 @@
+import FerryProtocol
+
+/// A space the user can read, as a pull's snapshot saw it.
+struct ReadableSpace: Sendable {
+    var key: Int64
+    var id: String
+    var role: SpaceRole
+    /// The head of the space's history (on SQLite, the one history's, with the space's purge horizon).
+    var head: ChangeHead
+    /// The last position the space's rows hold: nothing to read when the cursor stands there.
+    var last: Int64
+}
+
+/// Assembles one pull page over the personal space and the spaces the user reads
+/// (`PullPosition`): the personal history first, then each space in order of key, each read as
+/// a personal pull reads the user's history, with what the page has left of its records and
+/// bytes. A history read to its end stands at its head in the next cursor; the first that
+/// fills the page stands after its last row read, and the spaces after it keep their positions
+/// (or, just joined, are not named yet), so the next page goes on where this one stopped.
+struct SpacedPage {
+    let limit: Int
+    let ownWrites: OwnWrites?
+    let userID: String
+    let from: PullPosition?
+    private(set) var records: [StoredRecord] = []
+    private(set) var next: PullPosition
+    /// A history stopped before its end: more follows.
+    private(set) var stopped = false
+    private var dataBytes = 0
+
+    /// A page after `from`, whose personal part `personal` read (the builder the engine fed, from `start`).
+    init(
+        from: PullPosition?,
+        personal: PullPage.Builder,
+        head: ChangeHead,
+        start: PullCursor,
+        limit: Int,
+        ownWrites: OwnWrites?,
+        userID: String
+    ) {
+        self.from = from
+        self.limit = limit
+        self.ownWrites = ownWrites
+        self.userID = userID
+        records = personal.records
+        dataBytes = personal.dataBytes
+        stopped = personal.stopped
+        next = PullPosition(personal: head.cursor(after: personal.position, from: start, caughtUp: !personal.stopped))
+    }
+
+    /// The spaces the cursor named that the user no longer reads, by key.
+    func revoked(readable: [ReadableSpace]) -> [Int64] {
+        let keys = Set(readable.map(\.key))
+        return (from?.spaces.keys).map { $0.filter { !keys.contains($0) }.sorted() } ?? []
+    }
+
+    /// Where `space`'s read starts: the cursor's position in it, or its beginning without
+    /// tombstones (the device never had its records). Throws `cursor_expired` as `ChangeHead` does.
+    func start(of space: ReadableSpace) throws(ProtocolViolation) -> PullCursor {
+        try space.head.start(from: from?.spaces[space.key])
+    }
+
+    /// Whether `space` has rows to read after `start` while the page has room; a space with
+    /// none is caught up without a read.
+    mutating func needsRead(_ space: ReadableSpace, from start: PullCursor) -> Bool {
+        if stopped {
+            // The page is full: the space keeps its position, or waits to be joined.
+            if let kept = from?.spaces[space.key] { next.spaces[space.key] = kept }
+            return false
+        }
+        if space.last <= start.position {
+            next.spaces[space.key] = space.head.cursor(after: start.position, from: start, caughtUp: true)
+            return false
+        }
+        return true
+    }
+
+    /// The builder for `space`'s rows, with what is left of the page.
+    func builder(for space: ReadableSpace, from start: PullCursor) -> PullPage.Builder {
+        PullPage.Builder(
+            after: start.position,
+            limit: limit - records.count,
+            leavingOut: ownWrites.map {
+                OwnWrites(clientID: SpacePartition.writer(clientID: $0.clientID, userID: userID), answered: $0.answered)
+            },
+            budget: ProtocolLimits.maxPullPageDataBytes - dataBytes,
+            takesFirst: records.isEmpty,
+            space: space.id
+        )
+    }
+
+    /// Takes what `builder` read of `space`.
+    mutating func add(_ builder: PullPage.Builder, of space: ReadableSpace, from start: PullCursor) {
+        records += builder.records
+        dataBytes += builder.dataBytes
+        stopped = builder.stopped
+        next.spaces[space.key] = space.head.cursor(after: builder.position, from: start, caughtUp: !builder.stopped)
+    }
+
+    /// The page, its cursor signed by `cursors`.
+    func page(cursors: CursorCodec, spaces: [ReadableSpace], revoked: [String]) -> PullPage {
+        PullPage(
+            records: records,
+            cursor: cursors.encode(next, userID: userID),
+            hasMore: stopped,
+            spaces: spaces.map { Membership(space: $0.id, role: $0.role) }.sorted { $0.space < $1.space },
+            revoked: revoked
+        )
+    }
+}
