@@ -1,0 +1,188 @@
+import FerryProtocol
+import FerryServer
+import FerryTestSupport
+import Foundation
+import PostgresNIO
+import Testing
+
+/// Pulls across spaces never skip or double a change, however grants, revocations, deletions and
+/// other members' pushes fall between a pull's pages (PROTOCOL.md, "Spaces").
+@Suite("Space interleavings", .timeLimit(.minutes(5)))
+struct SpaceInterleavingTests {
+    /// One device of Bob's, paging three changes at a time, with a seeded event between every
+    /// two pages: Alice writes, updates or deletes in one of five spaces, Bob is granted or
+    /// removed, a space is deleted and created again. Bob's store applies each page as a client
+    /// does (changes, then dropping revoked spaces). Each record's versions must arrive in
+    /// increasing order while Bob stays a member (no double), and once caught up his store
+    /// must equal what a new device pulls from scratch (no skip). The order of events is the
+    /// script's, not the scheduler's.
+    @Test("a pull paging through spaces while memberships and pushes change between its pages ends equal to a pull from scratch", arguments: StorageBackend.allCases)
+    func scriptedInterleavings(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let alice = try await TestServer.token(for: "alice")
+            let bob = try await TestServer.token(for: "bob")
+            let spaces = (1...5).map { "s\($0)" }
+            for space in spaces { try await server.makeSpace(space, admin: "alice") }
+            var random = SeededGenerator(seed: 29)
+            var mutationID: Int64 = 0
+            var bobsMutation: Int64 = 0
+            var member: Set<String> = []
+            var store: [String: Change] = [:]
+            var lastVersion: [String: Int64] = [:]
+            var cursor: String?
+            var doubles: [String] = []
+
+            func alicePushes(_ count: Int) async throws {
+                let space = spaces.randomElement(using: &random)!
+                var mutations: [Mutation] = []
+                for _ in 0..<count {
+                    mutationID += 1
+                    let id = "r\(Int.random(in: 1...12, using: &random))"
+                    mutations.append(
+                        Int.random(in: 0..<5, using: &random) == 0
+                            ? Mutation(id: mutationID, entity: "items", entityID: id, op: .delete, space: space)
+                            : Mutation(id: mutationID, entity: "items", entityID: id, op: .upsert, data: .value(mutationID), space: space)
+                    )
+                }
+                _ = try await server.pushOK(PushRequest(clientID: "alice-phone", mutations: mutations), token: alice)
+            }
+
+            func pullPage() async throws -> Bool {
+                let page = try await server.pullOK(token: bob, cursor: cursor, limit: 3)
+                for change in page.changes {
+                    let key = "\(change.space ?? "-"):\(change.entityID)"
+                    if let last = lastVersion[key], change.version <= last { doubles.append("\(key) v\(change.version) after v\(last)") }
+                    lastVersion[key] = change.version
+                    store[key] = change.op == .delete ? nil : change
+                }
+                for space in page.revoked {
+                    store = store.filter { !$0.key.hasPrefix(space + ":") }
+                    lastVersion = lastVersion.filter { !$0.key.hasPrefix(space + ":") }
+                }
+                #expect(Set(page.spaces.map(\.space)) == member, "memberships as the page was read")
+                cursor = page.cursor
+                return page.hasMore
+            }
+
+            for step in 0..<80 {
+                switch Int.random(in: 0..<10, using: &random) {
+                case 0...3:
+                    try await alicePushes(Int.random(in: 1...6, using: &random))
+                case 4, 5:
+                    let space = spaces.randomElement(using: &random)!
+                    #expect(try await server.grant(.read, to: "bob", in: space, token: alice).status == 200)
+                    member.insert(space)
+                case 6:
+                    let space = spaces.randomElement(using: &random)!
+                    let answer = try await server.removeMember("bob", from: space, token: alice)
+                    #expect(answer.status == (member.contains(space) ? 204 : 404))
+                    member.remove(space)
+                case 7:
+                    let space = spaces.randomElement(using: &random)!
+                    #expect(try await server.deleteSpace(space, token: alice).status == 204)
+                    try await server.makeSpace(space, admin: "alice")
+                    member.remove(space)
+                case 8:
+                    bobsMutation += 1
+                    _ = try await server.pushOK(
+                        PushRequest(clientID: "bob-phone", mutations: [.upsert(id: bobsMutation, entity: "notes", entityID: "n\(step % 4)", data: .value(1))]),
+                        token: bob
+                    )
+                default:
+                    break
+                }
+                _ = try await pullPage()
+            }
+            while try await pullPage() {}
+            #expect(doubles.isEmpty, "changes delivered again: \(doubles)")
+            var fresh: [String: Change] = [:]
+            var freshCursor: String?
+            repeat {
+                let page = try await server.pullOK(token: bob, cursor: freshCursor, limit: 1000)
+                for change in page.changes { fresh["\(change.space ?? "-"):\(change.entityID)"] = change }
+                freshCursor = page.cursor
+                if !page.hasMore { break }
+            } while true
+            #expect(store.mapValues(\.version) == fresh.mapValues(\.version), "the paged store against a pull from scratch")
+            #expect(store.mapValues(\.data) == fresh.mapValues(\.data))
+            #expect(!fresh.isEmpty)
+        }
+    }
+
+    /// On PostgreSQL, with two processes: Alice's push into space `a` has taken its positions and
+    /// is held inside its transaction (a trigger waits on an advisory lock the test holds); Bob's
+    /// push into space `b` commits meanwhile (pushes to different spaces do not wait for each
+    /// other), and his push into `a` waits behind Alice's. Carol, who reads both, pulls in
+    /// between: her cursor must not pass either `a` push, which commit after her pull.
+    @Test("a push into one space that commits late is never skipped by a pull that read another space's later commit")
+    func lateCommitAcrossSpaces() async throws {
+        let database = try await TestDatabase.make(.postgres)
+        guard case .postgres(let location) = database.url else { return }
+        let storage = try await database.open()
+        let service = Caller(userID: "backend", isService: true)
+        for space in ["a", "b"] {
+            _ = try await storage.createSpace(space, by: service)
+            _ = try await storage.setRole(.write, of: "alice", in: space, by: service)
+            _ = try await storage.setRole(.write, of: "bob", in: space, by: service)
+            _ = try await storage.setRole(.read, of: "carol", in: space, by: service)
+        }
+        func push(_ storage: any SyncStorage, _ user: String, _ id: Int64, _ entity: String, into space: String) async throws -> PushResponse {
+            try await storage.push(
+                caller: Caller(userID: user),
+                clientID: "\(user)-phone",
+                mutations: [IncomingMutation(Mutation(id: id, entity: entity, entityID: entity, op: .upsert, data: .value(id), space: space))]
+            )
+        }
+        _ = try await push(storage, "alice", 1, "early", into: "a")
+        try await database.execute(
+            """
+            CREATE FUNCTION hold_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$
+            """
+        )
+        try await database.execute(
+            "CREATE TRIGGER hold_slow BEFORE INSERT ON records FOR EACH ROW WHEN (NEW.entity = 'slow') EXECUTE FUNCTION hold_slow()"
+        )
+        let otherProcess = try await database.open()
+        try await TestPostgres.withConnection(to: location) { gate in
+            _ = try await gate.query("SELECT pg_advisory_lock(4242)", logger: .init(label: "test"))
+            let slow = Task { try await push(storage, "alice", 2, "slow", into: "a") }
+            try await PostgresStorageTests.waitForWaiters(1, on: gate)
+            // Another space: commits while the first push is held.
+            #expect(try await push(otherProcess, "bob", 1, "fast", into: "b").results.first?.status == .applied)
+            let afterDone = PostgresStorageTests.Flag()
+            let after = Task {
+                defer { Task { await afterDone.set() } }
+                return try await push(otherProcess, "bob", 2, "after", into: "a")
+            }
+            // Bob's push into `a` waits for Alice's lock on the space (one more waiter), or has committed.
+            try await waitForLockWaiters(on: gate, orUntil: { await afterDone.isSet })
+            let during = try await storage.pull(userID: "carol", cursor: nil, limit: 10, ownWrites: nil)
+            _ = try await gate.query("SELECT pg_advisory_unlock(4242)", logger: .init(label: "test"))
+            _ = try await slow.value
+            _ = try await after.value
+            let then = try await storage.pull(userID: "carol", cursor: during.cursor, limit: 10, ownWrites: nil)
+            let (first, second) = (try PostgresStorageTests.entities(during), try PostgresStorageTests.entities(then))
+            #expect(first.sorted() == ["early", "fast"], "pulled while the push into a was held: \(first)")
+            #expect((first + second).sorted() == ["after", "early", "fast", "slow"], "pulled while held: \(first); after: \(second)")
+        }
+        try await otherProcess.close()
+        try await storage.close()
+    }
+
+    /// Waits until some session waits for a row lock (Bob's push behind Alice's space lock), or `done`.
+    private func waitForLockWaiters(on connection: PostgresConnection, orUntil done: () async -> Bool) async throws {
+        while true {
+            var waiting = 0
+            for try await n in try await connection.query(
+                "SELECT count(*)::int FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple')",
+                logger: .init(label: "test")
+            ).decode(Int.self) {
+                waiting = n
+            }
+            if waiting >= 1 { return }
+            if await done() { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}
