@@ -242,6 +242,70 @@ struct MultiProcessTests {
         #expect(Set(truth.values.map(\.entityID)) == Set(seen.keys))
     }
 
+    @Test(
+        "spaces across two processes: a grant on one and a revocation on the other while members push through both and a reader pulls alternating: the reader ends with what a fresh pull returns",
+        arguments: StorageBackend.allCases
+    )
+    func spacesAcrossProcesses(backend: StorageBackend) async throws {
+        let directory = TestDirectory.make("multi-process-spaces")
+        let database = try await TestDatabase.make(backend)
+        let (processes, servers) = try await Self.serve(2, on: database, in: directory)
+        defer { for process in processes { process.process.terminate() } }
+        let alice = try await TestServer.token(for: "alice")
+        let carol = try await TestServer.token(for: "carol")
+        try await servers[0].makeSpace("team", admin: "alice", members: ["bob": .write, "dave": .write])
+        try await servers[1].makeSpace("other", admin: "alice", members: ["carol": .read])
+        _ = try await servers[1].pushOK(
+            PushRequest(clientID: "a", mutations: [Mutation(id: 1, entity: "notes", entityID: "kept-out", op: .upsert, data: .value(1), space: "other")]),
+            token: alice
+        )
+        let store = try await withThrowingTaskGroup(of: [String: Int64]?.self) { group in
+            for (index, writer) in ["bob", "dave"].enumerated() {
+                group.addTask {
+                    let token = try await TestServer.token(for: writer)
+                    for batch in 0..<24 {
+                        let mutations = (0..<25).map { item in
+                            Mutation(
+                                id: Int64(batch * 25 + item + 1),
+                                entity: "tasks",
+                                entityID: "\(writer)-\(batch)-\(item % 20)",
+                                op: .upsert,
+                                data: .value(Int64(batch)),
+                                space: "team"
+                            )
+                        }
+                        _ = try await servers[(index + batch) % 2].pushOK(PushRequest(clientID: "\(writer)-phone", mutations: mutations), token: token)
+                        if batch == 8 && index == 0 {
+                            #expect(try await servers[0].grant(.read, to: "carol", in: "team", token: alice).status == 200)
+                            #expect(try await servers[1].removeMember("carol", from: "other", token: alice).status == 204)
+                        }
+                    }
+                    return nil
+                }
+            }
+            group.addTask {
+                var store: [String: Int64] = [:]
+                var cursor: String?
+                func page(_ server: RemoteServer, limit: Int) async throws -> Bool {
+                    let page = try await server.pullOK(token: carol, cursor: cursor, limit: limit)
+                    for change in page.changes { store["\(change.space ?? "-"):\(change.entityID)"] = change.version }
+                    for space in page.revoked { store = store.filter { !$0.key.hasPrefix(space + ":") } }
+                    cursor = page.cursor
+                    return page.hasMore
+                }
+                for round in 0..<300 { _ = try await page(servers[round % 2], limit: 37) }
+                while try await page(servers[0], limit: 500) {}
+                return store
+            }
+            var result: [String: Int64] = [:]
+            for try await store in group { if let store { result = store } }
+            return result
+        }
+        let fresh = try await servers[1].pullAll(token: carol)
+        #expect(fresh.count == 2 * 24 * 20)
+        #expect(store == fresh.reduce(into: [:]) { $0[$1.key.replacingOccurrences(of: "tasks/", with: "")] = $1.value.version })
+    }
+
     @Test("the rate limit is one quota per user whichever process answers: two processes on one PostgreSQL database allow it once")
     func sharedRateLimit() async throws {
         let directory = TestDirectory.make("multi-process-rate")
