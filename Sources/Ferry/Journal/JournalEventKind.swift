@@ -50,6 +50,11 @@ extension JournalEvent {
         public static let pullRestarted: Kind = "pull.restarted"
         /// A pull from scratch ended, and the records it did not bring back left the store: `details["removed"]`, `details["kept"]` (changes queued).
         public static let pullSwept: Kind = "pull.swept"
+        /// The server revoked a space (`details["space"]`): its rows left the store (`details["removed"]`)
+        /// and its queued changes became dead letters (`details["deadLettered"]`).
+        public static let spaceRevoked: Kind = "space.revoked"
+        /// The user gained a space (`details["space"]`, `details["role"]`); the pull brings it whole.
+        public static let spaceJoined: Kind = "space.joined"
         /// A pulled record the app's schema refused was set aside.
         public static let pullSetAside: Kind = "pull.setAside"
         /// The store took a new client id: another store holds its old one.

@@ -67,7 +67,7 @@ struct Outbox: Sendable {
             var rows = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, coalesce(changed_at, queued_at) FROM ferry_outbox
+                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, coalesce(changed_at, queued_at), space FROM ferry_outbox
                     WHERE state = ? ORDER BY id LIMIT ?
                     """,
                 arguments: [OutboxState.pending.rawValue, limit]
@@ -135,6 +135,7 @@ struct Outbox: Sendable {
                 }
                 var mutation = OutgoingMutation(id: row[0], entity: record.entity, entityID: record.entityID, op: op)
                 mutation.changedAt = OutgoingMutation.milliseconds(row[8])
+                mutation.space = row[9]
                 if op == .upsert {
                     mutation.dataText = row[4]
                     mutation.naturalKey = row[5]
@@ -447,15 +448,16 @@ struct Outbox: Sendable {
         data: String?,
         naturalKey: String?,
         queuedAt: Double? = nil,
+        space: String? = nil,
         db: Database
     ) throws {
         try db.cachedStatement(
             sql: """
-                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at)
-                VALUES (?, ?, ?, ?, ?, coalesce(?, \(OutboxState.nowSQL)))
+                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space)
+                VALUES (?, ?, ?, ?, ?, coalesce(?, \(OutboxState.nowSQL)), ?)
                 """
         )
-        .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey, queuedAt])
+        .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey, queuedAt, space])
     }
 
     /// Local rows take the server's state of records the server reported as they are now,
@@ -672,6 +674,7 @@ struct Outbox: Sendable {
                 entityID: mutation.entityID,
                 data: current?.deleted == false ? current?.data : nil,
                 naturalKey: current?.naturalKey ?? mutation.naturalKey,
+                space: .some(mutation.space),
                 db: db
             )
             if let current { versions.set(current.version, of: record) }
@@ -683,6 +686,7 @@ struct Outbox: Sendable {
                 entityID: mutation.entityID,
                 data: data,
                 naturalKey: mutation.naturalKey ?? current?.naturalKey,
+                space: .some(mutation.space),
                 db: db
             )
             let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
@@ -694,6 +698,7 @@ struct Outbox: Sendable {
                 data: text,
                 naturalKey: data == nil ? nil : mutation.naturalKey ?? current?.naturalKey,
                 queuedAt: changedAt.map { Double($0) / 1000 },
+                space: mutation.space,
                 db: db
             )
             later.add(db.lastInsertedRowID, of: record)  // a merge into this record later in the batch must see it

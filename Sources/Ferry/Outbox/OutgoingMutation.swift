@@ -15,6 +15,8 @@ struct OutgoingMutation: Sendable {
     var baseVersion: Int64?
     /// When the change was queued, in milliseconds since 1970 (`Mutation.changedAt`).
     var changedAt: Int64?
+    /// The space of the record; `nil` for the personal space.
+    var space: String?
 
     /// A mutation's share of a request body besides its data, id and natural key: field names,
     /// punctuation, the entity, numbers (an upper bound, for `Outbox.bodyBudget`).
@@ -42,7 +44,8 @@ struct OutgoingMutation: Sendable {
             data: data,
             naturalKey: naturalKey,
             baseVersion: baseVersion,
-            changedAt: changedAt
+            changedAt: changedAt,
+            space: space
         )
         // Text of up to 32 KiB cannot exceed 256 KiB once the server encodes it (its numbers
         // may be a few digits longer than SQLite's); larger data is measured exactly.
@@ -89,6 +92,10 @@ struct OutgoingMutation: Sendable {
         if let changedAt {
             json.raw(",\"changedAt\":")
             json.integer(changedAt)
+        }
+        if let space {
+            json.raw(",\"space\":")
+            json.string(space)
         }
         json.raw("}")
     }

@@ -1,3 +1,4 @@
+import FerryProtocol
 import Foundation
 
 /// What the engine is doing, in one value that observers receive on every change.
@@ -28,6 +29,9 @@ public struct SyncStatus: Sendable, Equatable {
     public var lastSyncedAt: Date?
     /// Why the last run failed; `nil` once a run succeeds.
     public var lastError: String?
+    /// The spaces the user is a member of, with their roles, as the latest pull read them
+    /// (PROTOCOL.md, "Spaces"); a revoked space leaves this list, and its queued changes count in `deadLettered`.
+    public var spaces: [Membership] = []
 
     /// The status before anything is known: `phase` (idle by default), nothing pending, never synced.
     public init(phase: Phase = .idle) {

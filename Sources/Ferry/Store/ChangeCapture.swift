@@ -20,7 +20,7 @@ enum ChangeCapture {
         let sql = try Expressions(table: table, db: db)
         let name = table.table
         let quoted = name.quotedDatabaseIdentifier
-        for suffix in ["insert", "update", "delete"] {
+        for suffix in ["insert", "update", "delete", "guard_insert", "guard_update", "guard_delete"] {
             try db.execute(sql: "DROP TRIGGER IF EXISTS \("ferry_capture_\(name)_\(suffix)".quotedDatabaseIdentifier)")
         }
         let capturing = "(SELECT capturing FROM ferry_meta)"
@@ -30,16 +30,47 @@ enum ChangeCapture {
                 BEGIN \(sql.upsert("NEW")) END;
                 CREATE TRIGGER \("ferry_capture_\(name)_update".quotedDatabaseIdentifier) AFTER UPDATE ON \(quoted) WHEN \(capturing)
                 BEGIN
-                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at) SELECT \(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL) WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"));
+                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at, space) SELECT \(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL), \(sql.space("OLD")) WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"));
                     \(sql.upsert("NEW"))
                 END;
                 CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
                 BEGIN
-                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL));
+                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at, space) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL), \(sql.space("OLD")));
                     DELETE FROM ferry_extras WHERE entity = \(sql.entity("OLD")) AND entity_id = OLD.\(sql.pk);
                 END;
                 """
         )
+        try installGuards(for: table, sql: sql, in: db)
+    }
+
+    /// Refuses, in the app's own transaction, a write to a space the store knows it may only
+    /// read (`ferry_spaces`, the memberships of the latest pull), naming the space and role;
+    /// and a change of a row's space column. Personal tables need none.
+    private static func installGuards(for table: SyncedTable, sql: Expressions, in db: Database) throws {
+        guard table.space != .personal else { return }
+        let name = table.table
+        let quoted = name.quotedDatabaseIdentifier
+        let capturing = "(SELECT capturing FROM ferry_meta)"
+        func refuse(_ row: String) -> String {
+            "SELECT ferry_refuse_write(space, role) FROM ferry_spaces WHERE space = \(sql.space(row)) AND role = 'read';"
+        }
+        var statements = """
+            CREATE TRIGGER \("ferry_capture_\(name)_guard_insert".quotedDatabaseIdentifier) BEFORE INSERT ON \(quoted) WHEN \(capturing)
+            BEGIN \(refuse("NEW")) END;
+            CREATE TRIGGER \("ferry_capture_\(name)_guard_delete".quotedDatabaseIdentifier) BEFORE DELETE ON \(quoted) WHEN \(capturing)
+            BEGIN \(refuse("OLD")) END;
+            CREATE TRIGGER \("ferry_capture_\(name)_guard_update".quotedDatabaseIdentifier) BEFORE UPDATE ON \(quoted) WHEN \(capturing)
+            BEGIN
+                \(refuse("OLD"))
+            """
+        if let column = table.spaceColumn?.quotedDatabaseIdentifier {
+            statements += """
+
+                    SELECT RAISE(ABORT, 'ferry: a row''s space cannot change; delete the row and insert it in the other space')
+                    WHERE OLD.\(column) IS NOT NEW.\(column);
+                """
+        }
+        try db.execute(sql: statements + "\nEND;")
     }
 
     /// Queues an upsert of each row of `table` matching `condition`, exactly as the insert
@@ -48,8 +79,8 @@ enum ChangeCapture {
         let sql = try Expressions(table: table, db: db)
         try db.execute(
             sql: """
-                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at)
-                SELECT \(sql.entity("NEW")), NEW.\(sql.pk), 'upsert', \(sql.data("NEW")), \(sql.naturalKey("NEW")), \(OutboxState.nowSQL)
+                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space)
+                SELECT \(sql.entity("NEW")), NEW.\(sql.pk), 'upsert', \(sql.data("NEW")), \(sql.naturalKey("NEW")), \(OutboxState.nowSQL), \(sql.space("NEW"))
                 FROM \(table.table.quotedDatabaseIdentifier) AS NEW\(condition.map { " WHERE \($0)" } ?? "")
                 """,
             arguments: arguments
@@ -72,7 +103,7 @@ private struct Expressions {
         let columns = columnInfos.map(\.name)
         if case .columns = table.layout {
             // JSON has no bytes: a BLOB column would pass here and fail every write of the table.
-            let reserved = [table.primaryKey, table.naturalKey, table.entityColumn].compactMap { $0?.lowercased() }
+            let reserved = table.reservedColumns.map { $0.lowercased() }
             for column in columnInfos where !reserved.contains(column.name.lowercased()) && Self.isDeclaredBlob(column.type) {
                 throw FerryError.invalidTable(
                     "table \(table.table): column \(column.name) is declared \(column.type), and JSON cannot carry bytes; declare it "
@@ -81,11 +112,14 @@ private struct Expressions {
                 )
             }
         }
-        for required in [table.primaryKey] + [table.naturalKey, table.entityColumn].compactMap({ $0 }) where !columns.contains(required) {
+        for required in table.reservedColumns where !columns.contains(required) {
             throw FerryError.invalidTable("table \(table.table) has no column \(required)")
         }
         if case .document(let column) = table.layout, !columns.contains(column) {
             throw FerryError.invalidTable("table \(table.table) has no column \(column)")
+        }
+        if case .named(let space) = table.space, let problem = ProtocolValidation.spaceIDProblem(space) {
+            throw FerryError.invalidTable("table \(table.table): \(problem)")
         }
         if table.entityColumn == nil, let problem = ProtocolValidation.entityProblem(table.entity) {
             throw FerryError.invalidTable("table \(table.table): \(problem); name the entity with SyncedTable(table:entity:)")
@@ -122,6 +156,15 @@ private struct Expressions {
         table.entityColumn.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral
     }
 
+    /// The row's space: NULL for the personal space.
+    func space(_ row: String) -> String {
+        switch table.space {
+        case .personal: "NULL"
+        case .named(let space): space.sqlLiteral
+        case .column(let column): "\(row).\(column.quotedDatabaseIdentifier)"
+        }
+    }
+
     func naturalKey(_ row: String) -> String {
         table.naturalKey.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? "NULL"
     }
@@ -131,7 +174,7 @@ private struct Expressions {
         case .document(let column):
             return "json(\(row).\(column.quotedDatabaseIdentifier))"
         case .columns:
-            let dataColumns = columns.filter { $0 != table.primaryKey && $0 != table.naturalKey && $0 != table.entityColumn }
+            let dataColumns = columns.filter { !table.reservedColumns.contains($0) }
             let fields = dataColumns.map { "\(table.field(ofColumn: $0).sqlLiteral), \(row).\($0.quotedDatabaseIdentifier)" }
             let object = "json_object(\(fields.joined(separator: ", ")))"
             // Fields this version's columns do not hold, pulled from devices that have them
@@ -152,7 +195,7 @@ private struct Expressions {
     }
 
     func upsert(_ row: String) -> String {
-        "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)), \(OutboxState.nowSQL));"
+        "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)), \(OutboxState.nowSQL), \(space(row)));"
     }
 }
 

@@ -24,6 +24,12 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     /// (`SyncSession.backgroundSync(timeLimit:)`): its batch was answered or went back to the
     /// queue, nothing was lost, and it runs again when the app is active.
     case interrupted(String)
+    /// A write to a space the store knows it may only read (its role is `read`); nothing was
+    /// captured. The message names the space and the role.
+    case readOnlySpace(String)
+    /// The server refused a space request (PROTOCOL.md, "Spaces"): its error `code`
+    /// (`forbidden`, `not_found`, `space_exists`, `last_admin`, `too_many_spaces`, `bad_request`) and message.
+    case refused(code: String, message: String)
 
     /// The error in one line, as logs, the journal and `SyncStatus.lastError` show it.
     public var description: String {
@@ -36,6 +42,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unreadableStore(let why): "cannot open the store: \(why)"
         case .stopped(let why): "not syncing: \(why)"
         case .interrupted(let why): "sync interrupted: \(why)"
+        case .readOnlySpace(let why): why
+        case .refused(let code, let message): "the server refused the request (\(code)): \(message)"
         }
     }
 }

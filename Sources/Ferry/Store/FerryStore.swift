@@ -43,6 +43,7 @@ public final class FerryStore: Sendable {
         var configuration = Configuration()
         configuration.label = "ferry.store"
         configuration.busyMode = .timeout(10)
+        configuration.prepareDatabase { db in db.add(function: SpaceGuard.refuseWrite) }
         do {
             if FileManager.default.fileExists(atPath: path) {
                 // Looked at read-only first: opening a pool writes to the file (GRDB makes
@@ -288,6 +289,18 @@ public final class FerryStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("ferry-v12") { db in
+            // Spaces: each queued change names its space (NULL: personal), a record set aside
+            // keeps its space, and the store keeps the memberships of the latest pull, which
+            // the guard triggers read to refuse writes to a space it may only read.
+            try db.execute(
+                sql: """
+                    ALTER TABLE ferry_outbox ADD COLUMN space TEXT;
+                    ALTER TABLE ferry_set_aside ADD COLUMN space TEXT;
+                    CREATE TABLE ferry_spaces (space TEXT PRIMARY KEY NOT NULL, role TEXT NOT NULL) WITHOUT ROWID;
+                    """
+            )
+        }
         return migrator
     }
 
@@ -300,12 +313,26 @@ public final class FerryStore: Sendable {
     }
 
     /// Records a change that is not a row of a synced table; it is uploaded like any other.
-    public func enqueue(entity: String, entityID: String, op: MutationOp, data: JSONObject? = nil, naturalKey: String? = nil) async throws {
+    /// `space` names the space the record lives in (`nil`: the personal space); a space the
+    /// store knows it may only read is refused with ``FerryError/readOnlySpace(_:)``.
+    public func enqueue(
+        entity: String,
+        entityID: String,
+        op: MutationOp,
+        data: JSONObject? = nil,
+        naturalKey: String? = nil,
+        space: String? = nil
+    ) async throws {
         let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
         try await database.write { db in
+            if let space, let role = try String.fetchOne(db, sql: "SELECT role FROM ferry_spaces WHERE space = ?", arguments: [space]),
+                role == SpaceRole.read.rawValue
+            {
+                throw FerryError.readOnlySpace(SpaceGuard.message(space: space, role: role))
+            }
             try db.execute(
-                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL))",
-                arguments: [entity, entityID, op.rawValue, text, naturalKey]
+                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL), ?)",
+                arguments: [entity, entityID, op.rawValue, text, naturalKey, space]
             )
         }
     }

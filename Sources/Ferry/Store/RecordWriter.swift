@@ -22,7 +22,9 @@ struct RecordWriter {
 
     /// Upserts the row with `data`, or deletes it when `data` is `nil`. Entities without a
     /// synced table (explicitly enqueued changes) have no row to write.
-    mutating func write(entity: String, entityID: String, data: JSONObject?, naturalKey: String?, db: Database) throws {
+    /// A table whose rows name their space (`SyncedTable.Space.column`) gets `space` in that
+    /// column; without one (`nil`, not `.some(nil)`: the personal space) a row keeps its space.
+    mutating func write(entity: String, entityID: String, data: JSONObject?, naturalKey: String?, space: String?? = nil, db: Database) throws {
         guard let table = store.table(forEntity: entity) else { return }
         guard let data else {
             try keepExtras([:], entity: entity, entityID: entityID, db: db)
@@ -41,6 +43,10 @@ struct RecordWriter {
         if let column = table.naturalKey {
             columns.append(column)
             values.append(naturalKey)
+        }
+        if let column = table.spaceColumn, case .some(let space) = space {
+            columns.append(column)
+            values.append(space)
         }
         switch table.layout {
         case .document(let column):
@@ -110,7 +116,7 @@ struct RecordWriter {
 
     private mutating func dataColumns(of table: SyncedTable, db: Database) throws -> [String] {
         if let cached = dataColumns[table.table] { return cached }
-        let reserved = [table.primaryKey, table.naturalKey, table.entityColumn].compactMap { $0 }
+        let reserved = table.reservedColumns
         let columns = try db.columns(in: table.table).map(\.name).filter { !reserved.contains($0) }.sorted()
         dataColumns[table.table] = columns
         return columns

@@ -37,6 +37,21 @@ public struct SyncedTable: Sendable, Hashable {
     /// same field. Fields that a device's columns do not hold are kept beside its row and sent
     /// back with its next change, so no version of the app erases what it does not know.
     public var fieldNames: [String: String] = [:]
+    /// Which space the table's rows live in (PROTOCOL.md, "Spaces"): the user's personal space
+    /// by default, one named space, or the space a column of each row names.
+    public var space: Space = .personal
+
+    /// Where a synced table's rows live.
+    public enum Space: Sendable, Hashable {
+        /// The signed-in user's own records.
+        case personal
+        /// Every row in one space, like a company's read-only reference data.
+        case named(String)
+        /// Each row in the space its column names (a team's `projects` with a `team_id`); NULL
+        /// is the personal space. Pulled records are written with the column set; a row's
+        /// space cannot change (delete it and insert it in the other space).
+        case column(String)
+    }
 
     /// A table with its own entity; `entity` defaults to the table's name. Nothing is checked here: opening a
     /// `FerryStore` throws `FerryError.invalidTable` for a table that does not fit.
@@ -47,9 +62,11 @@ public struct SyncedTable: Sendable, Hashable {
         naturalKey: String? = nil,
         layout: Layout = .columns,
         detectsConflicts: Bool = false,
-        fieldNames: [String: String] = [:]
+        fieldNames: [String: String] = [:],
+        space: Space = .personal
     ) {
         self.fieldNames = fieldNames
+        self.space = space
         self.table = table
         self.entity = entity ?? table
         self.primaryKey = primaryKey
@@ -70,6 +87,14 @@ public struct SyncedTable: Sendable, Hashable {
         synced.entityColumn = entityColumn
         return synced
     }
+
+    /// The column naming each row's space, if any.
+    var spaceColumn: String? {
+        if case .column(let column) = space { column } else { nil }
+    }
+
+    /// Columns that are not fields of a record's `data`.
+    var reservedColumns: [String] { [primaryKey, naturalKey, entityColumn, spaceColumn].compactMap { $0 } }
 
     /// The field of `data` that `column` holds.
     func field(ofColumn column: String) -> String {

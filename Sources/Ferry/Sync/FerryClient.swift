@@ -361,12 +361,29 @@ public actor FerryClient {
     @discardableResult
     func refreshCounts() async -> SyncStatus? {
         let commits = store.outboxCommits.count  // read first: a commit during the count is counted again next time
-        guard let counts = try? await Outbox.counts(in: store) else { return nil }
+        guard let counts = try? await Outbox.counts(in: store), let spaces = try? await store.database.read(SpaceMemberships.read) else {
+            return nil
+        }
         return await statusCenter.updateCounts(asOfCommit: commits) {
+            $0.spaces = spaces
             $0.pending = counts.pending
             $0.deadLettered = counts.deadLettered
             if let lastSynced = counts.lastSyncedAt { $0.lastSyncedAt = lastSynced }
         }
+    }
+
+    /// Sends a request of the client's own (space management) through its connection: paced,
+    /// authenticated, retried like a sync's. A 4xx answer throws ``FerryError/refused(code:message:)``.
+    func send(_ request: TransportRequest) async throws -> TransportResponse {
+        let response = try await connection.send(request)
+        guard (200..<300).contains(response.status) else {
+            let envelope = try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body)
+            throw FerryError.refused(
+                code: envelope?.error.code ?? "http_\(response.status)",
+                message: envelope?.error.message ?? SyncConnection.message(in: response)
+            )
+        }
+        return response
     }
 
     // MARK: - Dead letters
@@ -422,8 +439,8 @@ public actor FerryClient {
             )
             try db.execute(
                 sql: """
-                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, changed_at)
-                    SELECT entity, entity_id, op, data, natural_key, queued_at, changed_at FROM ferry_outbox WHERE state = ? ORDER BY id
+                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, changed_at, space)
+                    SELECT entity, entity_id, op, data, natural_key, queued_at, changed_at, space FROM ferry_outbox WHERE state = ? ORDER BY id
                     """,
                 arguments: [dead]
             )

@@ -17,6 +17,8 @@ struct PulledRecords {
         /// `nil` for a tombstone.
         var data: JSONObject?
         var naturalKey: String?
+        /// The space it lives in; `nil` for the personal space.
+        var space: String? = nil
     }
 
     /// What writing a list of records did.
@@ -67,7 +69,14 @@ struct PulledRecords {
     }
 
     private static func write(_ record: Record, writer: inout RecordWriter, db: Database) throws {
-        try writer.write(entity: record.ref.entity, entityID: record.ref.entityID, data: record.data, naturalKey: record.naturalKey, db: db)
+        try writer.write(
+            entity: record.ref.entity,
+            entityID: record.ref.entityID,
+            data: record.data,
+            naturalKey: record.naturalKey,
+            space: .some(record.space),
+            db: db
+        )
     }
 
     /// Keeps what `outcome` set aside and forgets what it wrote.
@@ -78,14 +87,14 @@ struct PulledRecords {
         }
         let keep = try db.cachedStatement(
             sql: """
-                INSERT OR REPLACE INTO ferry_set_aside (entity, entity_id, version, deleted, data, natural_key, error, at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, \(OutboxState.nowSQL))
+                INSERT OR REPLACE INTO ferry_set_aside (entity, entity_id, version, deleted, data, natural_key, error, at, space)
+                VALUES (?, ?, ?, ?, ?, ?, ?, \(OutboxState.nowSQL), ?)
                 """
         )
         for (record, reason) in outcome.refused {
             let data = try record.data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
             try keep.execute(
-                arguments: [record.ref.entity, record.ref.entityID, record.version, record.data == nil, data, record.naturalKey, reason]
+                arguments: [record.ref.entity, record.ref.entityID, record.version, record.data == nil, data, record.naturalKey, reason, record.space]
             )
         }
     }
@@ -94,13 +103,13 @@ struct PulledRecords {
     /// queued wait (their change reaches the server and comes back), and records this store
     /// already holds at their version or newer are forgotten.
     static func retrySetAside(store: FerryStore, db: Database) throws -> Outcome {
-        let rows = try Row.fetchAll(db, sql: "SELECT entity, entity_id, version, deleted, data, natural_key FROM ferry_set_aside")
+        let rows = try Row.fetchAll(db, sql: "SELECT entity, entity_id, version, deleted, data, natural_key, space FROM ferry_set_aside")
         guard !rows.isEmpty else { return Outcome() }
         var records: [Record] = []
         for row in rows {
             let data: JSONObject? =
                 (row[3] as Bool) ? nil : try JSONDecoder().decode(JSONObject.self, from: Data(((row[4] as String?) ?? "{}").utf8))
-            records.append(Record(ref: RecordRef(entity: row[0], entityID: row[1]), version: row[2], data: data, naturalKey: row[5]))
+            records.append(Record(ref: RecordRef(entity: row[0], entityID: row[1]), version: row[2], data: data, naturalKey: row[5], space: row[6]))
         }
         let known = try KnownVersions.of(records.map(\.ref), db: db)
         let queued = try Outbox.queuedRecords(among: records.map(\.ref), db: db)

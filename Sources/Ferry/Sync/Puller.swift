@@ -97,6 +97,10 @@ struct Puller: Sendable {
                 }
                 writing = Task { [scratch] in try await apply(page, fromScratch: scratch) }
                 summary.received += page.changes.count
+                if page.spaces != summary.spaces {
+                    summary.spaces = page.spaces
+                    await status.update { $0.spaces = page.spaces }
+                }
                 let phase = SyncStatus.Phase.downloading(received: summary.received)
                 await status.update { $0.phase = phase }
                 // The journal gets the words the status shows each time the count doubles, and
@@ -127,6 +131,25 @@ struct Puller: Sendable {
     private func count(_ outcome: PageOutcome, into summary: inout PullSummary) async {
         summary.applied += outcome.applied
         await journal(outcome.refused)
+        for membership in outcome.spaces.joined {
+            await connection.journal.record(
+                JournalEvent(
+                    kind: .spaceJoined,
+                    message: "joined space '\(membership.space)' (role \(membership.role.rawValue)); the pull brings it whole",
+                    details: ["space": membership.space, "role": membership.role.rawValue]
+                )
+            )
+        }
+        for revoked in outcome.spaces.revoked {
+            await connection.journal.record(
+                JournalEvent(
+                    kind: .spaceRevoked,
+                    message: "space '\(revoked.space)' was revoked: \(revoked.removed) row\(revoked.removed == 1 ? "" : "s") left the store"
+                        + (revoked.deadLettered > 0 ? ", \(revoked.deadLettered) queued change\(revoked.deadLettered == 1 ? "" : "s") became dead letters" : ""),
+                    details: ["space": revoked.space, "removed": "\(revoked.removed)", "deadLettered": "\(revoked.deadLettered)"]
+                )
+            )
+        }
     }
 
     /// A page, or the server's refusal of the cursor (unknown to it, or expired) with its words.
@@ -162,6 +185,8 @@ struct Puller: Sendable {
     private func apply(_ page: PullResponse, fromScratch: Bool) async throws -> PageOutcome {
         try await store.database.write { db in
             try lease.confirm(db)
+            // Spaces revoked leave the store first: a space revoked and granted again comes back whole in this page or the next.
+            let spaces = try SpaceMemberships.apply(page, store: store, db: db)
             var writer = RecordWriter(store: store)
             let records = page.changes.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }
             // From scratch, every record is taken as sent, whatever version this store knew: a
@@ -180,7 +205,8 @@ struct Puller: Sendable {
                         ref: record,
                         version: change.version,
                         data: change.op == .delete ? nil : (change.data ?? [:]),
-                        naturalKey: change.naturalKey
+                        naturalKey: change.naturalKey,
+                        space: change.space
                     )
                 )
             }
@@ -189,7 +215,7 @@ struct Puller: Sendable {
             try learned.save(db: db)
             try PulledRecords.save(outcome, db: db)
             try db.execute(sql: "UPDATE ferry_meta SET cursor = ?", arguments: [page.cursor])
-            return PageOutcome(applied: outcome.written.count, refused: outcome.refused.map { ($0.record.ref, $0.reason) })
+            return PageOutcome(applied: outcome.written.count, refused: outcome.refused.map { ($0.record.ref, $0.reason) }, spaces: spaces)
         }
     }
 
@@ -319,12 +345,15 @@ struct Puller: Sendable {
 private struct PageOutcome: Sendable {
     var applied: Int
     var refused: [(RecordRef, String)]
+    var spaces = SpaceMemberships.Changes()
 }
 
 /// Totals of one pull.
 public struct PullSummary: Sendable, Equatable {
     /// Pages asked for, including one the server refused for an unknown cursor; retries are not counted.
     public var requests = 0
+    /// The user's memberships as the last page was read.
+    public var spaces: [Membership] = []
     /// Changes the server sent, including those skipped as already known or still queued locally.
     public var received = 0
     /// Changes written locally: received, less those skipped as already known or behind queued

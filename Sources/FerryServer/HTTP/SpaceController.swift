@@ -56,10 +56,11 @@ struct SpaceController: Sendable {
 extension RoleRequest {
     /// Decodes `{"role": …}`; anything else is a `bad_request` naming the field.
     static func decode(from body: Data) throws(ProtocolViolation) -> RoleRequest {
-        guard case .object(let fields)? = try? JSONReader.parse(body) else {
+        // Foundation's parser: other fields are ignored whatever they hold (an integer past 64 bits included).
+        guard let fields = (try? JSONSerialization.jsonObject(with: body)) as? [String: Any] else {
             throw .badRequest("body must be a JSON object {\"role\": \"read\" | \"write\" | \"admin\"}")
         }
-        guard case .string(let text)? = fields["role"], let role = SpaceRole(rawValue: text) else {
+        guard let text = fields["role"] as? String, let role = SpaceRole(rawValue: text) else {
             throw .badRequest("role must be one of read, write, admin")
         }
         return RoleRequest(role: role)

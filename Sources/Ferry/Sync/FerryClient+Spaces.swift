@@ -1,0 +1,70 @@
+import FerryProtocol
+import Foundation
+
+/// Managing spaces from the app (PROTOCOL.md, "Spaces"): for apps where users share with each
+/// other, as with CloudKit shares. An app's backend manages spaces with a service token instead.
+/// A refusal throws ``FerryError/refused(code:message:)`` with the server's code and message;
+/// an invalid space or user id is refused before any request.
+extension FerryClient {
+    /// Creates `space` with the signed-in user its admin; the same if they already administer it.
+    @discardableResult
+    public func createSpace(_ space: String) async throws -> Membership {
+        try await request("PUT", Self.path(space: space), answer: Membership.self)
+    }
+
+    /// Deletes `space` and its records; every member loses access. Admins only.
+    public func deleteSpace(_ space: String) async throws {
+        try await request("DELETE", Self.path(space: space))
+    }
+
+    /// The signed-in user's memberships, from the server, sorted by space id.
+    public func spaces() async throws -> [Membership] {
+        try await request("GET", "/v1/spaces", answer: SpaceList.self).spaces
+    }
+
+    /// The members of `space`, sorted by user.
+    public func members(of space: String) async throws -> [SpaceMember] {
+        try await request("GET", Self.path(space: space) + "/members", answer: MemberList.self).members
+    }
+
+    /// Adds `user` to `space` with `role`, or changes their role. Admins only.
+    @discardableResult
+    public func setRole(_ role: SpaceRole, of user: String, in space: String) async throws -> SpaceMember {
+        try await request(
+            "PUT",
+            try Self.path(space: space, user: user),
+            body: try JSONEncoder().encode(RoleRequest(role: role)),
+            answer: SpaceMember.self
+        )
+    }
+
+    /// Removes `user` from `space`: an admin's request, or the user's own (leaving).
+    public func removeMember(_ user: String, from space: String) async throws {
+        try await request("DELETE", try Self.path(space: space, user: user))
+    }
+
+    private static func path(space: String) throws -> String {
+        if let problem = ProtocolValidation.spaceIDProblem(space) { throw FerryError.refused(code: ErrorCode.badRequest.rawValue, message: problem) }
+        return "/v1/spaces/\(space)"
+    }
+
+    private static func path(space: String, user: String) throws -> String {
+        guard !user.isEmpty, let encoded = user.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(.init(charactersIn: "-_.~")))
+        else { throw FerryError.refused(code: ErrorCode.badRequest.rawValue, message: "user must be 1 to 256 characters") }
+        return try path(space: space) + "/members/\(encoded)"
+    }
+
+    @discardableResult
+    private func request<Answer: Decodable>(_ method: String, _ path: String, body: Data? = nil, answer: Answer.Type) async throws -> Answer {
+        let response = try await send(TransportRequest(method: method, path: path, body: body))
+        do {
+            return try JSONDecoder().decode(Answer.self, from: response.body)
+        } catch {
+            throw FerryError.protocolViolation("\(method) \(path) answered a body that is not \(Answer.self): \(error)")
+        }
+    }
+
+    private func request(_ method: String, _ path: String) async throws {
+        _ = try await send(TransportRequest(method: method, path: path))
+    }
+}
