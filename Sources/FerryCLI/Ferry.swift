@@ -6,7 +6,7 @@ struct Ferry: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry",
         abstract: "Ferry: an offline-first sync engine. Runs the reference server, issues tokens, and drives a client store.",
-        subcommands: [ServeCommand.self, TokenCommand.self, ClientCommand.self, DemoCommand.self, BenchCommand.self]
+        subcommands: [ServeCommand.self, TokenCommand.self, ClientCommand.self, SpaceCommand.self, DemoCommand.self, BenchCommand.self]
     )
 }
 

@@ -81,9 +81,10 @@ public struct SyncedTable: Sendable, Hashable {
         entityColumn: String = "entity",
         primaryKey: String = "id",
         naturalKey: String? = nil,
-        layout: Layout = .columns
+        layout: Layout = .columns,
+        space: Space = .personal
     ) -> SyncedTable {
-        var synced = SyncedTable(table: table, primaryKey: primaryKey, naturalKey: naturalKey, layout: layout)
+        var synced = SyncedTable(table: table, primaryKey: primaryKey, naturalKey: naturalKey, layout: layout, space: space)
         synced.entityColumn = entityColumn
         return synced
     }

@@ -17,6 +17,9 @@ struct TokenCommand: AsyncParsableCommand {
     @Option(help: "Seconds until the token expires.")
     var ttl = 86_400
 
+    @Flag(help: "A service token (\"ferry_admin\": true): an app's backend, admin of every space and member of none.")
+    var admin = false
+
     func run() async throws {
         guard !user.isEmpty else { throw CommandFailure("--user must not be empty") }
         guard ttl > 0 else { throw CommandFailure("--ttl must be a positive number of seconds, got \(ttl)") }
@@ -29,6 +32,6 @@ struct TokenCommand: AsyncParsableCommand {
         } catch {
             throw CommandFailure("--secret: \(error)")
         }
-        print(try await authority.issue(userID: user, ttl: .seconds(ttl)))
+        print(try await authority.issue(userID: user, ttl: .seconds(ttl), service: admin))
     }
 }

@@ -27,7 +27,12 @@ struct StoreOptions: ParsableArguments {
     var user: String
 
     /// The generic records table: every entity in one table, data as a JSON document.
-    static let records = SyncedTable.multiEntity(table: "records", naturalKey: "natural_key", layout: .document(column: "data"))
+    static let records = SyncedTable.multiEntity(
+        table: "records",
+        naturalKey: "natural_key",
+        layout: .document(column: "data"),
+        space: .column("space")
+    )
 
     /// Refuses an empty `--user` and a `--store` that is a file; `false` when the directory
     /// does not exist.
@@ -70,6 +75,10 @@ struct StoreOptions: ParsableArguments {
                     """
             )
         }
+        schema.registerMigration("ferry-client-records-v2") { db in
+            // The space each record lives in (`--space`); NULL for the user's personal space.
+            try db.execute(sql: "ALTER TABLE records ADD COLUMN space TEXT")
+        }
         do {
             let path = try StoreLocation.path(forUser: user, in: URL(fileURLWithPath: store, isDirectory: true))
             return try FerryStore(path: path.path, schema: schema, tables: [Self.records])
@@ -77,6 +86,11 @@ struct StoreOptions: ParsableArguments {
             throw CommandFailure("cannot open the store for \(user) in \(store): \(error)")
         }
     }
+}
+
+/// Checks a `--space` before anything is written or sent.
+func validateSpace(_ space: String?) throws {
+    if let space, let problem = ProtocolValidation.spaceIDProblem(space) { throw CommandFailure("--space: \(problem)") }
 }
 
 /// Checks an entity name and record id before anything is written.

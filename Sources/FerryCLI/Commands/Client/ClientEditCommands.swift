@@ -12,21 +12,27 @@ struct ClientAddCommand: AsyncParsableCommand {
     @Option(help: "Record id.") var id: String
     @Option(help: "The record as a JSON object.") var data: String
     @Option(help: "Natural key, for server-side de-duplication.") var naturalKey: String?
+    @Option(help: "The space the record lives in; none for the user's personal space.") var space: String?
 
     func run() async throws {
         try validateRecord(entity: entity, id: id, naturalKey: naturalKey)
+        try validateSpace(space)
         let encoded = try encodeData(try parseObject(data, what: "--data"), what: "--data")
         let store = try options.open()
-        try await store.database.write { [entity, id, naturalKey] db in
-            try db.execute(
-                sql: """
-                    INSERT INTO records (entity, id, data, natural_key) VALUES (?, ?, ?, ?)
-                    ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key
-                    """,
-                arguments: [entity, id, encoded, naturalKey]
-            )
+        do {
+            try await store.database.write { [entity, id, naturalKey, space] db in
+                try db.execute(
+                    sql: """
+                        INSERT INTO records (entity, id, data, natural_key, space) VALUES (?, ?, ?, ?, ?)
+                        ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key, space = excluded.space
+                        """,
+                    arguments: [entity, id, encoded, naturalKey, space]
+                )
+            }
+        } catch let error as DatabaseError {
+            throw CommandFailure("\(entity)/\(id) was not saved: \(error.message ?? "\(error)")")
         }
-        printNow("saved \(entity)/\(id)")
+        printNow("saved \(entity)/\(id)" + (space.map { " in space \($0)" } ?? ""))
     }
 }
 
@@ -36,15 +42,24 @@ struct ClientDeleteCommand: AsyncParsableCommand {
     @OptionGroup var options: StoreOptions
     @Option(help: "Entity name.") var entity: String
     @Option(help: "Record id.") var id: String
+    @Option(help: "The space the record must be in; none for the personal space.") var space: String?
 
     func run() async throws {
         try validateRecord(entity: entity, id: id, naturalKey: nil)
+        try validateSpace(space)
         let store = try options.open()
-        let deleted = try await store.database.write { [entity, id] db in
-            try db.execute(sql: "DELETE FROM records WHERE entity = ? AND id = ?", arguments: [entity, id])
-            return db.changesCount
+        let deleted: Int
+        do {
+            deleted = try await store.database.write { [entity, id, space] db in
+                try db.execute(sql: "DELETE FROM records WHERE entity = ? AND id = ? AND space IS ?", arguments: [entity, id, space])
+                return db.changesCount
+            }
+        } catch let error as DatabaseError {
+            throw CommandFailure("\(entity)/\(id) was not deleted: \(error.message ?? "\(error)")")
         }
-        guard deleted > 0 else { throw CommandFailure("no record \(entity)/\(id) in the store of \(options.user)") }
+        guard deleted > 0 else {
+            throw CommandFailure("no record \(entity)/\(id) in \(space.map { "space \($0)" } ?? "the personal space") of \(options.user)")
+        }
         printNow("deleted \(entity)/\(id)")
     }
 }
@@ -59,9 +74,11 @@ struct ClientImportCommand: AsyncParsableCommand {
     @OptionGroup var options: StoreOptions
     @Option(help: "Entity name for every record.") var entity: String
     @Option(help: "A .jsonl file (a regular file: it is read twice).") var file: String
+    @Option(help: "The space every record lives in; none for the personal space.") var space: String?
 
     func run() async throws {
         if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
+        try validateSpace(space)
         let type = (try? FileManager.default.attributesOfItem(atPath: file))?[.type] as? FileAttributeType
         guard type == .typeRegular, FileManager.default.isReadableFile(atPath: file) else {
             let why =
@@ -76,20 +93,24 @@ struct ClientImportCommand: AsyncParsableCommand {
         var count = 0
         try Self.forEachRecord(in: file, entity: entity) { _ in count += 1 }
         let store = try options.open()
-        try await store.database.write { [entity, file, count] db in
-            let statement = try db.makeStatement(
-                sql: """
-                    INSERT INTO records (entity, id, data, natural_key) VALUES (?, ?, ?, ?)
-                    ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key
-                    """
-            )
-            var written = 0
-            try Self.forEachRecord(in: file, entity: entity) { row in
-                try statement.execute(arguments: [entity, row.id, row.data, row.naturalKey])
-                written += 1
+        do {
+            try await store.database.write { [entity, file, count, space] db in
+                let statement = try db.makeStatement(
+                    sql: """
+                        INSERT INTO records (entity, id, data, natural_key, space) VALUES (?, ?, ?, ?, ?)
+                        ON CONFLICT (entity, id) DO UPDATE SET data = excluded.data, natural_key = excluded.natural_key, space = excluded.space
+                        """
+                )
+                var written = 0
+                try Self.forEachRecord(in: file, entity: entity) { row in
+                    try statement.execute(arguments: [entity, row.id, row.data, row.naturalKey, space])
+                    written += 1
+                }
+                // Rolled back whole if the file changed between the two readings.
+                guard written == count else { throw CommandFailure("--file \(file) changed while it was imported; nothing was imported") }
             }
-            // Rolled back whole if the file changed between the two readings.
-            guard written == count else { throw CommandFailure("--file \(file) changed while it was imported; nothing was imported") }
+        } catch let error as DatabaseError {
+            throw CommandFailure("nothing was imported: \(error.message ?? "\(error)")")
         }
         printNow("imported \(count.formatted()) records into \(entity)")
     }

@@ -34,6 +34,7 @@ struct ClientListCommand: AsyncParsableCommand {
 
     @OptionGroup var options: StoreOptions
     @Option(help: "Entity name.") var entity: String
+    @Option(help: "Only the records of this space.") var space: String?
     @Flag(help: "Print JSON lines.") var json = false
 
     struct Record: Encodable {
@@ -41,8 +42,10 @@ struct ClientListCommand: AsyncParsableCommand {
         var version: Int64?
         var data: JSONObject
         var naturalKey: String?
+        /// Absent for a record of the personal space.
+        var space: String?
 
-        enum CodingKeys: String, CodingKey { case entityID, version, data, naturalKey }
+        enum CodingKeys: String, CodingKey { case entityID, version, data, naturalKey, space }
 
         func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
@@ -50,32 +53,35 @@ struct ClientListCommand: AsyncParsableCommand {
             try container.encode(version, forKey: .version)
             try container.encode(data, forKey: .data)
             try container.encode(naturalKey, forKey: .naturalKey)
+            try container.encodeIfPresent(space, forKey: .space)
         }
     }
 
     func run() async throws {
         if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
+        try validateSpace(space)
         let store = try options.open()
-        let rows = try await store.database.read { [entity] db in
+        let rows = try await store.database.read { [entity, space] db in
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT r.id, r.data, r.natural_key, v.version FROM records r
+                    SELECT r.id, r.data, r.natural_key, v.version, r.space FROM records r
                     LEFT JOIN ferry_versions v ON v.entity = r.entity AND v.entity_id = r.id
-                    WHERE r.entity = ? ORDER BY r.id
+                    WHERE r.entity = ? AND (?2 IS NULL OR r.space = ?2) ORDER BY r.id
                     """,
-                arguments: [entity]
-            ).map { ($0["id"] as String, $0["data"] as String, $0["natural_key"] as String?, $0["version"] as Int64?) }
+                arguments: [entity, space]
+            ).map { ($0[0] as String, $0[1] as String, $0[2] as String?, $0[3] as Int64?, $0[4] as String?) }
         }
         let encoder = JSONEncoder.sortedKeys()
-        for (id, data, naturalKey, version) in rows {
+        for (id, data, naturalKey, version, space) in rows {
             let object = (try? JSONDecoder().decode(JSONObject.self, from: Data(data.utf8))) ?? [:]
             if json {
-                printNow(
-                    String(decoding: try encoder.encode(Record(entityID: id, version: version, data: object, naturalKey: naturalKey)), as: UTF8.self)
-                )
+                let record = Record(entityID: id, version: version, data: object, naturalKey: naturalKey, space: space)
+                printNow(String(decoding: try encoder.encode(record), as: UTF8.self))
             } else {
-                printNow("\(id)\tv\(version.map(String.init) ?? "-")\t\(data)\(naturalKey.map { "\tkey \($0)" } ?? "")")
+                printNow(
+                    "\(id)\tv\(version.map(String.init) ?? "-")\t\(data)\(naturalKey.map { "\tkey \($0)" } ?? "")\(space.map { "\tspace \($0)" } ?? "")"
+                )
             }
         }
     }
