@@ -135,9 +135,9 @@ public struct FerryTestServer: Sendable {
         try await running.value
     }
 
-    /// A signed token for `user`, valid for `ttl`.
-    public func token(for user: String, ttl: Duration = .seconds(3600)) async throws -> String {
-        try await authority.issue(userID: user, ttl: ttl)
+    /// A signed token for `user`, valid for `ttl`; with `service`, a service token (`ferry_admin`).
+    public func token(for user: String, ttl: Duration = .seconds(3600), service: Bool = false) async throws -> String {
+        try await authority.issue(userID: user, ttl: ttl, service: service)
     }
 
     /// A token provider for a `FerryClient` signed in as `user`.
@@ -152,9 +152,10 @@ public struct FerryTestServer: Sendable {
 
     /// Pushes `mutations` as another device of `user` would (`client` is that device's id),
     /// so that a client under test finds them on the server.
-    public func seed(user: String, client: String = "seed-device", mutations: [Mutation]) async throws {
+    /// With `service`, it pushes as an app's backend with a service token (into any space).
+    public func seed(user: String, client: String = "seed-device", mutations: [Mutation], service: Bool = false) async throws {
         let transport = transport()
-        let token = try await token(for: user)
+        let token = try await token(for: user, service: service)
         for start in stride(from: 0, to: mutations.count, by: ProtocolLimits.maxMutationsPerPush) {
             let batch = PushRequest(
                 clientID: client,
@@ -175,7 +176,7 @@ public struct FerryTestServer: Sendable {
     }
 
     /// Everything the server holds for `user` (deleted records as tombstones), by
-    /// `entity/entityID`: what a test checks a client's outcome against.
+    /// `entity/entityID` (`space:entity/entityID` in a space): what a test checks a client's outcome against.
     public func records(of user: String) async throws -> [String: Change] {
         let transport = transport()
         let token = try await token(for: user)
@@ -192,7 +193,7 @@ public struct FerryTestServer: Sendable {
                 throw FerryTestServerFailure("reading the server answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
             }
             let page = try PullResponse.decode(from: response.body)
-            for change in page.changes { records["\(change.entity)/\(change.entityID)"] = change }
+            for change in page.changes { records[(change.space.map { "\($0):" } ?? "") + "\(change.entity)/\(change.entityID)"] = change }
             cursor = page.cursor
             if !page.hasMore { return records }
         }

@@ -13,6 +13,7 @@ struct DemoCommand: AsyncParsableCommand {
 
     static let scenarios: [any DemoScenario] = [
         LaunchStormScenario(), QueuedEventsScenario(), CrashRecoveryScenario(), AccountSwitchScenario(), HostileNetworkScenario(),
+        TeamSpacesScenario(),
     ]
 
     @Option(help: "Run only this scenario: \(Self.scenarios.map(\.name).joined(separator: ", ")).")

@@ -21,7 +21,7 @@ enum DemoTimeline {
                 if requests == nil { requests = (event.at, 0, [:]) }
                 requests?.count += 1
                 requests?.outcomes[outcome, default: 0] += 1
-            case "trigger", "scheduler.run", "run.finished", "wait", "deadLettered", "batch.halved":
+            case "trigger", "scheduler.run", "run.finished", "wait", "deadLettered", "batch.halved", "space.revoked", "space.joined":
                 flushRequests()
                 lines.append((event.at, event.message + detailText(event)))
             default:

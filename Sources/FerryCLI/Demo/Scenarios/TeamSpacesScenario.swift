@@ -1,0 +1,159 @@
+import Ferry
+import FerryProtocol
+import FerryTesting
+import Foundation
+import GRDB
+
+/// Shared spaces (PROTOCOL.md, "Spaces"): a company's backend fills a read-only space every
+/// employee downloads; a dispatcher and a field worker share a team's projects and edit the
+/// same one from two phones; the worker, offline with an edit queued, is removed from the team.
+struct TeamSpacesScenario: DemoScenario {
+    let name = "team-spaces"
+    let title = "Shared spaces: a company's 2,000 aliases read-only, a team's projects on two phones, a worker removed while offline"
+
+    static let projects = SyncedTable(table: "projects", space: .column("team_id"))
+    static let aliases = SyncedTable(table: "aliases", space: .named("company"))
+    static let notes = SyncedTable(table: "notes")
+
+    func run(in directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+        try await withServer(in: directory, rateLimit: .default) { server in
+            try await play(server: server, directory: directory, output: output)
+        }
+    }
+
+    /// A phone of `user`: its own store with the team app's tables, and a client.
+    private func phone(_ user: String, in directory: URL, server: FerryTestServer) throws -> FerryClient {
+        var schema = DatabaseMigrator()
+        schema.registerMigration("team-app-v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE projects (id TEXT PRIMARY KEY NOT NULL, team_id TEXT, title TEXT, status TEXT);
+                    CREATE TABLE aliases (id TEXT PRIMARY KEY NOT NULL, street TEXT, alias TEXT);
+                    CREATE TABLE notes (id TEXT PRIMARY KEY NOT NULL, body TEXT);
+                    """
+            )
+        }
+        let store = try FerryStore(
+            path: directory.appendingPathComponent("\(user).sqlite").path,
+            schema: schema,
+            tables: [Self.projects, Self.aliases, Self.notes]
+        )
+        return FerryClient(store: store, transport: server.transport(), token: server.tokenProvider(for: user))
+    }
+
+    private func count(_ sql: String, on client: FerryClient) async throws -> Int {
+        try await client.store.database.read { db in try Int.fetchOne(db, sql: sql) ?? 0 }
+    }
+
+    private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
+        let origin = Date()
+        // The company's backend, with a service token: the reference space, read by everyone.
+        let backend = server.transport()
+        let service = try await server.token(for: "backend", service: true)
+        for (method, path, body) in [
+            ("PUT", "/v1/spaces/company", nil), ("PUT", "/v1/spaces/company/members/dispatcher", #"{"role":"read"}"#),
+            ("PUT", "/v1/spaces/company/members/worker", #"{"role":"read"}"#),
+        ] as [(String, String, String?)] {
+            let response = try await backend.send(
+                TransportRequest(method: method, path: path, headers: ["Authorization": "Bearer \(service)"], body: body.map { Data($0.utf8) })
+            )
+            guard (200..<300).contains(response.status) else { throw CommandFailure("\(method) \(path) answered \(response.status)") }
+        }
+        try await server.seed(
+            user: "backend",
+            client: "company-import",
+            mutations: (1...2000).map {
+                Mutation(
+                    id: Int64($0),
+                    entity: "aliases",
+                    entityID: "alias-\($0)",
+                    op: .upsert,
+                    data: ["street": .string("\($0) Harbour Road"), "alias": .string("Dock \($0)")],
+                    space: "company"
+                )
+            },
+            service: true
+        )
+        output.say("The company's backend writes 2,000 address aliases into the read-only space 'company' with a service token.")
+
+        // The dispatcher makes the team and its projects; the worker joins.
+        let dispatcher = try phone("dispatcher", in: directory, server: server)
+        let worker = try phone("worker", in: directory, server: server)
+        try await dispatcher.createSpace("team-7")
+        try await dispatcher.setRole(.write, of: "worker", in: "team-7")
+        try await dispatcher.store.database.write { db in
+            for index in 1...5 {
+                try db.execute(
+                    sql: "INSERT INTO projects (id, team_id, title, status) VALUES (?, 'team-7', ?, 'open')",
+                    arguments: ["p\(index)", "Site \(index)"]
+                )
+            }
+        }
+        try await dispatcher.sync()
+        let firstPull = try await worker.sync().pull
+        let aliasesOnPhone = try await count("SELECT count(*) FROM aliases", on: worker)
+        let projectsOnPhone = try await count("SELECT count(*) FROM projects WHERE team_id = 'team-7'", on: worker)
+        output.say(
+            "The worker's phone joins: \(aliasesOnPhone.formatted()) aliases and \(projectsOnPhone) team projects in one sync of \(firstPull.requests) pages."
+        )
+        var readOnlyRefused = false
+        do {
+            try await worker.store.database.write { db in try db.execute(sql: "UPDATE aliases SET alias = 'Mine' WHERE id = 'alias-1'") }
+        } catch let error as DatabaseError {
+            readOnlyRefused = error.message?.contains("space 'company'") == true
+            output.say("The worker's app tries to rename an alias: refused at once (\(error.message ?? "")).")
+        }
+
+        // Both phones edit project p1; each sync brings the other's.
+        try await dispatcher.store.database.write { db in try db.execute(sql: "UPDATE projects SET title = 'Site 1, roof' WHERE id = 'p1'") }
+        try await dispatcher.sync()
+        try await worker.sync()
+        try await worker.store.database.write { db in try db.execute(sql: "UPDATE projects SET status = 'done' WHERE id = 'p1'") }
+        try await worker.sync()
+        try await dispatcher.sync()
+        let read = "SELECT title || '/' || status FROM projects WHERE id = 'p1'"
+        let dispatcherP1 = try await dispatcher.store.database.read { db in try String.fetchOne(db, sql: read) }
+        let workerP1 = try await worker.store.database.read { db in try String.fetchOne(db, sql: read) }
+        output.say("Both phones edit project p1: the dispatcher holds '\(dispatcherP1 ?? "-")', the worker '\(workerP1 ?? "-")'.")
+
+        // Offline, the worker edits p2 and writes a note; the dispatcher removes them from the team.
+        try await worker.store.database.write { db in
+            try db.execute(sql: "UPDATE projects SET status = 'blocked' WHERE id = 'p2'")
+            try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n1', 'gate code 4411')")
+        }
+        try await dispatcher.removeMember("worker", from: "team-7")
+        output.say("Offline, the worker marks p2 blocked and writes a note; meanwhile the dispatcher removes them from team-7.")
+        let workerOrigin = Date()
+        try await worker.sync()
+        let workerJournal = try await worker.journal.events().filter { $0.at >= origin }
+        DemoTimeline.narrate(workerJournal, since: workerOrigin, to: output, limit: 8)
+        let deadLetters = try await worker.deadLetters()
+        let projectsAfter = try await count("SELECT count(*) FROM projects", on: worker)
+        let aliasesAfter = try await count("SELECT count(*) FROM aliases", on: worker)
+        let workerRemote = try await server.records(of: "worker")
+        let dispatcherRemote = try await server.records(of: "dispatcher")
+        let p2 = dispatcherRemote["team-7:projects/p2"]?.data?["status"]
+        let dispatcherJournal = try await dispatcher.journal.events().filter { $0.at >= origin }
+        return ScenarioOutcome(
+            metrics: [
+                "aliases": aliasesOnPhone, "teamProjects": projectsOnPhone, "projectsAfterRemoval": projectsAfter,
+                "aliasesAfterRemoval": aliasesAfter, "deadLetters": deadLetters.count, "firstPullPages": firstPull.requests,
+            ],
+            checks: [
+                ("the worker's phone downloaded the company's 2,000 aliases and the team's 5 projects", aliasesOnPhone == 2000 && projectsOnPhone == 5),
+                ("a write to the read-only company space was refused in the app's transaction", readOnlyRefused),
+                ("both phones converged on p1 with both edits ('Site 1, roof/done')", dispatcherP1 == "Site 1, roof/done" && workerP1 == dispatcherP1),
+                (
+                    "removed while offline: the team's rows left the phone (\(projectsAfter) left), the aliases stayed (\(aliasesAfter))",
+                    projectsAfter == 0 && aliasesAfter == 2000
+                ),
+                (
+                    "the queued edit of p2 became a dead letter naming team-7 (\(deadLetters.count)); the server's p2 is untouched",
+                    deadLetters.count == 1 && deadLetters.first?.reason.contains("team-7") == true && p2 == .string("open")
+                ),
+                ("nothing else was lost: the worker's note reached the server", workerRemote["notes/n1"] != nil),
+            ],
+            timelines: [.init(title: "dispatcher", events: dispatcherJournal), .init(title: "worker", events: workerJournal)]
+        )
+    }
+}
