@@ -5,7 +5,7 @@ Usage: check-timeline.py DOM.html SCREENSHOT.png
 
 The DOM must hold one track per scenario user, the launch storm reading "ten triggers, one run"
 with ten trigger markers ended by a fate and one run bar, the crash's unfinished run, the hostile
-network's waits and refused requests, the merges of the queued events, a table row per event,
+network's waits and refused requests, the merges of the queued events, the team's two phones, a table row per event,
 and nothing that runs or loads. The screenshot must be the page drawn: the colours of the launch
 storm's markers, run bar and request among its pixels.
 """
@@ -91,7 +91,8 @@ def check_dom(path, failures):
         failures.append(f"the page loads or runs {page.fetches[:3]}; it must do neither")
     tracks = {track["title"]: track for track in page.tracks}
     expected = ["launch-storm: maya", "queued-events: sam", "crash-recovery: lee, before the crash and after",
-                "account-switch: ben", "account-switch: ana, back", "hostile-network: kim"]
+                "account-switch: ben", "account-switch: ana, back", "hostile-network: kim",
+                "team-spaces: dispatcher", "team-spaces: worker"]
     missing = [title for title in expected if title not in tracks]
     if missing:
         failures.append(f"tracks missing: {missing} (the page has {list(tracks)})")
