@@ -43,13 +43,14 @@ public struct PullResponse: Sendable, Codable, Hashable {
     public var cursor: String
     /// Pull again with `cursor` while this is true.
     public var hasMore: Bool
-    /// The user's memberships as the page was read, sorted by space id; empty from a server without spaces.
-    public var spaces: [Membership]
+    /// The user's memberships as the page was read, sorted by space id; `nil` when they are the
+    /// ones the request's cursor was read with (unchanged), and from a server without spaces.
+    public var spaces: [Membership]?
     /// The spaces the request's cursor covered that the user can no longer read: drop their records.
     public var revoked: [String]
 
     /// A response from its fields.
-    public init(changes: [Change], cursor: String, hasMore: Bool, spaces: [Membership] = [], revoked: [String] = []) {
+    public init(changes: [Change], cursor: String, hasMore: Bool, spaces: [Membership]? = nil, revoked: [String] = []) {
         self.changes = changes
         self.cursor = cursor
         self.hasMore = hasMore
@@ -63,7 +64,7 @@ public struct PullResponse: Sendable, Codable, Hashable {
         changes = try container.decode([Change].self, forKey: .changes)
         cursor = try container.decode(String.self, forKey: .cursor)
         hasMore = try container.decode(Bool.self, forKey: .hasMore)
-        spaces = try container.decodeIfPresent([Membership].self, forKey: .spaces) ?? []
+        spaces = try container.decodeIfPresent([Membership].self, forKey: .spaces)
         revoked = try container.decodeIfPresent([String].self, forKey: .revoked) ?? []
     }
 }

@@ -37,7 +37,7 @@ extension PullResponse {
             changes: try fields.elements("changes", Change.init),
             cursor: try fields.required("cursor", JSONFields.string),
             hasMore: try fields.required("hasMore", JSONFields.bool),
-            spaces: fields.fields["spaces"] == nil ? [] : try fields.elements("spaces", Membership.init),
+            spaces: fields.fields["spaces"].map { $0 == .null } ?? true ? nil : try fields.elements("spaces", Membership.init),
             revoked: try fields.strings("revoked")
         )
     }

@@ -97,9 +97,9 @@ struct Puller: Sendable {
                 }
                 writing = Task { [scratch] in try await apply(page, fromScratch: scratch) }
                 summary.received += page.changes.count
-                if page.spaces != summary.spaces {
-                    summary.spaces = page.spaces
-                    await status.update { $0.spaces = page.spaces }
+                if let spaces = page.spaces, spaces != summary.spaces {
+                    summary.spaces = spaces
+                    await status.update { $0.spaces = spaces }
                 }
                 let phase = SyncStatus.Phase.downloading(received: summary.received)
                 await status.update { $0.phase = phase }
@@ -352,8 +352,9 @@ private struct PageOutcome: Sendable {
 public struct PullSummary: Sendable, Equatable {
     /// Pages asked for, including one the server refused for an unknown cursor; retries are not counted.
     public var requests = 0
-    /// The user's memberships as the last page was read.
-    public var spaces: [Membership] = []
+    /// The user's memberships as the last page that carried them was read (a page leaves them
+    /// out when they did not change since its cursor); `nil` when none did.
+    public var spaces: [Membership]?
     /// Changes the server sent, including those skipped as already known or still queued locally.
     public var received = 0
     /// Changes written locally: received, less those skipped as already known or behind queued

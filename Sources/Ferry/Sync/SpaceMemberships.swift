@@ -28,9 +28,11 @@ enum SpaceMemberships {
         for space in page.revoked {
             changes.revoked.append(try revoke(space, store: store, db: db))
         }
+        // Left out: the memberships the cursor was read with, which the store keeps.
+        guard let spaces = page.spaces else { return changes }
         try db.execute(sql: "DELETE FROM ferry_spaces")
         let insert = try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_spaces (space, role) VALUES (?, ?)")
-        for membership in page.spaces {
+        for membership in spaces {
             try insert.execute(arguments: [membership.space, membership.role.rawValue])
             if before[membership.space] == nil { changes.joined.append(membership) }
         }

@@ -15,6 +15,9 @@ struct LoadTest {
     var batchSize = 50
     /// Clients of one user: the devices of a user share their records and their lock.
     var devicesPerUser = 5
+    /// Spaces the clients share, every user a writer of each, client `n` pushing into space
+    /// `n % spaces` (PROTOCOL.md, "Spaces"); 0: every push is personal.
+    var spaces = 0
 
     struct Report: Sendable {
         var seconds: Double
@@ -58,6 +61,21 @@ struct LoadTest {
             eventLoopGroup: HTTPClient.defaultEventLoopGroup,
             configuration: .init(connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: clients))
         )
+        if spaces > 0 {
+            let service = try await authority.issue(userID: "load-\(run)-backend", ttl: .seconds(3600), service: true)
+            for space in 0..<spaces {
+                try await Self.send("PUT", endpoints[0] + "/v1/spaces/load-\(run.lowercased())-\(space)", token: service, http: http)
+                for user in tokens.indices {
+                    try await Self.send(
+                        "PUT",
+                        endpoints[0] + "/v1/spaces/load-\(run.lowercased())-\(space)/members/load-\(run)-\(user)",
+                        token: service,
+                        body: #"{"role":"write"}"#,
+                        http: http
+                    )
+                }
+            }
+        }
         let tickets = Tickets(total: requests, halfway: { processes.map(\.residentMB) })
         let began = ContinuousClock.now
         let outcomes = await withTaskGroup(of: ClientOutcome.self) { group in
@@ -66,7 +84,8 @@ struct LoadTest {
                     clientID: "load-\(run)-\(client)",
                     token: tokens[client / devicesPerUser % tokens.count],
                     batchSize: batchSize,
-                    http: http
+                    http: http,
+                    space: spaces > 0 ? "load-\(run.lowercased())-\(client % spaces)" : nil
                 )
                 group.addTask { await device.run(tickets: tickets, endpoints: endpoints) }
             }
@@ -85,6 +104,16 @@ struct LoadTest {
             latencies: outcomes.flatMap(\.latencies).sorted(),
             memory: (0..<servers).map { (start[$0], halfway[$0], end[$0]) }
         )
+    }
+
+    /// One management request; anything but a success stops the test.
+    private static func send(_ method: String, _ url: String, token: String, body: String? = nil, http: HTTPClient) async throws {
+        var request = HTTPClientRequest(url: url)
+        request.method = .RAW(value: method)
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        if let body { request.body = .bytes(ByteBuffer(string: body)) }
+        let response = try await http.execute(request, timeout: .seconds(30))
+        guard (200..<300).contains(Int(response.status.code)) else { throw CommandFailure("\(method) \(url) answered \(response.status.code)") }
     }
 
     struct ClientOutcome: Sendable {
@@ -122,6 +151,8 @@ struct LoadTest {
         let token: String
         let batchSize: Int
         let http: HTTPClient
+        /// The space this client's records live in; `nil`: personal.
+        var space: String?
 
         func run(tickets: Tickets, endpoints: [String]) async -> ClientOutcome {
             var outcome = ClientOutcome()
@@ -135,11 +166,13 @@ struct LoadTest {
                     let mutations = (0..<batchSize).map { _ in
                         defer { nextID += 1 }
                         // A record is written four times on average: creates and updates.
-                        return Mutation.upsert(
+                        return Mutation(
                             id: nextID,
                             entity: "samples",
                             entityID: "\(clientID)-\(nextID % Int64(batchSize * 4 + 1))",
-                            data: ["value": .integer(nextID), "kind": .string("steps")]
+                            op: .upsert,
+                            data: ["value": .integer(nextID), "kind": .string("steps")],
+                            space: space
                         )
                     }
                     request = HTTPClientRequest(url: endpoint + "/v1/push")

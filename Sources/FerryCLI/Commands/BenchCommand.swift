@@ -12,7 +12,7 @@ struct BenchCommand: AsyncParsableCommand {
         discussion: "Build with -c release for figures worth recording; BENCHMARKS.md says how they were taken."
     )
 
-    static let names = ["capture", "drain", "merge", "sync", "pull", "relaunch", "naive", "launch", "load", "fairness"]
+    static let names = ["capture", "drain", "merge", "sync", "pull", "relaunch", "naive", "launch", "load", "fairness", "spaces"]
 
     @Option(
         help:
@@ -33,6 +33,7 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "load: ferry serve processes sharing the database, requests sent to each in turn.") var servers = 1
     @Option(help: "load: concurrent clients, five devices to a user, each pushing a batch of 50 then pulling.") var clients = 50
     @Option(help: "load: requests in all.") var requests = 20_000
+    @Option(help: "load: spaces the clients share (every user a writer of each); 0: personal records only.") var spaces = 0
     @Option(help: "Run only these benchmarks, comma-separated: \(Self.names.joined(separator: ", ")).") var only: String?
     @Flag(help: "Print one JSON object instead of the table.") var json = false
 
@@ -49,6 +50,7 @@ struct BenchCommand: AsyncParsableCommand {
         guard (1...16).contains(servers) else { throw ValidationError("--servers must be from 1 to 16, got \(servers)") }
         guard (1...1000).contains(clients) else { throw ValidationError("--clients must be from 1 to 1000, got \(clients)") }
         guard (1...10_000_000).contains(requests) else { throw ValidationError("--requests must be from 1 to 10000000, got \(requests)") }
+        guard (0...1000).contains(spaces) else { throw ValidationError("--spaces must be from 0 to 1000, got \(spaces)") }
         _ = try postgres()
     }
 
@@ -110,7 +112,8 @@ struct BenchCommand: AsyncParsableCommand {
         if wanted.contains("load") {
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             let target = postgres.map(DatabaseURL.postgres) ?? .sqlite(path: root.appendingPathComponent("load.sqlite").path)
-            let test = LoadTest(database: target, servers: servers, clients: clients, requests: requests)
+            var test = LoadTest(database: target, servers: servers, clients: clients, requests: requests)
+            test.spaces = spaces
             let result = try await test.run(in: root)
             if !json { report(result, of: test) }
             load = result
@@ -123,6 +126,12 @@ struct BenchCommand: AsyncParsableCommand {
                 let result = try await test.run(in: root)
                 if !json { report(result, of: test) }
             }
+        }
+        if wanted.contains("spaces") {
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            let target = postgres.map(DatabaseURL.postgres) ?? .sqlite(path: root.appendingPathComponent("spaces.sqlite").path)
+            let report = try await SpacesBench(database: target, records: sizes[0]).run(in: root)
+            if !json { for line in report { printNow(line) } }
         }
         if json { printNow(String(decoding: try ProtocolValidation.encode(document(results, load: load)), as: UTF8.self)) }
     }
@@ -201,6 +210,7 @@ struct BenchCommand: AsyncParsableCommand {
     private func report(_ load: LoadTest.Report, of test: LoadTest) {
         printNow(
             "load: \(test.servers) ferry serve process\(test.servers == 1 ? "" : "es") on \(test.database), \(test.clients) clients, \(load.requests.formatted()) requests (push \(test.batchSize) mutations, then pull)"
+                + (test.spaces > 0 ? ", records in \(test.spaces) shared spaces" : "")
         )
         printNow(
             String(

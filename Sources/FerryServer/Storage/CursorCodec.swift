@@ -35,12 +35,14 @@ struct CursorCodec: Sendable {
     /// names no space, else `c3.`: the `c2.` fields, then the epochs the spaces' entries use and
     /// for each space its key, position, horizon, epoch (as an index in that list) and head
     /// (past its position), as variable-length integers, which keeps a cursor over 1,000 spaces
-    /// near 8 KB.
+    /// near 8 KB. The memberships' digest follows the `c2.` fields.
     func encode(_ position: PullPosition, userID: String) -> String {
-        guard !position.spaces.isEmpty else { return encode(position.personal, userID: userID) }
+        guard !position.spaces.isEmpty || position.memberships != PullPosition.digest(of: []) else {
+            return encode(position.personal, userID: userID)
+        }
         let personal = position.personal
         var bytes = Self.bytes(of: personal.position) + Self.bytes(of: personal.horizon) + Self.bytes(of: personal.epoch)
-            + Self.bytes(of: personal.head)
+            + Self.bytes(of: personal.head) + Self.bytes(of: Int64(bitPattern: position.memberships))
         let entries = position.spaces.sorted { $0.key < $1.key }
         var epochs: [Int64] = []
         var epochIndex: [Int64: Int] = [:]
@@ -67,7 +69,7 @@ struct CursorCodec: Sendable {
             .invalidCursor,
             "cursor was not issued by this server for this user; pull without a cursor to start from the beginning"
         )
-        guard let data = Data(base64URLEncoded: String(cursor.dropFirst(3))), data.count > 32 + Self.tagBytes else { throw invalid }
+        guard let data = Data(base64URLEncoded: String(cursor.dropFirst(3))), data.count > 40 + Self.tagBytes else { throw invalid }
         let bytes = [UInt8](data)
         let signed = Array(bytes[..<(bytes.count - Self.tagBytes)])
         let expected = tag(signed, version: 3, userID: userID)
@@ -75,6 +77,7 @@ struct CursorCodec: Sendable {
         // Signed by this server: the fields are as it wrote them.
         var reader = Self.Reader(bytes: signed)
         let personal = PullCursor(position: reader.int64(), horizon: reader.int64(), epoch: reader.int64(), head: reader.int64())
+        let memberships = UInt64(bitPattern: reader.int64())
         let epochs = (0..<reader.varint()).map { _ in reader.int64() }
         var spaces: [Int64: PullCursor] = [:]
         for _ in 0..<reader.varint() {
@@ -87,7 +90,7 @@ struct CursorCodec: Sendable {
             spaces[key] = PullCursor(position: position, horizon: horizon, epoch: epochs[epoch], head: head)
         }
         guard reader.atEnd, personal.position >= 0 else { throw invalid }
-        return PullPosition(personal: personal, spaces: spaces)
+        return PullPosition(personal: personal, spaces: spaces, memberships: memberships)
     }
 
     /// What a cursor stands for.

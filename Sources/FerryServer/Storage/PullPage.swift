@@ -11,8 +11,8 @@ public struct PullPage: Sendable {
     public var cursor: String
     /// Whether more changes follow this page; the client pulls again with ``PullPage/cursor`` while it is true.
     public var hasMore: Bool
-    /// The user's memberships as the page was read, sorted by space id.
-    public var spaces: [Membership] = []
+    /// The user's memberships as the page was read, sorted by space id; `nil` when unchanged since the request's cursor.
+    public var spaces: [Membership]?
     /// The spaces the request's cursor covered that the user can no longer read.
     public var revoked: [String] = []
 
@@ -22,7 +22,7 @@ public struct PullPage: Sendable {
     /// Bytes of record data the page holds.
     public var dataBytes: Int { records.reduce(0) { $0 + ($1.data?.count ?? 0) } }
 
-    init(records: [StoredRecord], cursor: String, hasMore: Bool, spaces: [Membership] = [], revoked: [String] = []) {
+    init(records: [StoredRecord], cursor: String, hasMore: Bool, spaces: [Membership]? = nil, revoked: [String] = []) {
         self.records = records
         self.cursor = cursor
         self.hasMore = hasMore
@@ -112,7 +112,7 @@ public struct PullPage: Sendable {
     /// The `PullResponse` body of PROTOCOL.md, each record's stored data spliced in verbatim.
     public func responseBody() -> ByteBuffer {
         var body = JSONTextWriter(
-            capacity: 64 + 96 * spaces.count
+            capacity: 64 + 96 * (spaces?.count ?? 0)
                 + records.reduce(0) { $0 + 96 + $1.entity.utf8.count + $1.entityID.utf8.count + ($1.data?.count ?? 0) }
         )
         body.raw("{\"changes\":[")
@@ -141,20 +141,26 @@ public struct PullPage: Sendable {
         body.raw("],\"cursor\":")
         body.string(cursor)
         body.raw(hasMore ? ",\"hasMore\":true" : ",\"hasMore\":false")
-        body.raw(",\"spaces\":[")
-        for (index, membership) in spaces.enumerated() {
-            body.raw(index == 0 ? "{\"space\":" : ",{\"space\":")
-            body.string(membership.space)
-            body.raw(",\"role\":")
-            body.string(membership.role.rawValue)
-            body.raw("}")
+        if let spaces {
+            body.raw(",\"spaces\":[")
+            for (index, membership) in spaces.enumerated() {
+                body.raw(index == 0 ? "{\"space\":" : ",{\"space\":")
+                body.string(membership.space)
+                body.raw(",\"role\":")
+                body.string(membership.role.rawValue)
+                body.raw("}")
+            }
+            body.raw("]")
         }
-        body.raw("],\"revoked\":[")
-        for (index, space) in revoked.enumerated() {
-            if index > 0 { body.raw(",") }
-            body.string(space)
+        if !revoked.isEmpty {
+            body.raw(",\"revoked\":[")
+            for (index, space) in revoked.enumerated() {
+                if index > 0 { body.raw(",") }
+                body.string(space)
+            }
+            body.raw("]")
         }
-        body.raw("]}")
+        body.raw("}")
         return ByteBuffer(bytes: body.bytes)
     }
 }

@@ -97,13 +97,17 @@ struct SpacedPage {
         next.spaces[space.key] = space.head.cursor(after: builder.position, from: start, caughtUp: !builder.stopped)
     }
 
-    /// The page, its cursor signed by `cursors`.
+    /// The page, its cursor signed by `cursors`; the memberships only when they are not the
+    /// ones the request's cursor was read with (always without a cursor).
     func page(cursors: CursorCodec, spaces: [ReadableSpace], revoked: [String]) -> PullPage {
-        PullPage(
+        let memberships = spaces.map { Membership(space: $0.id, role: $0.role) }.sorted { $0.space < $1.space }
+        var next = next
+        next.memberships = PullPosition.digest(of: memberships)
+        return PullPage(
             records: records,
             cursor: cursors.encode(next, userID: userID),
             hasMore: stopped,
-            spaces: spaces.map { Membership(space: $0.id, role: $0.role) }.sorted { $0.space < $1.space },
+            spaces: from?.memberships == next.memberships ? nil : memberships,
             revoked: revoked
         )
     }
