@@ -156,6 +156,30 @@ struct SpaceClientTests {
         }
     }
 
+    @Test("a record the app deleted while its space was revoked comes back whole with a re-grant (found by the space fault schedules, seed 166)")
+    func regrantBringsBackWhatWasDeletedWhileRevoked() async throws {
+        try await TestServer.run { server in
+            let dispatcher = Self.client(try Self.openStore("dispatcher"), server, user: "dispatcher")
+            try await dispatcher.createSpace("team-1")
+            try await dispatcher.setRole(.write, of: "worker", in: "team-1")
+            try await dispatcher.store.database.write { db in
+                try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p1', 'team-1', 'Roof'), ('p2', 'team-1', 'Wall')")
+            }
+            try await dispatcher.sync()
+            let store = try Self.openStore("worker")
+            let worker = Self.client(store, server, user: "worker")
+            try await worker.sync()
+            try await dispatcher.removeMember("worker", from: "team-1")
+            try await store.database.write { db in try db.execute(sql: "DELETE FROM projects WHERE id = 'p1'") }
+            try await worker.sync()
+            #expect(try await worker.deadLetters().map(\.entityID) == ["p1"], "the delete was refused: no longer a member")
+            try await dispatcher.setRole(.write, of: "worker", in: "team-1")
+            try await worker.sync()
+            let rows = try await store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM projects ORDER BY id") }
+            #expect(rows == ["p1", "p2"], "the re-grant brings the space whole, p1 included")
+        }
+    }
+
     /// Runs `action` once, before the first pull request goes out.
     actor OnFirstPull: SyncTransport {
         let inner: any SyncTransport

@@ -74,6 +74,13 @@ enum SpaceMemberships {
             }
         }
         try db.execute(sql: "DELETE FROM ferry_set_aside WHERE space = ?", arguments: [space])
+        // Records of the space whose rows the app already deleted have no row above, only their
+        // changes: their versions go too, or a grant that brings the space whole again would
+        // find them known at the version it sends and skip them.
+        try db.execute(
+            sql: "DELETE FROM ferry_versions WHERE (entity, entity_id) IN (SELECT entity, entity_id FROM ferry_outbox WHERE space = ?)",
+            arguments: [space]
+        )
         try db.execute(
             sql: "UPDATE ferry_outbox SET state = ?, error = ? WHERE space = ? AND state = ?",
             arguments: [

@@ -77,4 +77,32 @@ struct FaultScheduleTests {
             """
         )
     }
+
+    @Test("seeded schedules of two users sharing a space, with grants, removals, restarts and network faults, end with both devices equal to the server")
+    func spaceSchedules() async throws {
+        let seeds = try Self.seeds(from: ProcessInfo.processInfo.environment["FERRY_FUZZ_SEEDS"]).prefix(100)
+        var steps: [String: Int] = [:]
+        var failed: [UInt64] = []
+        for seed in seeds {
+            let outcome = await SpaceFaultSchedule.run(seed: seed)
+            steps.merge(outcome.steps, uniquingKeysWith: +)
+            guard !outcome.problems.isEmpty else { continue }
+            failed.append(seed)
+            Issue.record(
+                Comment(
+                    rawValue: """
+                        space fault schedule seed \(seed) failed:
+                          \(outcome.problems.prefix(20).joined(separator: "\n  "))
+                        its last steps:
+                          \(outcome.log.suffix(Self.logLines).joined(separator: "\n  "))
+                        replay it: FERRY_FUZZ_SEEDS=\(seed) swift test --filter FaultScheduleTests/spaceSchedules
+                        """
+                )
+            )
+        }
+        print(
+            "Space fault schedules: \(seeds.count) seeds, \(failed.count) failed; steps: "
+                + steps.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        )
+    }
 }
