@@ -89,6 +89,8 @@ let package = Package(
         ),
         // The README's example app (scripts/run-example.sh runs it against a real server).
         .executableTarget(name: "FerryExample", dependencies: ["Ferry"], path: "Examples/FerryExample"),
+        // The DocC article "Sharing data with spaces" as a running app (scripts/run-example.sh runs it too).
+        .executableTarget(name: "FerrySpacesExample", dependencies: ["Ferry"], path: "Examples/FerrySpacesExample"),
         .target(
             name: "FerryTestSupport",
             dependencies: [

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the README's example app (Examples/FerryExample) against a real `ferry serve` on a free
+# Runs the README's example app (Examples/FerryExample) and the spaces example (Examples/FerrySpacesExample) against a real `ferry serve` on a free
 # loopback port, with tokens from `ferry token`, and fails unless the app reports "done".
 #   scripts/run-example.sh
 set -euo pipefail
@@ -7,6 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 swift build --product ferry
 swift build --product FerryExample
+swift build --product FerrySpacesExample
 bin=$(swift build --show-bin-path)
 
 work=$(mktemp -d)
@@ -45,4 +46,10 @@ TMPDIR=$work FERRY_SERVER_URL=$url \
     FERRY_TOKEN_BOB=$("$bin/ferry" token --user bob --secret "$secret") \
     timeout 300 "$bin/FerryExample" | tee "$work/example.log"
 tail -1 "$work/example.log" | grep -qx done || { echo "run-example: the example did not finish with 'done'" >&2; exit 1; }
+TMPDIR=$work FERRY_SERVER_URL=$url \
+    FERRY_TOKEN_ALICE=$("$bin/ferry" token --user alice --secret "$secret") \
+    FERRY_TOKEN_BOB=$("$bin/ferry" token --user bob --secret "$secret") \
+    FERRY_TOKEN_BACKEND=$("$bin/ferry" token --user backend --admin --secret "$secret") \
+    timeout 300 "$bin/FerrySpacesExample" | tee "$work/spaces-example.log"
+tail -1 "$work/spaces-example.log" | grep -qx done || { echo "run-example: the spaces example did not finish with 'done'" >&2; exit 1; }
 echo "run-example: passed"

@@ -48,7 +48,9 @@ struct SpaceCommandTests {
         }
     }
 
-    @Test("ferry token --admin makes a service token; client add, import, delete and list --space on the generic store; a read-only space refuses a write")
+    @Test(
+        "ferry token --admin makes a service token; client add, import, delete and list --space on the generic store; a read-only space refuses a write"
+    )
     func clientInSpaces() async throws {
         try await TestServer.run { server in
             let service = try await Self.ferry(["token", "--user", "backend", "--admin", "--secret", TestServer.secret]).output
@@ -60,7 +62,9 @@ struct SpaceCommandTests {
             #expect(try await Self.ferry(["space", "grant", "team", "--user", "alice", "--role", "write"] + admin).status == 0)
             let store = ["--store", TestDirectory.make("cli-spaces").appendingPathComponent("store").path, "--user", "alice"]
             let sync = ["client", "sync"] + store + ["--server", server.baseURL, "--token", try await TestServer.token(for: "alice")]
-            var run = try await Self.ferry(["client", "add"] + store + ["--entity", "tasks", "--id", "t1", "--data", #"{"v":1}"#, "--space", "team"])
+            var run = try await Self.ferry(
+                ["client", "add"] + store + ["--entity", "tasks", "--id", "t1", "--data", #"{"v":1}"#, "--space", "team"]
+            )
             #expect(run.status == 0 && run.output.contains("in space team"))
             run = try await Self.ferry(["client", "add"] + store + ["--entity", "tasks", "--id", "mine", "--data", #"{"v":2}"#])
             let lines = TestDirectory.make("cli-spaces-import").appendingPathComponent("t.jsonl")

@@ -256,7 +256,10 @@ struct MultiProcessTests {
         try await servers[0].makeSpace("team", admin: "alice", members: ["bob": .write, "dave": .write])
         try await servers[1].makeSpace("other", admin: "alice", members: ["carol": .read])
         _ = try await servers[1].pushOK(
-            PushRequest(clientID: "a", mutations: [Mutation(id: 1, entity: "notes", entityID: "kept-out", op: .upsert, data: .value(1), space: "other")]),
+            PushRequest(
+                clientID: "a",
+                mutations: [Mutation(id: 1, entity: "notes", entityID: "kept-out", op: .upsert, data: .value(1), space: "other")]
+            ),
             token: alice
         )
         let store = try await withThrowingTaskGroup(of: [String: Int64]?.self) { group in
@@ -274,7 +277,10 @@ struct MultiProcessTests {
                                 space: "team"
                             )
                         }
-                        _ = try await servers[(index + batch) % 2].pushOK(PushRequest(clientID: "\(writer)-phone", mutations: mutations), token: token)
+                        _ = try await servers[(index + batch) % 2].pushOK(
+                            PushRequest(clientID: "\(writer)-phone", mutations: mutations),
+                            token: token
+                        )
                         if batch == 8 && index == 0 {
                             #expect(try await servers[0].grant(.read, to: "carol", in: "team", token: alice).status == 200)
                             #expect(try await servers[1].removeMember("carol", from: "other", token: alice).status == 204)

@@ -16,7 +16,10 @@ struct SpaceInterleavingTests {
     /// increasing order while Bob stays a member (no double), and once caught up his store
     /// must equal what a new device pulls from scratch (no skip). The order of events is the
     /// script's, not the scheduler's.
-    @Test("a pull paging through spaces while memberships and pushes change between its pages ends equal to a pull from scratch", arguments: StorageBackend.allCases)
+    @Test(
+        "a pull paging through spaces while memberships and pushes change between its pages ends equal to a pull from scratch",
+        arguments: StorageBackend.allCases
+    )
     func scriptedInterleavings(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let alice = try await TestServer.token(for: "alice")
@@ -88,7 +91,10 @@ struct SpaceInterleavingTests {
                 case 8:
                     bobsMutation += 1
                     _ = try await server.pushOK(
-                        PushRequest(clientID: "bob-phone", mutations: [.upsert(id: bobsMutation, entity: "notes", entityID: "n\(step % 4)", data: .value(1))]),
+                        PushRequest(
+                            clientID: "bob-phone",
+                            mutations: [.upsert(id: bobsMutation, entity: "notes", entityID: "n\(step % 4)", data: .value(1))]
+                        ),
                         token: bob
                     )
                 default:

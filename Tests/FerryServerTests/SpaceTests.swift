@@ -36,7 +36,11 @@ struct SpaceTests {
             #expect(try granted.decode(SpaceMember.self) == SpaceMember(user: "bob", role: .write))
             #expect(try await server.grant(.read, to: "carol", in: "team-42", token: alice).status == 200)
             let members = try await server.members(of: "team-42", token: carol).decode(MemberList.self).members
-            #expect(members == [SpaceMember(user: "alice", role: .admin), SpaceMember(user: "bob", role: .write), SpaceMember(user: "carol", role: .read)])
+            #expect(
+                members == [
+                    SpaceMember(user: "alice", role: .admin), SpaceMember(user: "bob", role: .write), SpaceMember(user: "carol", role: .read),
+                ]
+            )
             let notAdmin = try await server.grant(.admin, to: "bob", in: "team-42", token: bob)
             #expect(notAdmin.status == 403 && notAdmin.errorCode == "forbidden", "\(notAdmin.errorMessage ?? "")")
             #expect(try await server.deleteSpace("team-42", token: bob).status == 403)
@@ -63,7 +67,10 @@ struct SpaceTests {
         }
     }
 
-    @Test("bad input is a 400 naming the field: an invalid space id, an unknown role, a body that is not the object", arguments: StorageBackend.allCases)
+    @Test(
+        "bad input is a 400 naming the field: an invalid space id, an unknown role, a body that is not the object",
+        arguments: StorageBackend.allCases
+    )
     func badInput(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let alice = try await TestServer.token(for: "alice")
@@ -200,7 +207,10 @@ struct SpaceTests {
                 ),
                 token: alice
             )
-            _ = try await server.pushOK(PushRequest(clientID: "b", mutations: [.upsert(id: 1, entity: "notes", entityID: "n", data: .value(1))]), token: bob)
+            _ = try await server.pushOK(
+                PushRequest(clientID: "b", mutations: [.upsert(id: 1, entity: "notes", entityID: "n", data: .value(1))]),
+                token: bob
+            )
             let before = try await server.pullOK(token: bob)
             #expect(before.changes.count == 1 && before.spaces == [], "a pull without a cursor always says the memberships")
             #expect(try await server.grant(.read, to: "bob", in: "team", token: alice).status == 200)
@@ -234,7 +244,10 @@ struct SpaceTests {
             // Created again under the same id, it is another space: revoked and brought whole.
             try await server.makeSpace("team", admin: "alice", members: ["bob": .read])
             _ = try await server.pushOK(
-                PushRequest(clientID: "a", mutations: [Mutation(id: 40, entity: "projects", entityID: "new", op: .upsert, data: .value(1), space: "team")]),
+                PushRequest(
+                    clientID: "a",
+                    mutations: [Mutation(id: 40, entity: "projects", entityID: "new", op: .upsert, data: .value(1), space: "team")]
+                ),
                 token: alice
             )
             let again = try await server.pullOK(token: bob, cursor: back.cursor)
@@ -243,7 +256,10 @@ struct SpaceTests {
         }
     }
 
-    @Test("a service token administers every space, writes to spaces it is not a member of, and pulls only its own", arguments: StorageBackend.allCases)
+    @Test(
+        "a service token administers every space, writes to spaces it is not a member of, and pulls only its own",
+        arguments: StorageBackend.allCases
+    )
     func serviceToken(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let service = try await TestServer.token(for: "backend", service: true)
@@ -254,7 +270,9 @@ struct SpaceTests {
             let pushed = try await server.pushOK(
                 PushRequest(
                     clientID: "import",
-                    mutations: (1...5).map { Mutation(id: $0, entity: "aliases", entityID: "a\($0)", op: .upsert, data: .value($0), space: "company") }
+                    mutations: (1...5).map {
+                        Mutation(id: $0, entity: "aliases", entityID: "a\($0)", op: .upsert, data: .value($0), space: "company")
+                    }
                 ),
                 token: service
             )

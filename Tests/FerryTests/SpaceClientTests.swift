@@ -81,7 +81,14 @@ struct SpaceClientTests {
                 PushRequest(
                     clientID: "import",
                     mutations: (1...20).map {
-                        Mutation(id: $0, entity: "aliases", entityID: "a\($0)", op: .upsert, data: ["street": .string("Main \($0)")], space: "company")
+                        Mutation(
+                            id: $0,
+                            entity: "aliases",
+                            entityID: "a\($0)",
+                            op: .upsert,
+                            data: ["street": .string("Main \($0)")],
+                            space: "company"
+                        )
                     }
                 ),
                 token: service
@@ -91,7 +98,10 @@ struct SpaceClientTests {
             try await worker.sync()
             #expect(try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM aliases") } == 20)
             let before = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM ferry_outbox") }
-            for statement in ["INSERT INTO aliases (id, street) VALUES ('x', 'y')", "UPDATE aliases SET street = 'z' WHERE id = 'a1'", "DELETE FROM aliases WHERE id = 'a2'"] {
+            for statement in [
+                "INSERT INTO aliases (id, street) VALUES ('x', 'y')", "UPDATE aliases SET street = 'z' WHERE id = 'a1'",
+                "DELETE FROM aliases WHERE id = 'a2'",
+            ] {
                 do {
                     try await store.database.write { db in
                         try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n-\(statement.count)', 'in the same transaction')")
@@ -103,7 +113,10 @@ struct SpaceClientTests {
                 }
             }
             #expect(try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM ferry_outbox") } == before)
-            #expect(try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM notes") } == 0, "the app's transaction rolled back whole")
+            #expect(
+                try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM notes") } == 0,
+                "the app's transaction rolled back whole"
+            )
             await #expect(throws: FerryError.self) { try await store.enqueue(entity: "aliases", entityID: "q", op: .delete, space: "company") }
             try await worker.sync()
             #expect(try await store.database.read { db in try String.fetchOne(db, sql: "SELECT street FROM aliases WHERE id = 'a1'") } == "Main 1")
@@ -119,7 +132,10 @@ struct SpaceClientTests {
             try await dispatcher.setRole(.write, of: "worker", in: "team-1")
             try await dispatcher.setRole(.write, of: "worker", in: "team-2")
             try await dispatcher.store.database.write { db in
-                try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p1', 'team-1', 'Roof'), ('p2', 'team-1', 'Wall'), ('q1', 'team-2', 'Door')")
+                try db.execute(
+                    sql:
+                        "INSERT INTO projects (id, team_id, name) VALUES ('p1', 'team-1', 'Roof'), ('p2', 'team-1', 'Wall'), ('q1', 'team-2', 'Door')"
+                )
             }
             try await dispatcher.sync()
             let store = try Self.openStore("worker")

@@ -331,7 +331,8 @@ public final class FerryStore: Sendable {
                 throw FerryError.readOnlySpace(SpaceGuard.message(space: space, role: role))
             }
             try db.execute(
-                sql: "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL), ?)",
+                sql:
+                    "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL), ?)",
                 arguments: [entity, entityID, op.rawValue, text, naturalKey, space]
             )
         }

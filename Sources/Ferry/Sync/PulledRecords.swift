@@ -94,7 +94,9 @@ struct PulledRecords {
         for (record, reason) in outcome.refused {
             let data = try record.data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
             try keep.execute(
-                arguments: [record.ref.entity, record.ref.entityID, record.version, record.data == nil, data, record.naturalKey, reason, record.space]
+                arguments: [
+                    record.ref.entity, record.ref.entityID, record.version, record.data == nil, data, record.naturalKey, reason, record.space,
+                ]
             )
         }
     }

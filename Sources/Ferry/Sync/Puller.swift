@@ -145,7 +145,8 @@ struct Puller: Sendable {
                 JournalEvent(
                     kind: .spaceRevoked,
                     message: "space '\(revoked.space)' was revoked: \(revoked.removed) row\(revoked.removed == 1 ? "" : "s") left the store"
-                        + (revoked.deadLettered > 0 ? ", \(revoked.deadLettered) queued change\(revoked.deadLettered == 1 ? "" : "s") became dead letters" : ""),
+                        + (revoked.deadLettered > 0
+                            ? ", \(revoked.deadLettered) queued change\(revoked.deadLettered == 1 ? "" : "s") became dead letters" : ""),
                     details: ["space": revoked.space, "removed": "\(revoked.removed)", "deadLettered": "\(revoked.deadLettered)"]
                 )
             )

@@ -114,7 +114,9 @@ struct SpacesBench {
         }
         lines.append(
             String(
-                format: "  two users, 200 pushes of 100 each at once: into two spaces %.2f s, into one space %.2f s", seconds[0], seconds[1]
+                format: "  two users, 200 pushes of 100 each at once: into two spaces %.2f s, into one space %.2f s",
+                seconds[0],
+                seconds[1]
             )
         )
         return lines
@@ -168,7 +170,9 @@ struct SpacesBench {
                         entity: "items",
                         entityID: "\(prefix)-\(index)",
                         op: .upsert,
-                        data: ["name": .string("item \(index)"), "value": .integer(Int64(index)), "note": .string(String(repeating: "x", count: 48))],
+                        data: [
+                            "name": .string("item \(index)"), "value": .integer(Int64(index)), "note": .string(String(repeating: "x", count: 48)),
+                        ],
                         space: space
                     )
                 }

@@ -35,14 +35,15 @@ struct CursorCodec: Sendable {
     /// names no space, else `c3.`: the `c2.` fields, then the epochs the spaces' entries use and
     /// for each space its key, position, horizon, epoch (as an index in that list) and head
     /// (past its position), as variable-length integers, which keeps a cursor over 1,000 spaces
-    /// near 8 KB. The memberships' digest follows the `c2.` fields.
+    /// near 8 KB. The memberships' version follows the `c2.` fields.
     func encode(_ position: PullPosition, userID: String) -> String {
-        guard !position.spaces.isEmpty || position.memberships != PullPosition.digest(of: []) else {
+        guard !position.spaces.isEmpty || position.memberships != 0 else {
             return encode(position.personal, userID: userID)
         }
         let personal = position.personal
-        var bytes = Self.bytes(of: personal.position) + Self.bytes(of: personal.horizon) + Self.bytes(of: personal.epoch)
-            + Self.bytes(of: personal.head) + Self.bytes(of: Int64(bitPattern: position.memberships))
+        var bytes =
+            Self.bytes(of: personal.position) + Self.bytes(of: personal.horizon) + Self.bytes(of: personal.epoch)
+            + Self.bytes(of: personal.head) + Self.bytes(of: position.memberships)
         let entries = position.spaces.sorted { $0.key < $1.key }
         var epochs: [Int64] = []
         var epochIndex: [Int64: Int] = [:]
@@ -77,7 +78,7 @@ struct CursorCodec: Sendable {
         // Signed by this server: the fields are as it wrote them.
         var reader = Self.Reader(bytes: signed)
         let personal = PullCursor(position: reader.int64(), horizon: reader.int64(), epoch: reader.int64(), head: reader.int64())
-        let memberships = UInt64(bitPattern: reader.int64())
+        let memberships = reader.int64()
         let epochs = (0..<reader.varint()).map { _ in reader.int64() }
         var spaces: [Int64: PullCursor] = [:]
         for _ in 0..<reader.varint() {

@@ -78,7 +78,9 @@ struct FaultScheduleTests {
         )
     }
 
-    @Test("seeded schedules of two users sharing a space, with grants, removals, restarts and network faults, end with both devices equal to the server")
+    @Test(
+        "seeded schedules of two users sharing a space, with grants, removals, restarts and network faults, end with both devices equal to the server"
+    )
     func spaceSchedules() async throws {
         let seeds = try Self.seeds(from: ProcessInfo.processInfo.environment["FERRY_FUZZ_SEEDS"]).prefix(100)
         var steps: [String: Int] = [:]

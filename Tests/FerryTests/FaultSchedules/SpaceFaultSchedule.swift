@@ -147,7 +147,9 @@ final class SpaceFaultSchedule {
                     if owner == "a" { alices.append((id, stamp)) }
                 }
             default:
-                statements.append(("INSERT INTO notes (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body", ["n-\(roll(0..<3))", stamp]))
+                statements.append(
+                    ("INSERT INTO notes (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body", ["n-\(roll(0..<3))", stamp])
+                )
             }
         }
         let batch = statements
@@ -174,7 +176,7 @@ final class SpaceFaultSchedule {
             for device in devices {
                 do {
                     try await device.client.sync()
-                } catch where round == 2 {
+                } catch  where round == 2 {
                     outcome.problems.append("\(device.user): the last sync without faults failed: \(error)")
                 } catch {}
             }
@@ -186,18 +188,24 @@ final class SpaceFaultSchedule {
                 (
                     try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state IN (0, 1)") ?? 0,
                     try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_lease") ?? 0,
-                    Dictionary(uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT id, name FROM projects").map { ($0[0] as String, $0[1] as String?) }),
                     Dictionary(
-                        uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT entity_id, version FROM ferry_versions WHERE entity = 'projects'").map {
+                        uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT id, name FROM projects").map { ($0[0] as String, $0[1] as String?) }
+                    ),
+                    Dictionary(
+                        uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT entity_id, version FROM ferry_versions WHERE entity = 'projects'").map
+                        {
                             ($0[0] as String, $0[1] as Int64)
                         }
                     ),
-                    Dictionary(uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT id, body FROM notes").map { ($0[0] as String, $0[1] as String?) })
+                    Dictionary(
+                        uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT id, body FROM notes").map { ($0[0] as String, $0[1] as String?) }
+                    )
                 )
             }
             if queued != 0 { outcome.problems.append("\(device.user): \(queued) changes still queued or in flight") }
             if leases != 0 { outcome.problems.append("\(device.user): the sync lease is still held") }
-            let expected = member ? team.reduce(into: [String: String?]()) { $0[String($1.key.dropFirst("team:projects/".count))] = Self.name($1.value) } : [:]
+            let expected =
+                member ? team.reduce(into: [String: String?]()) { $0[String($1.key.dropFirst("team:projects/".count))] = Self.name($1.value) } : [:]
             // A row the server refused (written while Bob was not a member) stays beside its dead
             // letter, for the app to retry or discard; every other row is the server's.
             let dead = try await device.client.deadLetters()
@@ -205,28 +213,40 @@ final class SpaceFaultSchedule {
             let extra = Set(projects.keys).subtracting(expected.keys).subtracting(unsent)
             let differing = expected.filter { projects[$0.key] != $0.value }
             if !extra.isEmpty || !differing.isEmpty {
-                let wrong = differing.map { "\($0.key): the store \(projects[$0.key].map { $0 ?? "null" } ?? "nothing"), the server \($0.value ?? "null")" }
+                let wrong = differing.map {
+                    "\($0.key): the store \(projects[$0.key].map { $0 ?? "null" } ?? "nothing"), the server \($0.value ?? "null")"
+                }
                 outcome.problems.append(
                     "\(device.user) (member: \(member)): rows the server does not hold \(extra.sorted()); \(wrong.sorted()) (dead letters: \(unsent.sorted()))"
                 )
             }
             if member {
                 for (key, change) in team where versions[String(key.dropFirst("team:projects/".count))] != change.version {
-                    outcome.problems.append("\(device.user): \(key) known at version \(versions[String(key.dropFirst("team:projects/".count))].map(String.init) ?? "none"), the server holds \(change.version)")
+                    outcome.problems.append(
+                        "\(device.user): \(key) known at version \(versions[String(key.dropFirst("team:projects/".count))].map(String.init) ?? "none"), the server holds \(change.version)"
+                    )
                 }
             }
             let remoteNotes = try await records(as: device.user).filter { $0.key.hasPrefix("notes/") && $0.value.op == .upsert }
-            let expectedNotes = remoteNotes.reduce(into: [String: String?]()) { $0[String($1.key.dropFirst("notes/".count))] = Self.text($1.value.data?["body"]) }
+            let expectedNotes = remoteNotes.reduce(into: [String: String?]()) {
+                $0[String($1.key.dropFirst("notes/".count))] = Self.text($1.value.data?["body"])
+            }
             if notes != expectedNotes { outcome.problems.append("\(device.user): notes \(notes) against the server's \(expectedNotes)") }
             if device.user == "alice" || dead.contains(where: { $0.entity != "projects" }) {
-                if !dead.isEmpty { outcome.problems.append("\(device.user): unexpected dead letters \(dead.map { "\($0.entity)/\($0.entityID): \($0.reason)" })") }
+                if !dead.isEmpty {
+                    outcome.problems.append("\(device.user): unexpected dead letters \(dead.map { "\($0.entity)/\($0.entityID): \($0.reason)" })")
+                }
             } else if !dead.allSatisfy({ $0.reason.contains("team") }) {
                 outcome.problems.append("bob: dead letters not naming the space: \(dead.map(\.reason))")
             }
         }
         for (id, state) in alicesProjects {
             let remote = team["team:projects/\(id)"].flatMap(Self.name)
-            if remote != state { outcome.problems.append("projects/\(id), written by Alice only, was last \(state ?? "deleted"); the server holds \(remote ?? "nothing")") }
+            if remote != state {
+                outcome.problems.append(
+                    "projects/\(id), written by Alice only, was last \(state ?? "deleted"); the server holds \(remote ?? "nothing")"
+                )
+            }
         }
     }
 
@@ -238,7 +258,9 @@ final class SpaceFaultSchedule {
         var cursor: String?
         while true {
             let query = "?limit=1000" + (cursor.map { "&cursor=\($0)" } ?? "")
-            let response = try await transport.send(TransportRequest(method: "GET", path: "/v1/pull" + query, headers: ["Authorization": "Bearer \(token)"]))
+            let response = try await transport.send(
+                TransportRequest(method: "GET", path: "/v1/pull" + query, headers: ["Authorization": "Bearer \(token)"])
+            )
             guard response.status == 200 else { throw TestFailure("pull for \(user) answered \(response.status)") }
             let page = try PullResponse.decode(from: response.body)
             for change in page.changes { records[(change.space.map { "\($0):" } ?? "") + "\(change.entity)/\(change.entityID)"] = change }

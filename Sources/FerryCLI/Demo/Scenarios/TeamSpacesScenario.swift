@@ -140,9 +140,15 @@ struct TeamSpacesScenario: DemoScenario {
                 "aliasesAfterRemoval": aliasesAfter, "deadLetters": deadLetters.count, "firstPullPages": firstPull.requests,
             ],
             checks: [
-                ("the worker's phone downloaded the company's 2,000 aliases and the team's 5 projects", aliasesOnPhone == 2000 && projectsOnPhone == 5),
+                (
+                    "the worker's phone downloaded the company's 2,000 aliases and the team's 5 projects",
+                    aliasesOnPhone == 2000 && projectsOnPhone == 5
+                ),
                 ("a write to the read-only company space was refused in the app's transaction", readOnlyRefused),
-                ("both phones converged on p1 with both edits ('Site 1, roof/done')", dispatcherP1 == "Site 1, roof/done" && workerP1 == dispatcherP1),
+                (
+                    "both phones converged on p1 with both edits ('Site 1, roof/done')",
+                    dispatcherP1 == "Site 1, roof/done" && workerP1 == dispatcherP1
+                ),
                 (
                     "removed while offline: the team's rows left the phone (\(projectsAfter) left), the aliases stayed (\(aliasesAfter))",
                     projectsAfter == 0 && aliasesAfter == 2000

@@ -181,6 +181,8 @@ enum PostgresSchema {
                 )
                 """,
                 "CREATE UNIQUE INDEX space_members_user ON space_members (user_id, space_key)",
+                // The version of each user's memberships, moved by every change that concerns them (`PullPosition`).
+                "CREATE TABLE member_versions (user_id text COLLATE \"C\" PRIMARY KEY, version bigint NOT NULL)",
             ]
         },
     ]

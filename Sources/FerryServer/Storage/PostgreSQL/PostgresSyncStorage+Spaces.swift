@@ -19,7 +19,11 @@ extension PostgresSyncStorage {
                     return (membership, false)
                 }
                 if !caller.isService {
-                    try SpaceRules.joins(space, user: caller.userID, memberships: try await Self.membershipCount(of: caller.userID, db: db, logger: logger))
+                    try SpaceRules.joins(
+                        space,
+                        user: caller.userID,
+                        memberships: try await Self.membershipCount(of: caller.userID, db: db, logger: logger)
+                    )
                 }
                 // A space created at the same moment by another request: this insert waits for
                 // it and inserts nothing, and the read above then finds it.
@@ -32,6 +36,7 @@ extension PostgresSyncStorage {
                             "INSERT INTO space_members (space_key, user_id, role) VALUES (\(key), \(caller.userID), 'admin')",
                             logger: logger
                         )
+                        try await Self.membershipsChanged(of: [caller.userID], db: db, logger: logger)
                     }
                     return (membership, true)
                 }
@@ -49,6 +54,13 @@ extension PostgresSyncStorage {
             let partition = SpacePartition.name(key)
             _ = try await Self.lockChanges(of: partition, db: db, logger: logger)
             try await db.query("UPDATE spaces SET deleted = true WHERE key = \(key)", logger: logger)
+            try await db.query(
+                """
+                INSERT INTO member_versions (user_id, version) SELECT user_id, 1 FROM space_members WHERE space_key = \(key)
+                ON CONFLICT (user_id) DO UPDATE SET version = member_versions.version + 1
+                """,
+                logger: logger
+            )
             try await db.query("DELETE FROM space_members WHERE space_key = \(key)", logger: logger)
             try await db.query("DELETE FROM records WHERE user_id = \(partition)", logger: logger)
         }
@@ -95,6 +107,7 @@ extension PostgresSyncStorage {
                 """,
                 logger: logger
             )
+            try await Self.membershipsChanged(of: [user], db: db, logger: logger)
             return SpaceMember(user: user, role: role)
         }
     }
@@ -111,6 +124,7 @@ extension PostgresSyncStorage {
             guard let current = members.first(where: { $0.user.hasSameBytes(as: user) })?.role else { throw SpaceRules.notMember(user, of: space) }
             try SpaceRules.change(space, user: user, from: current, to: nil, admins: members.count { $0.role == .admin })
             try await db.query("DELETE FROM space_members WHERE space_key = \(key) AND user_id = \(user)", logger: logger)
+            try await Self.membershipsChanged(of: [user], db: db, logger: logger)
         }
     }
 
@@ -174,6 +188,17 @@ extension PostgresSyncStorage {
     /// Holds, until the transaction ends, the lock that orders the requests adding `user` to spaces.
     private static func lockMemberships(of user: String, db: PostgresConnection, logger: Logger) async throws {
         try await db.query("SELECT pg_advisory_xact_lock(hashtextextended('ferry-memberships:' || \(user), 0))", logger: logger)
+    }
+
+    /// Moves the version of each user's memberships (`PullPosition.memberships`).
+    private static func membershipsChanged(of users: [String], db: PostgresConnection, logger: Logger) async throws {
+        try await db.query(
+            """
+            INSERT INTO member_versions (user_id, version) SELECT unnest(\(users)::text[]), 1
+            ON CONFLICT (user_id) DO UPDATE SET version = member_versions.version + 1
+            """,
+            logger: logger
+        )
     }
 
     private static func membershipCount(of user: String, db: PostgresConnection, logger: Logger) async throws -> Int {

@@ -581,7 +581,9 @@ public final class PostgresSyncStorage: SyncStorage {
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
         let scan = PullPage.scanLimit(limit, leavingOut: ownWrites)
-        let first = try await rows(of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan))
+        let first = try await rows(
+            of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan, entries: from?.spaces ?? [:])
+        )
         var personal = PullPage.Builder(after: from?.personal.position ?? 0, limit: limit, leavingOut: ownWrites)
         Self.offer(first.rows, to: &personal)
         // The head was read in the statement's snapshot, with the rows: a cursor it refuses
@@ -596,7 +598,10 @@ public final class PostgresSyncStorage: SyncStorage {
             ownWrites: ownWrites,
             userID: userID
         )
-        guard first.spaces > 0 || from?.spaces.isEmpty == false else { return page.page(cursors: cursors, spaces: [], revoked: []) }
+        // The statement also said whether any space needs a look (`pullQuery`'s `entries`).
+        if first.version == (from?.memberships ?? 0), first.spaces == (from?.spaces.count ?? 0), first.moved == 0 {
+            return page.pageWithSpacesUnchanged(cursors: cursors)
+        }
         let spaces = try await readableSpaces(of: userID)
         for space in spaces {
             let start = try page.start(of: space)
@@ -628,36 +633,44 @@ public final class PostgresSyncStorage: SyncStorage {
                 return ids
             }
         }
-        return page.page(cursors: cursors, spaces: spaces, revoked: revoked)
+        return page.page(cursors: cursors, spaces: spaces, version: first.version, revoked: revoked)
     }
 
     /// A row of a pull statement: a record, its position and size, and whether it fits the page.
     private typealias PulledRow = (record: StoredRecord, seq: Int64, size: Int, fits: Bool, data: ByteBuffer?)
 
-    /// Runs a `pullQuery`: the head of the history it reads, how many spaces the user is in, its rows.
-    private func rows(of query: PostgresQuery) async throws -> (head: ChangeHead, spaces: Int, rows: [PulledRow]) {
+    /// What a `pullQuery` read: the head of the history, the user's memberships' version and
+    /// count, how many of the cursor's space entries moved, and the rows.
+    private struct PulledHistory: Sendable {
+        var head = ChangeHead()
+        var version: Int64 = 0
+        var spaces = 0
+        var moved = 0
+        var rows: [PulledRow] = []
+    }
+
+    /// Runs a `pullQuery`.
+    private func rows(of query: PostgresQuery) async throws -> PulledHistory {
         try await withDatabase { [logger] db in
-            var head = ChangeHead()
-            var spaces = 0
-            var rows: [PulledRow] = []
+            var pulled = PulledHistory()
             for try await row in try await db.query(query, logger: logger) {
                 let (
-                    position, epoch, epochBase, purgedThrough, lastMutationID, spaceCount, entity, entityID, version, deleted, naturalKey, data,
-                    seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
+                    position, epoch, epochBase, purgedThrough, lastMutationID, memberships, spaceCount, moved, entity, entityID, version, deleted,
+                    naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
                 ) = try row.decode(
                     (
-                        Int64, Int64, Int64, Int64, Int64?, Int, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?, Int64?, String?,
-                        Int64?, Int64?, Int?, Bool?
+                        Int64, Int64, Int64, Int64, Int64?, Int64?, Int, Int, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?, Int64?,
+                        String?, Int64?, Int64?, Int?, Bool?
                     ).self
                 )
-                head = ChangeHead(
+                pulled.head = ChangeHead(
                     position: position,
                     epoch: epoch,
                     epochBase: epochBase,
                     purgedThrough: purgedThrough,
                     lastMutationID: lastMutationID ?? 0
                 )
-                spaces = spaceCount
+                (pulled.version, pulled.spaces, pulled.moved) = (memberships ?? 0, spaceCount, moved)
                 // The head alone: no change after the cursor.
                 guard let entity, let entityID, let version, let deleted, let seq, let size, let fits else { break }
                 let record = StoredRecord(
@@ -671,9 +684,9 @@ public final class PostgresSyncStorage: SyncStorage {
                     writtenMutation: writtenMutation,
                     writtenSeq: writtenSeq
                 )
-                rows.append((record, seq, size, fits, data))
+                pulled.rows.append((record, seq, size, fits, data))
             }
-            return (head, spaces, rows)
+            return pulled
         }
     }
 
@@ -718,6 +731,11 @@ public final class PostgresSyncStorage: SyncStorage {
     /// index entry and a heap tuple. A history with no change after the cursor has the head
     /// alone (zeros for one never written). Rows come in the order the index walk reads them;
     /// the caller sorts them by `seq` all the same.
+    ///
+    /// With the history it gives the version and count of the user's memberships, and how many of
+    /// the cursor's space `entries` moved (their space's position, epoch or purge horizon is not
+    /// what the entry saw): when none did and the memberships are the cursor's, no space needs a
+    /// look, and an empty pull is this one statement however many spaces the user is in.
     static func pullQuery(
         userID: String,
         partition: String? = nil,
@@ -725,7 +743,8 @@ public final class PostgresSyncStorage: SyncStorage {
         naming ownWrites: OwnWrites? = nil,
         scan: Int,
         budget: Int = ProtocolLimits.maxPullPageDataBytes,
-        takesFirst: Bool = true
+        takesFirst: Bool = true,
+        entries: [Int64: PullCursor] = [:]
     ) -> PostgresQuery {
         let partition = partition ?? userID
         let after = cursor?.position ?? 0
@@ -734,7 +753,12 @@ public final class PostgresSyncStorage: SyncStorage {
         return """
             SELECT coalesce(u.position, 0), coalesce(u.epoch, 0), coalesce(u.epoch_base, 0), coalesce(u.purged_through, 0),
                 (SELECT last_mutation_id FROM clients WHERE user_id = \(userID) AND client_id = \(ownWrites?.clientID)),
+                (SELECT version FROM member_versions WHERE user_id = \(userID)),
                 (SELECT count(*)::int8 FROM space_members WHERE user_id = \(userID)),
+                (SELECT count(*)::int8 FROM unnest(\(entries.keys.map { $0 })::int8[], \(entries.values.map(\.position))::int8[],
+                        \(entries.values.map(\.epoch))::int8[]) AS c (key, position, epoch)
+                    LEFT JOIN user_changes h ON h.user_id = (chr(1) || c.key::text) COLLATE "C"
+                    WHERE coalesce(h.position, 0) <> c.position OR coalesce(h.epoch, 0) <> c.epoch OR coalesce(h.purged_through, 0) > c.position),
                 p.entity, p.entity_id, p.version, p.deleted, p.natural_key, CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at,
                 p.written_by, p.written_mutation, p.written_seq, p.size, p.fits
             FROM (SELECT 1) one

@@ -25,6 +25,7 @@ extension SQLiteSyncStorage {
                         sql: "INSERT INTO space_members (space_key, user_id, role) VALUES (?, ?, 'admin')",
                         arguments: [key, caller.userID]
                     )
+                    try Self.membershipsChanged(of: [caller.userID], db: db)
                 }
                 return (membership, true)
             }
@@ -39,6 +40,10 @@ extension SQLiteSyncStorage {
                 try SpaceRules.administers(space, role: role, caller: caller)
                 let partition = SpacePartition.name(key)
                 try db.execute(sql: "UPDATE spaces SET deleted = 1 WHERE key = ?", arguments: [key])
+                try Self.membershipsChanged(
+                    of: try String.fetchAll(db, sql: "SELECT user_id FROM space_members WHERE space_key = ?", arguments: [key]),
+                    db: db
+                )
                 try db.execute(sql: "DELETE FROM space_members WHERE space_key = ?", arguments: [key])
                 try db.execute(sql: "DELETE FROM records WHERE user_id = ?", arguments: [partition])
                 try db.execute(sql: "DELETE FROM user_horizons WHERE user_id = ?", arguments: [partition])
@@ -89,6 +94,7 @@ extension SQLiteSyncStorage {
                         """,
                     arguments: [key, user, role.rawValue]
                 )
+                try Self.membershipsChanged(of: [user], db: db)
                 return SpaceMember(user: user, role: role)
             }
         }
@@ -109,6 +115,7 @@ extension SQLiteSyncStorage {
                 }
                 try SpaceRules.change(space, user: user, from: current, to: nil, admins: members.count { $0.role == .admin })
                 try db.execute(sql: "DELETE FROM space_members WHERE space_key = ? AND user_id = ?", arguments: [key, user])
+                try Self.membershipsChanged(of: [user], db: db)
             }
         }
     }
@@ -137,6 +144,14 @@ extension SQLiteSyncStorage {
     private static func members(_ key: Int64, db: Database) throws -> [SpaceMember] {
         try Row.fetchAll(db, sql: "SELECT user_id, role FROM space_members WHERE space_key = ? ORDER BY user_id", arguments: [key])
             .map { SpaceMember(user: $0[0], role: SpaceRole(rawValue: $0[1]) ?? .read) }
+    }
+
+    /// Moves the version of each user's memberships (`PullPosition.memberships`).
+    private static func membershipsChanged(of users: [String], db: Database) throws {
+        let statement = try db.cachedStatement(
+            sql: "INSERT INTO member_versions (user_id, version) VALUES (?, 1) ON CONFLICT (user_id) DO UPDATE SET version = version + 1"
+        )
+        for user in users { try statement.execute(arguments: [user]) }
     }
 
     private static func membershipCount(of user: String, db: Database) throws -> Int {

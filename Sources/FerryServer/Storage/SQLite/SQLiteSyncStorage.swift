@@ -177,6 +177,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                         PRIMARY KEY (space_key, user_id)
                     ) WITHOUT ROWID;
                     CREATE UNIQUE INDEX space_members_user ON space_members (user_id, space_key);
+                    CREATE TABLE member_versions (user_id TEXT PRIMARY KEY NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID;
                     """
             )
         }
@@ -407,7 +408,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                 let start = try head.start(from: from?.personal, naming: ownWrites)
                 var personal = PullPage.Builder(after: start.position, limit: limit, leavingOut: ownWrites)
                 try Self.read(&personal, partition: userID, from: start, scan: PullPage.scanLimit(limit, leavingOut: ownWrites), db: db)
-                var page = SpacedPage(
+                let page = SpacedPage(
                     from: from,
                     personal: personal,
                     head: head,
@@ -416,54 +417,90 @@ public final class SQLiteSyncStorage: SyncStorage {
                     ownWrites: ownWrites,
                     userID: userID
                 )
-                // Every space the user reads, with the last position its rows hold and its purge horizon.
-                let spaces = try Row.fetchAll(
+                // One statement says whether any space needs a look: the memberships' version and
+                // count, and the last position of any of their rows or purges.
+                let summary = try Row.fetchOne(
                     db.cachedStatement(
                         sql: """
-                            SELECT m.space_key, s.id, m.role,
-                                (SELECT max(seq) FROM records r WHERE r.user_id = char(1) || m.space_key),
-                                (SELECT purged_through FROM user_horizons h WHERE h.user_id = char(1) || m.space_key)
-                            FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = ? ORDER BY m.space_key
+                            SELECT (SELECT version FROM member_versions WHERE user_id = ?1), count(*), max(max(
+                                coalesce((SELECT max(seq) FROM records r WHERE r.user_id = char(1) || m.space_key), 0),
+                                coalesce((SELECT purged_through FROM user_horizons h WHERE h.user_id = char(1) || m.space_key), 0)))
+                            FROM space_members m WHERE m.user_id = ?1
                             """
                     ),
                     arguments: [userID]
-                ).map { row in
-                    var spaceHead = head
-                    spaceHead.purgedThrough = row[4] ?? 0
-                    spaceHead.lastMutationID = 0
-                    return ReadableSpace(
-                        key: row[0],
-                        id: row[1],
-                        role: SpaceRole(rawValue: row[2]) ?? .read,
-                        head: spaceHead,
-                        last: row[3] ?? 0
-                    )
+                )
+                let version: Int64 = summary?[0] ?? 0
+                if (from ?? PullPosition(personal: start)).spacesUnchanged(
+                    version: version,
+                    count: summary?[1] ?? 0,
+                    last: summary?[2] ?? 0,
+                    head: head
+                ) {
+                    return page.pageWithSpacesUnchanged(cursors: codec)
                 }
-                for space in spaces {
-                    let start = try page.start(of: space)
-                    guard page.needsRead(space, from: start) else { continue }
-                    var builder = page.builder(for: space, from: start)
-                    try Self.read(
-                        &builder,
-                        partition: SpacePartition.name(space.key),
-                        from: start,
-                        scan: PullPage.scanLimit(builder.limit, leavingOut: ownWrites),
-                        db: db
-                    )
-                    page.add(builder, of: space, from: start)
-                }
-                let revokedKeys = page.revoked(readable: spaces)
-                var revoked: [String] = []
-                if !revokedKeys.isEmpty {
-                    revoked = try String.fetchAll(
-                        db,
-                        sql: "SELECT id FROM spaces WHERE key IN (SELECT value FROM json_each(?)) ORDER BY id",
-                        arguments: [String(decoding: try JSONEncoder().encode(revokedKeys), as: UTF8.self)]
-                    )
-                }
-                return page.page(cursors: codec, spaces: spaces, revoked: revoked)
+                return try Self.readSpaces(page, version: version, head: head, userID: userID, ownWrites: ownWrites, cursors: codec, db: db)
             }
         }
+    }
+
+    /// The rest of a page after the personal history: each space the user reads, in order of key.
+    private static func readSpaces(
+        _ page: SpacedPage,
+        version: Int64,
+        head: ChangeHead,
+        userID: String,
+        ownWrites: OwnWrites?,
+        cursors: CursorCodec,
+        db: Database
+    ) throws -> PullPage {
+        var page = page
+        // Every space the user reads, with the last position its rows hold and its purge horizon.
+        let spaces = try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT m.space_key, s.id, m.role,
+                        (SELECT max(seq) FROM records r WHERE r.user_id = char(1) || m.space_key),
+                        (SELECT purged_through FROM user_horizons h WHERE h.user_id = char(1) || m.space_key)
+                    FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = ? ORDER BY m.space_key
+                    """
+            ),
+            arguments: [userID]
+        ).map { row in
+            var spaceHead = head
+            spaceHead.purgedThrough = row[4] ?? 0
+            spaceHead.lastMutationID = 0
+            return ReadableSpace(
+                key: row[0],
+                id: row[1],
+                role: SpaceRole(rawValue: row[2]) ?? .read,
+                head: spaceHead,
+                last: row[3] ?? 0
+            )
+        }
+        for space in spaces {
+            let start = try page.start(of: space)
+            guard page.needsRead(space, from: start) else { continue }
+            var builder = page.builder(for: space, from: start)
+            try Self.read(
+                &builder,
+                partition: SpacePartition.name(space.key),
+                from: start,
+                scan: PullPage.scanLimit(builder.limit, leavingOut: ownWrites),
+                db: db
+            )
+            page.add(builder, of: space, from: start)
+        }
+        let revokedKeys = page.revoked(readable: spaces)
+        var revoked: [String] = []
+        if !revokedKeys.isEmpty {
+            revoked = try String.fetchAll(
+                db,
+                sql: "SELECT id FROM spaces WHERE key IN (SELECT value FROM json_each(?)) ORDER BY id",
+                arguments: [String(decoding: try JSONEncoder().encode(revokedKeys), as: UTF8.self)]
+            )
+        }
+        return page.page(cursors: cursors, spaces: spaces, version: version, revoked: revoked)
     }
 
     /// Offers `builder` the rows of `partition` after `start`, in change order. A cursor steps

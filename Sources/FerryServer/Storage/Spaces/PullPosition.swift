@@ -11,27 +11,32 @@ import FerryProtocol
 /// A space the cursor does not name is read from its beginning (joining); a space it names that
 /// the user can no longer read is reported `revoked` and dropped from the next cursor.
 ///
-/// It also carries a digest of the memberships it was read with, so that a page whose
-/// memberships are the same leaves them out: a user in 1,000 spaces is not sent the list
-/// with every empty pull.
+/// It also carries the version of the user's memberships it was read with (`member_versions`,
+/// moved by every grant, removal, change of role and deletion that concerns the user): a page
+/// whose memberships are the same leaves them out, and a pull whose memberships did not change
+/// and whose spaces hold nothing past its positions answers without reading them one by one.
 struct PullPosition: Sendable, Equatable {
     var personal: PullCursor
     var spaces: [Int64: PullCursor] = [:]
-    /// `PullPosition.digest(of:)` of the memberships the cursor was read with.
-    var memberships: UInt64 = Self.digest(of: [])
+    /// The version of the memberships the cursor was read with; 0 for a user never in a space.
+    var memberships: Int64 = 0
 
-    init(personal: PullCursor, spaces: [Int64: PullCursor] = [:], memberships: UInt64 = Self.digest(of: [])) {
+    init(personal: PullCursor, spaces: [Int64: PullCursor] = [:], memberships: Int64 = 0) {
         self.personal = personal
         self.spaces = spaces
         self.memberships = memberships
     }
 
-    /// FNV-1a over the memberships, sorted by space: ids and roles.
-    static func digest(of memberships: [Membership]) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for membership in memberships.sorted(by: { $0.space < $1.space }) {
-            for byte in membership.space.utf8 + [0x1F] + membership.role.rawValue.utf8 + [0x1E] { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+    /// Whether a pull from this position finds nothing to read in any space, given what one
+    /// statement read of the user's spaces in the head's history: the memberships' `version`
+    /// and `count`, and the last position any of their rows holds or their tombstones were
+    /// purged through (`last`). Only when every membership has an entry, none changed, every
+    /// entry was read from this history (`ChangeHead`) and nothing lies past any of them;
+    /// otherwise the spaces are read one by one, which decides exactly.
+    func spacesUnchanged(version: Int64, count: Int, last: Int64, head: ChangeHead) -> Bool {
+        guard version == memberships, count == spaces.count else { return false }
+        return spaces.values.allSatisfy { entry in
+            entry.epoch == head.epoch && max(entry.position, entry.head) <= head.position && last <= entry.position
         }
-        return hash
     }
 }

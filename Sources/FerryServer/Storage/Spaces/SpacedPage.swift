@@ -97,18 +97,27 @@ struct SpacedPage {
         next.spaces[space.key] = space.head.cursor(after: builder.position, from: start, caughtUp: !builder.stopped)
     }
 
-    /// The page, its cursor signed by `cursors`; the memberships only when they are not the
-    /// ones the request's cursor was read with (always without a cursor).
-    func page(cursors: CursorCodec, spaces: [ReadableSpace], revoked: [String]) -> PullPage {
-        let memberships = spaces.map { Membership(space: $0.id, role: $0.role) }.sorted { $0.space < $1.space }
+    /// The page, its cursor signed by `cursors`, with the memberships of `version`: sent only
+    /// when they are not the ones the request's cursor was read with (always without a cursor).
+    func page(cursors: CursorCodec, spaces: [ReadableSpace], version: Int64, revoked: [String]) -> PullPage {
         var next = next
-        next.memberships = PullPosition.digest(of: memberships)
+        next.memberships = version
         return PullPage(
             records: records,
             cursor: cursors.encode(next, userID: userID),
             hasMore: stopped,
-            spaces: from?.memberships == next.memberships ? nil : memberships,
+            spaces: from.map { $0.memberships == version } == true
+                ? nil : spaces.map { Membership(space: $0.id, role: $0.role) }.sorted { $0.space < $1.space },
             revoked: revoked
         )
+    }
+
+    /// The page when nothing changed in any space (`PullPosition.spacesUnchanged`): the spaces
+    /// keep their positions, and the memberships are not sent.
+    func pageWithSpacesUnchanged(cursors: CursorCodec) -> PullPage {
+        var next = next
+        next.spaces = from?.spaces ?? [:]
+        next.memberships = from?.memberships ?? 0
+        return PullPage(records: records, cursor: cursors.encode(next, userID: userID), hasMore: stopped, spaces: from == nil ? [] : nil)
     }
 }
