@@ -313,3 +313,55 @@ struct SpaceTests {
         }
     }
 }
+
+/// What an empty pull costs a user in many spaces: the same statements as for one.
+@Suite("Spaces: an empty pull's statements", .timeLimit(.minutes(2)))
+struct SpaceEmptyPullTests {
+    final class Statements: @unchecked Sendable {
+        // @unchecked: `count` is only touched under `lock`.
+        private let lock = NSLock()
+        private var count = 0
+        func add() { lock.withLock { count += 1 } }
+        func take() -> Int { lock.withLock { defer { count = 0 }; return count } }
+    }
+
+    @Test("an empty pull of a user in 1,000 spaces runs the same statements as one of a user in a single space (SQLite)")
+    func sameStatements() async throws {
+        let statements = Statements()
+        let storage = try SQLiteSyncStorage(path: nil) { _ in statements.add() }
+        let service = Caller(userID: "backend", isService: true)
+        _ = try await storage.createSpace("single", by: service)
+        _ = try await storage.setRole(.read, of: "one", in: "single", by: service)
+        for index in 0..<1000 {
+            _ = try await storage.createSpace("s\(index)", by: service)
+            _ = try await storage.setRole(.read, of: "many", in: "s\(index)", by: service)
+        }
+        _ = try await storage.push(
+            caller: service,
+            clientID: "seed",
+            mutations: [IncomingMutation(Mutation(id: 1, entity: "e", entityID: "x", op: .upsert, data: .value(1), space: "s7"))]
+        )
+        var counts: [String: Int] = [:]
+        var cursors: [String: String] = [:]
+        for user in ["one", "many"] {
+            var page = try await storage.pull(userID: user, cursor: nil, limit: 1000, ownWrites: nil)
+            while page.hasMore { page = try await storage.pull(userID: user, cursor: page.cursor, limit: 1000, ownWrites: nil) }
+            _ = statements.take()
+            let empty = try await storage.pull(userID: user, cursor: page.cursor, limit: 1000, ownWrites: nil)
+            counts[user] = statements.take()
+            cursors[user] = empty.cursor
+            #expect(empty.count == 0 && empty.spaces == nil && !empty.hasMore)
+        }
+        #expect(counts["one"] == counts["many"], "\(counts)")
+        // A push into one of the 1,000 spaces is found by the next pull.
+        _ = try await storage.push(
+            caller: service,
+            clientID: "seed",
+            mutations: [IncomingMutation(Mutation(id: 2, entity: "e", entityID: "y", op: .upsert, data: .value(2), space: "s900"))]
+        )
+        let next = try await storage.pull(userID: "many", cursor: cursors["many"], limit: 1000, ownWrites: nil)
+        let changes = try JSONDecoder().decode(PullResponse.self, from: Data(next.responseBody().readableBytesView)).changes
+        #expect(changes.map { "\($0.space ?? "-"):\($0.entityID)" } == ["s900:y"])
+        try await storage.close()
+    }
+}
