@@ -322,7 +322,12 @@ struct SpaceEmptyPullTests {
         private let lock = NSLock()
         private var count = 0
         func add() { lock.withLock { count += 1 } }
-        func take() -> Int { lock.withLock { defer { count = 0 }; return count } }
+        func take() -> Int {
+            lock.withLock {
+                defer { count = 0 }
+                return count
+            }
+        }
     }
 
     @Test("an empty pull of a user in 1,000 spaces runs the same statements as one of a user in a single space (SQLite)")

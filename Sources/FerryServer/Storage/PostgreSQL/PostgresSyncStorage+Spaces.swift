@@ -8,6 +8,7 @@ import PostgresNIO
 /// grants cannot both pass the 1,000-space limit; deleting a space takes its change lock too,
 /// so it waits for the pushes writing to it and none writes to it after.
 extension PostgresSyncStorage {
+    /// Creates the space in one transaction (``SyncStorage/createSpace(_:by:)``).
     public func createSpace(_ space: String, by caller: Caller) async throws -> (membership: Membership, created: Bool) {
         try SpaceRequest.check(space: space)
         return try await inTransaction { db, logger in
@@ -46,6 +47,7 @@ extension PostgresSyncStorage {
         }
     }
 
+    /// Deletes the space, its members and its records in one transaction (``SyncStorage/deleteSpace(_:by:)``).
     public func deleteSpace(_ space: String, by caller: Caller) async throws {
         try SpaceRequest.check(space: space)
         try await inTransaction { db, logger in
@@ -66,6 +68,7 @@ extension PostgresSyncStorage {
         }
     }
 
+    /// The user's memberships, sorted by space id (``SyncStorage/memberships(of:)``).
     public func memberships(of userID: String) async throws -> [Membership] {
         try await withDatabase { [logger] db in
             var memberships: [Membership] = []
@@ -79,6 +82,7 @@ extension PostgresSyncStorage {
         }
     }
 
+    /// The members of the space, sorted by user (``SyncStorage/members(of:by:)``).
     public func members(of space: String, by caller: Caller) async throws -> [SpaceMember] {
         try SpaceRequest.check(space: space)
         return try await inTransaction { db, logger in
@@ -87,6 +91,7 @@ extension PostgresSyncStorage {
         }
     }
 
+    /// Adds the member or changes their role in one transaction (``SyncStorage/setRole(_:of:in:by:)``).
     public func setRole(_ role: SpaceRole, of user: String, in space: String, by caller: Caller) async throws -> SpaceMember {
         try SpaceRequest.check(space: space)
         try SpaceRequest.check(user: user)
@@ -112,6 +117,7 @@ extension PostgresSyncStorage {
         }
     }
 
+    /// Removes the member in one transaction (``SyncStorage/removeMember(_:from:by:)``).
     public func removeMember(_ user: String, from space: String, by caller: Caller) async throws {
         try SpaceRequest.check(space: space)
         try SpaceRequest.check(user: user)

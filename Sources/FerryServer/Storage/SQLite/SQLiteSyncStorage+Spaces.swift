@@ -5,6 +5,7 @@ import GRDB
 /// Space management on SQLite: each request is one write transaction, which the single writer
 /// keeps from every other write, pushes included.
 extension SQLiteSyncStorage {
+    /// Creates the space in one transaction (``SyncStorage/createSpace(_:by:)``).
     public func createSpace(_ space: String, by caller: Caller) async throws -> (membership: Membership, created: Bool) {
         try SpaceRequest.check(space: space)
         return try await mapErrors {
@@ -32,6 +33,7 @@ extension SQLiteSyncStorage {
         }
     }
 
+    /// Deletes the space, its members and its records in one transaction (``SyncStorage/deleteSpace(_:by:)``).
     public func deleteSpace(_ space: String, by caller: Caller) async throws {
         try SpaceRequest.check(space: space)
         try await mapErrors {
@@ -51,6 +53,7 @@ extension SQLiteSyncStorage {
         }
     }
 
+    /// The user's memberships, sorted by space id (``SyncStorage/memberships(of:)``).
     public func memberships(of userID: String) async throws -> [Membership] {
         try await mapErrors {
             try await writer.read { db in
@@ -63,6 +66,7 @@ extension SQLiteSyncStorage {
         }
     }
 
+    /// The members of the space, sorted by user (``SyncStorage/members(of:by:)``).
     public func members(of space: String, by caller: Caller) async throws -> [SpaceMember] {
         try SpaceRequest.check(space: space)
         return try await mapErrors {
@@ -74,6 +78,7 @@ extension SQLiteSyncStorage {
         }
     }
 
+    /// Adds the member or changes their role in one transaction (``SyncStorage/setRole(_:of:in:by:)``).
     public func setRole(_ role: SpaceRole, of user: String, in space: String, by caller: Caller) async throws -> SpaceMember {
         try SpaceRequest.check(space: space)
         try SpaceRequest.check(user: user)
@@ -100,6 +105,7 @@ extension SQLiteSyncStorage {
         }
     }
 
+    /// Removes the member in one transaction (``SyncStorage/removeMember(_:from:by:)``).
     public func removeMember(_ user: String, from space: String, by caller: Caller) async throws {
         try SpaceRequest.check(space: space)
         try SpaceRequest.check(user: user)
