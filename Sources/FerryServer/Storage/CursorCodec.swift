@@ -53,6 +53,7 @@ struct CursorCodec: Sendable {
         }
         Self.appendVarint(UInt64(epochs.count), to: &bytes)
         for epoch in epochs { bytes += Self.bytes(of: epoch) }
+        Self.appendVarint(position.continuing.map { UInt64($0) + 1 } ?? 0, to: &bytes)
         Self.appendVarint(UInt64(entries.count), to: &bytes)
         for (key, cursor) in entries {
             for value in [key, cursor.position, cursor.horizon, Int64(epochIndex[cursor.epoch]!), max(0, cursor.head - cursor.position)] {
@@ -80,6 +81,7 @@ struct CursorCodec: Sendable {
         let personal = PullCursor(position: reader.int64(), horizon: reader.int64(), epoch: reader.int64(), head: reader.int64())
         let memberships = reader.int64()
         let epochs = (0..<reader.varint()).map { _ in reader.int64() }
+        let continuing = reader.varint()
         var spaces: [Int64: PullCursor] = [:]
         for _ in 0..<reader.varint() {
             let key = reader.varint()
@@ -91,7 +93,9 @@ struct CursorCodec: Sendable {
             spaces[key] = PullCursor(position: position, horizon: horizon, epoch: epochs[epoch], head: head)
         }
         guard reader.atEnd, personal.position >= 0 else { throw invalid }
-        return PullPosition(personal: personal, spaces: spaces, memberships: memberships)
+        var position = PullPosition(personal: personal, spaces: spaces, memberships: memberships)
+        position.continuing = continuing > 0 ? continuing - 1 : nil
+        return position
     }
 
     /// What a cursor stands for.

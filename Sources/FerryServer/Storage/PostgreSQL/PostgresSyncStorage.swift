@@ -581,6 +581,7 @@ public final class PostgresSyncStorage: SyncStorage {
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
         let scan = PullPage.scanLimit(limit, leavingOut: ownWrites)
+        if let from, let page = try await continuing(from, userID: userID, limit: limit, ownWrites: ownWrites) { return page }
         let first = try await rows(
             of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan, entries: from?.spaces ?? [:])
         )
@@ -636,6 +637,35 @@ public final class PostgresSyncStorage: SyncStorage {
         return page.page(cursors: cursors, spaces: spaces, version: first.version, revoked: revoked)
     }
 
+    /// A space's first download one statement a page: when the cursor stopped in a space
+    /// (`PullPosition.continuing`), one statement reads on in it, with the memberships' version
+    /// and whether the user still reads it. `nil` when the memberships changed, or the space's
+    /// read reached its end: the page is then read as any other, the personal history first.
+    private func continuing(_ from: PullPosition, userID: String, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage? {
+        guard let key = from.continuing, let entry = from.spaces[key] else { return nil }
+        let partition = SpacePartition.name(key)
+        let query = Self.pullQuery(
+            userID: userID,
+            partition: partition,
+            cursor: entry,
+            scan: PullPage.scanLimit(limit, leavingOut: ownWrites),
+            member: key
+        )
+        let read = try await rows(of: query)
+        guard read.version == from.memberships, let id = read.member else { return nil }
+        let space = ReadableSpace(key: key, id: id, role: .read, head: read.head, last: read.head.position)
+        let start = try space.head.start(from: entry)
+        var builder = PullPage.Builder(
+            after: start.position,
+            limit: limit,
+            leavingOut: ownWrites.map { OwnWrites(clientID: SpacePartition.writer(clientID: $0.clientID, userID: userID), answered: $0.answered) },
+            space: id
+        )
+        Self.offer(read.rows, to: &builder)
+        guard builder.stopped else { return nil }
+        return SpacedPage.continuing(from: from, in: space, read: builder, start: start, userID: userID, cursors: cursors)
+    }
+
     /// A row of a pull statement: a record, its position and size, and whether it fits the page.
     private typealias PulledRow = (record: StoredRecord, seq: Int64, size: Int, fits: Bool, data: ByteBuffer?)
 
@@ -646,6 +676,8 @@ public final class PostgresSyncStorage: SyncStorage {
         var version: Int64 = 0
         var spaces = 0
         var moved = 0
+        /// With `pullQuery`'s `member`: the space's id if the user still reads it.
+        var member: String?
         var rows: [PulledRow] = []
     }
 
@@ -655,14 +687,15 @@ public final class PostgresSyncStorage: SyncStorage {
             var pulled = PulledHistory()
             for try await row in try await db.query(query, logger: logger) {
                 let (
-                    position, epoch, epochBase, purgedThrough, lastMutationID, memberships, spaceCount, moved, entity, entityID, version, deleted,
-                    naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
+                    position, epoch, epochBase, purgedThrough, lastMutationID, memberships, spaceCount, moved, member, entity, entityID, version,
+                    deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
                 ) = try row.decode(
                     (
-                        Int64, Int64, Int64, Int64, Int64?, Int64?, Int, Int, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?, Int64?,
-                        String?, Int64?, Int64?, Int?, Bool?
+                        Int64, Int64, Int64, Int64, Int64?, Int64?, Int, Int, String?, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?,
+                        Int64?, String?, Int64?, Int64?, Int?, Bool?
                     ).self
                 )
+                pulled.member = member
                 pulled.head = ChangeHead(
                     position: position,
                     epoch: epoch,
@@ -744,7 +777,8 @@ public final class PostgresSyncStorage: SyncStorage {
         scan: Int,
         budget: Int = ProtocolLimits.maxPullPageDataBytes,
         takesFirst: Bool = true,
-        entries: [Int64: PullCursor] = [:]
+        entries: [Int64: PullCursor] = [:],
+        member space: Int64? = nil
     ) -> PostgresQuery {
         let partition = partition ?? userID
         let after = cursor?.position ?? 0
@@ -759,6 +793,8 @@ public final class PostgresSyncStorage: SyncStorage {
                         \(entries.values.map(\.epoch))::int8[]) AS c (key, position, epoch)
                     LEFT JOIN user_changes h ON h.user_id = (chr(1) || c.key::text) COLLATE "C"
                     WHERE coalesce(h.position, 0) <> c.position OR coalesce(h.epoch, 0) <> c.epoch OR coalesce(h.purged_through, 0) > c.position),
+                (SELECT s.id FROM spaces s JOIN space_members m ON m.space_key = s.key AND m.user_id = \(userID)
+                    WHERE s.key = \(space) AND NOT s.deleted),
                 p.entity, p.entity_id, p.version, p.deleted, p.natural_key, CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at,
                 p.written_by, p.written_mutation, p.written_seq, p.size, p.fits
             FROM (SELECT 1) one

@@ -20,6 +20,9 @@ struct PullPosition: Sendable, Equatable {
     var spaces: [Int64: PullCursor] = [:]
     /// The version of the memberships the cursor was read with; 0 for a user never in a space.
     var memberships: Int64 = 0
+    /// The space whose read the page stopped in, if it stopped in one: a space's first download
+    /// goes on there, one statement a page on PostgreSQL, while the memberships stay the same.
+    var continuing: Int64?
 
     init(personal: PullCursor, spaces: [Int64: PullCursor] = [:], memberships: Int64 = 0) {
         self.personal = personal

@@ -95,6 +95,7 @@ struct SpacedPage {
         dataBytes += builder.dataBytes
         stopped = builder.stopped
         next.spaces[space.key] = space.head.cursor(after: builder.position, from: start, caughtUp: !builder.stopped)
+        if builder.stopped { next.continuing = space.key }
     }
 
     /// The page, its cursor signed by `cursors`, with the memberships of `version`: sent only
@@ -110,6 +111,22 @@ struct SpacedPage {
                 ? nil : spaces.map { Membership(space: $0.id, role: $0.role) }.sorted { $0.space < $1.space },
             revoked: revoked
         )
+    }
+
+    /// The page of a pull that went on reading the space its cursor stopped in
+    /// (`PullPosition.continuing`) and stopped in it again: that space moves on, everything
+    /// else keeps its position, and the memberships (unchanged) are not sent.
+    static func continuing(
+        from: PullPosition,
+        in space: ReadableSpace,
+        read builder: PullPage.Builder,
+        start: PullCursor,
+        userID: String,
+        cursors: CursorCodec
+    ) -> PullPage {
+        var next = from
+        next.spaces[space.key] = space.head.cursor(after: builder.position, from: start, caughtUp: false)
+        return PullPage(records: builder.records, cursor: cursors.encode(next, userID: userID), hasMore: true)
     }
 
     /// The page when nothing changed in any space (`PullPosition.spacesUnchanged`): the spaces
