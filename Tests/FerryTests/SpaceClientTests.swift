@@ -196,6 +196,53 @@ struct SpaceClientTests {
         }
     }
 
+    @Test(
+        "a space's record never takes over a row of another space: someone who adds you to their space cannot overwrite or capture your own records"
+    )
+    func spaceRecordsCannotTakeOverRows() async throws {
+        try await TestServer.run { server in
+            let store = try Self.openStore("alice")
+            let alice = Self.client(store, server, user: "alice")
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p1', NULL, 'mine')")
+            }
+            try await alice.sync()
+            // Carol makes a space with a record of the same id, and of an entity Alice keeps in another space, and adds Alice.
+            let carol = try await TestServer.token(for: "carol")
+            #expect(try await server.createSpace("evil", token: carol).status == 201)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "carol",
+                    mutations: [
+                        Mutation(id: 1, entity: "projects", entityID: "p1", op: .upsert, data: ["name": .string("carol's")], space: "evil"),
+                        Mutation(id: 2, entity: "aliases", entityID: "a1", op: .upsert, data: ["street": .string("x")], space: "evil"),
+                        Mutation(id: 3, entity: "projects", entityID: "p2", op: .upsert, data: ["name": .string("shared")], space: "evil"),
+                    ]
+                ),
+                token: carol
+            )
+            #expect(try await server.grant(.write, to: "alice", in: "evil", token: carol).status == 200)
+            try await alice.sync()
+            let rows = try await store.database.read { db in
+                try Row.fetchAll(db, sql: "SELECT id, team_id, name FROM projects ORDER BY id").map {
+                    "\($0[0] as String):\(($0[1] as String?) ?? "-"):\($0[2] as String)"
+                }
+            }
+            #expect(rows == ["p1:-:mine", "p2:evil:shared"], "Alice's own p1 stays hers; Carol's p2 arrives")
+            #expect(try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM aliases") } == 0)
+            let setAside = try await alice.queueSnapshot().setAside
+            // a1 has no table for its space; p1 is known here at its version (the store knows a
+            // record by entity and id), or set aside if it were newer: never written over Alice's.
+            #expect(setAside.map(\.entityID).contains("a1") && !setAside.contains { $0.entityID == "p2" }, "\(setAside)")
+            // Her edit of p1 goes to her personal space, not Carol's.
+            try await store.database.write { db in try db.execute(sql: "UPDATE projects SET name = 'still mine' WHERE id = 'p1'") }
+            try await alice.sync()
+            let carols = try await server.pullAll(token: carol)
+            #expect(carols["evil:projects/p1"]?.data?["name"] == .string("carol's"))
+            #expect(try await server.pullAll(token: try await TestServer.token(for: "alice"))["projects/p1"]?.data?["name"] == .string("still mine"))
+        }
+    }
+
     /// Runs `action` once, before the first pull request goes out.
     actor OnFirstPull: SyncTransport {
         let inner: any SyncTransport

@@ -43,16 +43,32 @@ enum ChangeCapture {
         try installGuards(for: table, sql: sql, in: db)
     }
 
+    /// Installs the guards of every table again, after the memberships changed (`SpaceMemberships`).
+    static func reinstallGuards(for tables: [SyncedTable], in db: Database) throws {
+        for table in tables where table.space != .personal {
+            try installGuards(for: table, sql: try Expressions(table: table, db: db), in: db)
+        }
+    }
+
     /// Refuses, in the app's own transaction, a write to a space the store knows it may only
     /// read (`ferry_spaces`, the memberships of the latest pull), naming the space and role;
-    /// and a change of a row's space column. Personal tables need none.
+    /// and a change of a row's space column. Personal tables need none. SQLite's `RAISE` takes
+    /// only a literal message: each read-only space known now has its own, and one made
+    /// read-only before the guards are installed again gets a message without its name.
     private static func installGuards(for table: SyncedTable, sql: Expressions, in db: Database) throws {
         guard table.space != .personal else { return }
         let name = table.table
         let quoted = name.quotedDatabaseIdentifier
         let capturing = "(SELECT capturing FROM ferry_meta)"
+        for suffix in ["guard_insert", "guard_update", "guard_delete"] {
+            try db.execute(sql: "DROP TRIGGER IF EXISTS \("ferry_capture_\(name)_\(suffix)".quotedDatabaseIdentifier)")
+        }
+        let readOnly = try String.fetchAll(db, sql: "SELECT space FROM ferry_spaces WHERE role = 'read' ORDER BY space")
         func refuse(_ row: String) -> String {
-            "SELECT ferry_refuse_write(space, role) FROM ferry_spaces WHERE space = \(sql.space(row)) AND role = 'read';"
+            let cases = readOnly.map { "WHEN \($0.sqlLiteral) THEN RAISE(ABORT, \(SpaceGuard.message(space: $0, role: "read").sqlLiteral))" }
+            let generic = "RAISE(ABORT, 'ferry: this space is read-only for this user (role read); the change was not made')"
+            let refusal = cases.isEmpty ? generic : "CASE \(sql.space(row)) \(cases.joined(separator: " ")) ELSE \(generic) END"
+            return "SELECT \(refusal) WHERE \(sql.space(row)) IN (SELECT space FROM ferry_spaces WHERE role = 'read');"
         }
         var statements = """
             CREATE TRIGGER \("ferry_capture_\(name)_guard_insert".quotedDatabaseIdentifier) BEFORE INSERT ON \(quoted) WHEN \(capturing)

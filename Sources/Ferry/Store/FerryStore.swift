@@ -43,7 +43,6 @@ public final class FerryStore: Sendable {
         var configuration = Configuration()
         configuration.label = "ferry.store"
         configuration.busyMode = .timeout(10)
-        configuration.prepareDatabase { db in db.add(function: SpaceGuard.refuseWrite) }
         do {
             if FileManager.default.fileExists(atPath: path) {
                 // Looked at read-only first: opening a pool writes to the file (GRDB makes

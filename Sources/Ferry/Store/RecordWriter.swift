@@ -24,14 +24,28 @@ struct RecordWriter {
     /// synced table (explicitly enqueued changes) have no row to write.
     /// A table whose rows name their space (`SyncedTable.Space.column`) gets `space` in that
     /// column; without one (`nil`, not `.some(nil)`: the personal space) a row keeps its space.
+    ///
+    /// With a `space`, the record is the server's and may only touch a row of that space: a
+    /// table placed elsewhere, or a row of the same id in another space (the user's own, say,
+    /// when someone who shares a space with them picked that id), refuses it as a constraint
+    /// would (`PulledRecords` sets it aside with the reason); a delete leaves such a row alone.
     mutating func write(entity: String, entityID: String, data: JSONObject?, naturalKey: String?, space: String?? = nil, db: Database) throws {
         guard let table = store.table(forEntity: entity) else { return }
+        if case .some(let space) = space, !table.holds(space: space) {
+            throw DatabaseError(
+                resultCode: .SQLITE_CONSTRAINT,
+                message: "table \(table.table) holds no record of \(space.map { "space '\($0)'" } ?? "the personal space")"
+            )
+        }
         guard let data else {
             try keepExtras([:], entity: entity, entityID: entityID, db: db)
-            let row = table.rowCondition(entity: entity, entityID: entityID)
-            try db.cachedStatement(sql: "DELETE FROM \(table.table.quotedDatabaseIdentifier) WHERE \(row.sql)").execute(
-                arguments: StatementArguments(row.arguments)
-            )
+            var row = table.rowCondition(entity: entity, entityID: entityID)
+            var arguments = StatementArguments(row.arguments)
+            if let column = table.spaceColumn, case .some(let space) = space {
+                row.sql += " AND \(column.quotedDatabaseIdentifier) IS ?"
+                arguments += [space]
+            }
+            try db.cachedStatement(sql: "DELETE FROM \(table.table.quotedDatabaseIdentifier) WHERE \(row.sql)").execute(arguments: arguments)
             return
         }
         var columns = [table.primaryKey]
@@ -70,6 +84,12 @@ struct RecordWriter {
             case .columns: try dataColumns(of: table, db: db)
             }
         try upsert(into: table, columns: columns, writing: written, db: db).execute(arguments: StatementArguments(values))
+        if table.spaceColumn != nil, case .some(let space) = space, db.changesCount == 0 {
+            throw DatabaseError(
+                resultCode: .SQLITE_CONSTRAINT,
+                message: "\(entity)/\(entityID) of \(space.map { "space '\($0)'" } ?? "the personal space") has the id of a row of another space here"
+            )
+        }
     }
 
     /// The upsert of a row with `columns`; an existing row takes every column of `writing` too:
@@ -87,10 +107,15 @@ struct RecordWriter {
         let key = [table.entityColumn, table.primaryKey].compactMap { $0?.quotedDatabaseIdentifier }
         let absent = writing.map(\.quotedDatabaseIdentifier).filter { !names.contains($0) }
         let updates = (names + absent).filter { !key.contains($0) }.map { "\($0) = excluded.\($0)" }
+        // A row of another space is never taken over: the update only applies in the row's space.
+        let sameSpace =
+            table.spaceColumn.map(\.quotedDatabaseIdentifier).map { column in
+                names.contains(column) ? " WHERE \(table.table.quotedDatabaseIdentifier).\(column) IS excluded.\(column)" : ""
+            } ?? ""
         let statement = try db.makeStatement(
             sql: """
                 INSERT INTO \(table.table.quotedDatabaseIdentifier) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))
-                ON CONFLICT (\(key.joined(separator: ", "))) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", "))
+                ON CONFLICT (\(key.joined(separator: ", "))) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", ") + sameSpace)
                 """
         )
         upserts[shape] = statement

@@ -94,6 +94,15 @@ public struct SyncedTable: Sendable, Hashable {
         if case .column(let column) = space { column } else { nil }
     }
 
+    /// Whether the table holds records of `space` (`nil`: the personal space).
+    func holds(space: String?) -> Bool {
+        switch self.space {
+        case .personal: space == nil
+        case .named(let named): space == named
+        case .column: true
+        }
+    }
+
     /// Columns that are not fields of a record's `data`.
     var reservedColumns: [String] { [primaryKey, naturalKey, entityColumn, spaceColumn].compactMap { $0 } }
 

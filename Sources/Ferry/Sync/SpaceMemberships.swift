@@ -36,6 +36,10 @@ enum SpaceMemberships {
             try insert.execute(arguments: [membership.space, membership.role.rawValue])
             if before[membership.space] == nil { changes.joined.append(membership) }
         }
+        // The guards name the read-only spaces in their messages.
+        if Dictionary(spaces.map { ($0.space, $0.role) }, uniquingKeysWith: { $1 }) != before {
+            try ChangeCapture.reinstallGuards(for: store.tables, in: db)
+        }
         return changes
     }
 

@@ -1,6 +1,7 @@
 import FerryProtocol
 import Foundation
 import Hummingbird
+import NIOCore
 
 /// The handlers of PROTOCOL.md's space endpoints: spaces, their members and roles.
 struct SpaceController: Sendable {
@@ -28,7 +29,12 @@ struct SpaceController: Sendable {
     func setRole(_ request: Request, context: FerryRequestContext) async throws -> Response {
         let space = try Self.parameter("space", of: context)
         let user = try Self.parameter("user", of: context)
-        let body = try await request.body.collect(upTo: 64 * 1024)
+        let body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: 64 * 1024)
+        } catch {
+            throw ProtocolViolation.badRequest("body must be a JSON object {\"role\": …} of at most 64 KiB")
+        }
         let role = try RoleRequest.decode(from: Data(body.readableBytesView)).role
         return try JSONResponse.make(try await storage.setRole(role, of: user, in: space, by: try Self.caller(context)))
     }

@@ -608,7 +608,7 @@ public final class PostgresSyncStorage: SyncStorage {
             let start = try page.start(of: space)
             guard page.needsRead(space, from: start) else { continue }
             var builder = page.builder(for: space, from: start)
-            let read = try await rows(
+            let readHistory = try await rows(
                 of: Self.pullQuery(
                     userID: userID,
                     partition: SpacePartition.name(space.key),
@@ -618,8 +618,12 @@ public final class PostgresSyncStorage: SyncStorage {
                     takesFirst: builder.takesFirst
                 )
             )
-            Self.offer(read.rows, to: &builder)
-            page.add(builder, of: space, from: start)
+            Self.offer(readHistory.rows, to: &builder)
+            // The cursor takes the head this statement read with the rows, not the earlier one:
+            // another process may have written, under its own epoch, in between.
+            var read = space
+            read.head = readHistory.head
+            page.add(builder, of: read, from: start)
         }
         let revokedKeys = page.revoked(readable: spaces)
         var revoked: [String] = []

@@ -75,14 +75,17 @@ struct SpacedPage {
         return true
     }
 
-    /// The builder for `space`'s rows, with what is left of the page.
+    /// The builder for `space`'s rows, with what is left of the page. A space being joined (the
+    /// cursor does not name it) leaves none of the client's writes out: the device may have
+    /// dropped them with the space (revoked, or deleted and created again) since they were
+    /// answered, and joining brings the space whole.
     func builder(for space: ReadableSpace, from start: PullCursor) -> PullPage.Builder {
         PullPage.Builder(
             after: start.position,
             limit: limit - records.count,
-            leavingOut: ownWrites.map {
-                OwnWrites(clientID: SpacePartition.writer(clientID: $0.clientID, userID: userID), answered: $0.answered)
-            },
+            leavingOut: from?.spaces[space.key] == nil
+                ? nil
+                : ownWrites.map { OwnWrites(clientID: SpacePartition.writer(clientID: $0.clientID, userID: userID), answered: $0.answered) },
             budget: ProtocolLimits.maxPullPageDataBytes - dataBytes,
             takesFirst: records.isEmpty,
             space: space.id
