@@ -195,3 +195,40 @@ struct SpaceInterleavingTests {
         }
     }
 }
+
+/// A membership change racing a push: the whole batch is judged by one reading of the memberships.
+@Suite("Spaces: a revocation racing a push", .timeLimit(.minutes(3)))
+struct SpaceRaceTests {
+    @Test("a push of 50 changes into a space while its writer is removed is applied whole or refused whole, never half", arguments: StorageBackend.allCases)
+    func revocationRacingAPush(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            try await server.makeSpace("team", admin: "alice", members: ["bob": .write])
+            let alice = try await TestServer.token(for: "alice")
+            let bob = try await TestServer.token(for: "bob")
+            var outcomes: [String: Int] = [:]
+            for round in 0..<20 {
+                let mutations = (0..<50).map { index in
+                    Mutation(
+                        id: Int64(round * 50 + index + 1),
+                        entity: "tasks",
+                        entityID: "r\(round)-\(index)",
+                        op: .upsert,
+                        data: .value(Int64(index)),
+                        space: "team"
+                    )
+                }
+                async let pushed = server.pushOK(PushRequest(clientID: "bob-phone", mutations: mutations), token: bob)
+                async let removed = server.removeMember("bob", from: "team", token: alice)
+                let (answer, removal) = try await (pushed, removed)
+                #expect(removal.status == 204)
+                let statuses = Set(answer.results.map(\.status))
+                #expect(statuses.count == 1, "round \(round): one judgement for the whole batch, got \(answer.results.map(\.status.rawValue))")
+                outcomes[statuses.first?.rawValue ?? "-", default: 0] += 1
+                let stored = try await server.pullAll(token: alice).keys.filter { $0.hasPrefix("team:tasks/r\(round)-") }.count
+                #expect(stored == (statuses == [.applied] ? 50 : 0), "round \(round): \(stored) stored")
+                #expect(try await server.grant(.write, to: "bob", in: "team", token: alice).status == 200)
+            }
+            #expect(outcomes.values.reduce(0, +) == 20, "\(outcomes)")
+        }
+    }
+}

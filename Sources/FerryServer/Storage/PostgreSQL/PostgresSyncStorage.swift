@@ -793,12 +793,9 @@ public final class PostgresSyncStorage: SyncStorage {
                 (SELECT last_mutation_id FROM clients WHERE user_id = \(userID) AND client_id = \(ownWrites?.clientID)),
                 (SELECT version FROM member_versions WHERE user_id = \(userID)),
                 (SELECT count(*)::int8 FROM space_members WHERE user_id = \(userID)),
-                (SELECT count(*)::int8 FROM unnest(\(entries.keys.map { $0 })::int8[], \(entries.values.map(\.position))::int8[],
-                        \(entries.values.map(\.epoch))::int8[]) AS c (key, position, epoch)
-                    LEFT JOIN user_changes h ON h.user_id = (chr(1) || c.key::text) COLLATE "C"
-                    WHERE coalesce(h.position, 0) <> c.position OR coalesce(h.epoch, 0) <> c.epoch OR coalesce(h.purged_through, 0) > c.position),
+                \(unescaped: Self.movedEntries(entries)),
                 (SELECT s.id FROM spaces s JOIN space_members m ON m.space_key = s.key AND m.user_id = \(userID)
-                    WHERE s.key = \(space) AND NOT s.deleted),
+                    WHERE s.key = \(unescaped: space.map(String.init) ?? "NULL") AND NOT s.deleted),
                 p.entity, p.entity_id, p.version, p.deleted, p.natural_key, CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at,
                 p.written_by, p.written_mutation, p.written_seq, p.size, p.fits
             FROM (SELECT 1) one
@@ -814,6 +811,22 @@ public final class PostgresSyncStorage: SyncStorage {
                 ) scanned
                 WHERE running - size <= \(budget)
             ) p ON u.position IS NOT NULL
+            """
+    }
+
+    /// `pullQuery`'s count of the cursor's space entries that moved, as SQL: the entries are
+    /// numbers, written into it as literals, so that a pull naming no space plans no more than
+    /// it did before spaces (every pull statement is planned again: PostgresNIO sends it unnamed).
+    static func movedEntries(_ entries: [Int64: PullCursor]) -> String {
+        guard !entries.isEmpty else { return "0::int8" }
+        let (keys, positions, epochs) = (
+            entries.keys.map(String.init).joined(separator: ","), entries.values.map { String($0.position) }.joined(separator: ","),
+            entries.values.map { String($0.epoch) }.joined(separator: ",")
+        )
+        return """
+            (SELECT count(*)::int8 FROM unnest('{\(keys)}'::int8[], '{\(positions)}'::int8[], '{\(epochs)}'::int8[]) AS c (key, position, epoch)
+                LEFT JOIN user_changes h ON h.user_id = (chr(1) || c.key::text) COLLATE "C"
+                WHERE coalesce(h.position, 0) <> c.position OR coalesce(h.epoch, 0) <> c.epoch OR coalesce(h.purged_through, 0) > c.position)
             """
     }
 

@@ -165,10 +165,17 @@ public final class SQLiteSyncStorage: SyncStorage {
         migrator.registerMigration("v5") { db in
             // Spaces (PROTOCOL.md, "Spaces"): a key per space never reused (AUTOINCREMENT), whose
             // records live under its partition (`SpacePartition`); a deleted space's row stays,
-            // so a cursor naming its key can say which space was revoked.
+            // so a cursor naming its key can say which space was revoked. `last_position` is the
+            // last position its pushes wrote or its purge reached: a pull looks it up once per
+            // space to know whether anything moved.
             try db.execute(
                 sql: """
-                    CREATE TABLE spaces (key INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0);
+                    CREATE TABLE spaces (
+                        key INTEGER PRIMARY KEY AUTOINCREMENT,
+                        id TEXT NOT NULL,
+                        deleted INTEGER NOT NULL DEFAULT 0,
+                        last_position INTEGER NOT NULL DEFAULT 0
+                    );
                     CREATE UNIQUE INDEX spaces_live_id ON spaces (id) WHERE deleted = 0;
                     CREATE TABLE space_members (
                         space_key INTEGER NOT NULL,
@@ -422,10 +429,8 @@ public final class SQLiteSyncStorage: SyncStorage {
                 let summary = try Row.fetchOne(
                     db.cachedStatement(
                         sql: """
-                            SELECT (SELECT version FROM member_versions WHERE user_id = ?1), count(*), max(max(
-                                coalesce((SELECT max(seq) FROM records r WHERE r.user_id = char(1) || m.space_key), 0),
-                                coalesce((SELECT purged_through FROM user_horizons h WHERE h.user_id = char(1) || m.space_key), 0)))
-                            FROM space_members m WHERE m.user_id = ?1
+                            SELECT (SELECT version FROM member_versions WHERE user_id = ?1), count(*), max(s.last_position)
+                            FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = ?1
                             """
                     ),
                     arguments: [userID]
@@ -542,6 +547,12 @@ public final class SQLiteSyncStorage: SyncStorage {
                     arguments: [cutoff]
                 )
                 report.users = db.changesCount
+                try db.execute(
+                    sql: """
+                        UPDATE spaces SET last_position = max(last_position, h.purged_through)
+                        FROM user_horizons h WHERE h.user_id = char(1) || spaces.key
+                        """
+                )
                 try db.execute(
                     sql: """
                         DELETE FROM records WHERE deleted = 1 AND written_at < ?
@@ -665,6 +676,9 @@ public final class SQLiteSyncStorage: SyncStorage {
             )
         else { throw StorageError.corrupt("change_sequence is empty") }
         var position = end - Int64(plan.writes.count)
+        if userID.unicodeScalars.first == "\u{1}", let key = Int64(userID.dropFirst()) {
+            try db.cachedStatement(sql: "UPDATE spaces SET last_position = ? WHERE key = ?").execute(arguments: [end, key])
+        }
         let now = serverMilliseconds()
         for chunk in plan.writes.chunked(rowsPerStatement) {
             let rows = ValuesList(rows: chunk.count, columns: 12)
