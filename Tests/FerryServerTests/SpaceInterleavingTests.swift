@@ -199,7 +199,10 @@ struct SpaceInterleavingTests {
 /// A membership change racing a push: the whole batch is judged by one reading of the memberships.
 @Suite("Spaces: a revocation racing a push", .timeLimit(.minutes(3)))
 struct SpaceRaceTests {
-    @Test("a push of 50 changes into a space while its writer is removed is applied whole or refused whole, never half", arguments: StorageBackend.allCases)
+    @Test(
+        "a push of 50 changes into a space while its writer is removed is applied whole or refused whole, never half",
+        arguments: StorageBackend.allCases
+    )
     func revocationRacingAPush(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             try await server.makeSpace("team", admin: "alice", members: ["bob": .write])

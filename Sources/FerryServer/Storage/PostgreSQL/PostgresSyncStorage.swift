@@ -228,16 +228,15 @@ public final class PostgresSyncStorage: SyncStorage {
         }
 
         let batch = SpacedBatch(mutations)
-        let response: PushResponse
+        // The spaces' change locks, in order of key after the user's (no two pushes wait for
+        // each other in a cycle), then the memberships again: a statement after the locks sees
+        // every deletion and membership change that committed before them, and the whole batch
+        // is judged by that one statement. A space that became writable between the two reads
+        // is locked and read again, so every space the judgement lets the batch write is locked.
+        var positions = [userID: position]
+        var targets: [String: SpacedBatch.Target] = [:]
         if !batch.spaceIDs.isEmpty {
-            // The spaces' change locks, in order of key after the user's (no two pushes wait for
-            // each other in a cycle), then the memberships again: a statement after the locks
-            // sees every deletion and membership change that committed before them, and the
-            // whole batch is judged by that one statement.
-            // A space that became writable between the two reads is locked and read again, so
-            // every space the judgement lets the batch write is locked before it.
-            var positions = [userID: position]
-            var targets = try await targets(of: batch, caller: caller, db: db, logger: logger)
+            targets = try await Self.targets(of: batch, caller: caller, db: db, logger: logger)
             while case let unlocked = targets.values.filter({
                 (caller.isService || $0.role?.canWrite == true) && positions[SpacePartition.name($0.key)] == nil
             }), !unlocked.isEmpty {
@@ -246,46 +245,27 @@ public final class PostgresSyncStorage: SyncStorage {
                 }
                 targets = try await Self.targets(of: batch, caller: caller, db: db, logger: logger)
             }
-            let (groups, refused) = batch.groups(
-                caller: caller,
-                clientID: clientID,
-                targets: targets,
-                lastMutationID: lastMutationID,
-                replays: replays
-            )
-            var responses: [PushResponse] = []
-            for group in groups {
-                guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }
-                responses.append(
-                    try await apply(
-                        group.mutations,
-                        clientID: group.writer,
-                        partition: group.partition,
-                        after: position,
-                        oneByOne: oneByOne,
-                        lastMutationID: lastMutationID,
-                        replays: replays,
-                        epoch: epoch,
-                        db: db,
-                        logger: logger
-                    )
+        }
+        let (groups, refused) = batch.groups(caller: caller, clientID: clientID, targets: targets, lastMutationID: lastMutationID, replays: replays)
+        var responses: [PushResponse] = []
+        for group in groups {
+            guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }
+            responses.append(
+                try await apply(
+                    group.mutations,
+                    clientID: group.writer,
+                    partition: group.partition,
+                    after: position,
+                    oneByOne: oneByOne,
+                    lastMutationID: lastMutationID,
+                    replays: replays,
+                    epoch: epoch,
+                    db: db,
+                    logger: logger
                 )
-            }
-            response = batch.response(lastMutationID: lastMutationID, groups: responses, refused: refused)
-        } else {
-            response = try await apply(
-                mutations,
-                clientID: clientID,
-                partition: userID,
-                after: position,
-                oneByOne: oneByOne,
-                lastMutationID: lastMutationID,
-                replays: replays,
-                epoch: epoch,
-                db: db,
-                logger: logger
             )
         }
+        let response = batch.response(lastMutationID: lastMutationID, groups: responses, refused: refused)
         // A push of resent mutations only changes nothing.
         guard response.lastMutationID > lastMutationID else { return response }
         let results = ByteBuffer(data: RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays))

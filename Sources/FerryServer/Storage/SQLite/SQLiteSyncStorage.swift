@@ -200,44 +200,42 @@ public final class SQLiteSyncStorage: SyncStorage {
         let userID = caller.userID
         let batch = SpacedBatch(mutations)
         let epoch = epoch
+        // One mutation at a time (`applyOneByOne`) when a write broke a constraint: the planner
+        // should make that impossible; if a rule was missed, the batch (rolled back whole) still
+        // gets one result per mutation instead of a 500.
+        let attempt = { (oneByOne: Bool) in
+            try await self.writer.write { db in
+                try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
+                    try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db) {
+                        group in
+                        oneByOne
+                            ? try Self.applyOneByOne(
+                                group.mutations,
+                                clientID: group.writer,
+                                lastMutationID: lastMutationID,
+                                replays: replays,
+                                userID: group.partition,
+                                epoch: epoch,
+                                db: db
+                            )
+                            : try Self.apply(
+                                group.mutations,
+                                clientID: group.writer,
+                                lastMutationID: lastMutationID,
+                                replays: replays,
+                                userID: group.partition,
+                                epoch: epoch,
+                                db: db
+                            ).response
+                    }
+                }
+            }
+        }
         return try await mapErrors {
             do {
-                return try await writer.write { db in
-                    try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                        try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db) {
-                            group in
-                            try Self.apply(
-                                group.mutations,
-                                clientID: group.writer,
-                                lastMutationID: lastMutationID,
-                                replays: replays,
-                                userID: group.partition,
-                                epoch: epoch,
-                                db: db
-                            )
-                            .response
-                        }
-                    }
-                }
+                return try await attempt(false)
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                // The planner should make this impossible; if a rule was missed, the batch
-                // (rolled back whole) still gets one result per mutation instead of a 500.
-                return try await writer.write { db in
-                    try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                        try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db) {
-                            group in
-                            try Self.applyOneByOne(
-                                group.mutations,
-                                clientID: group.writer,
-                                lastMutationID: lastMutationID,
-                                replays: replays,
-                                userID: group.partition,
-                                epoch: epoch,
-                                db: db
-                            )
-                        }
-                    }
-                }
+                return try await attempt(true)
             }
         }
     }
@@ -275,7 +273,6 @@ public final class SQLiteSyncStorage: SyncStorage {
             lastMutationID: lastMutationID,
             replays: replays
         )
-        if refused.isEmpty, groups.count == 1, groups[0].mutations.count == batch.mutations.count { return try apply(groups[0]) }
         return batch.response(lastMutationID: lastMutationID, groups: try groups.map(apply), refused: refused)
     }
 

@@ -67,13 +67,15 @@ struct SpacedBatch {
 
     /// The batch's response from each group's and the refused mutations' results, in request order.
     func response(lastMutationID: Int64, groups: [PushResponse], refused: [Int64: PushResult]) -> PushResponse {
+        let last = max(lastMutationID, mutations.last?.mutation.id ?? 0)
+        // One history answered every mutation (a batch without spaces): its results are in order.
+        if refused.isEmpty, groups.count == 1, groups[0].results.count == mutations.count {
+            return PushResponse(lastMutationID: last, results: groups[0].results)
+        }
         var results = refused
         for response in groups {
             for result in response.results { results[result.id] = result }
         }
-        return PushResponse(
-            lastMutationID: max(lastMutationID, mutations.last?.mutation.id ?? 0),
-            results: mutations.map { results[$0.mutation.id]! }
-        )
+        return PushResponse(lastMutationID: last, results: mutations.map { results[$0.mutation.id]! })
     }
 }
