@@ -257,6 +257,46 @@ struct SpaceTests {
     }
 
     @Test(
+        "a join over several pages leaves none of the client's own writes out: a space deleted and created again brings back what the device pushed into the new one (second review)",
+        arguments: StorageBackend.allCases
+    )
+    func joinKeepsOwnWritesOnEveryPage(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            try await server.makeSpace("room", admin: "alice", members: ["dan": .write])
+            let alice = try await TestServer.token(for: "alice")
+            let dan = try await TestServer.token(for: "dan")
+            let before = try await server.pullOK(token: dan)
+            #expect(try await server.deleteSpace("room", token: alice).status == 204)
+            try await server.makeSpace("room", admin: "alice", members: ["dan": .write])
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "alice",
+                    mutations: (1...10).map {
+                        Mutation(id: Int64($0), entity: "tasks", entityID: "a\($0)", op: .upsert, data: .value(1), space: "room")
+                    }
+                ),
+                token: alice
+            )
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "dan-phone",
+                    mutations: [Mutation(id: 1, entity: "tasks", entityID: "mine", op: .upsert, data: .value(2), space: "room")]
+                ),
+                token: dan
+            )
+            var cursor = before.cursor
+            var seen: [String] = []
+            repeat {
+                let page = try await server.pullOK(token: dan, cursor: cursor, limit: 4, ownWrites: ("dan-phone", "1"))
+                seen += page.changes.map(\.entityID)
+                cursor = page.cursor
+                if !page.hasMore { break }
+            } while true
+            #expect(seen.sorted() == ((1...10).map { "a\($0)" } + ["mine"]).sorted(), "the join brings the device's own write too")
+        }
+    }
+
+    @Test(
         "a service token administers every space, writes to spaces it is not a member of, and pulls only its own",
         arguments: StorageBackend.allCases
     )

@@ -243,6 +243,39 @@ struct SpaceClientTests {
         }
     }
 
+    @Test(
+        "a record this device wrote into a space before joining it, deleted by another member in between, leaves the store when the join is whole (second review)"
+    )
+    func joinRemovesWhatOthersDeletedBefore() async throws {
+        try await TestServer.run { server in
+            let store = try Self.openStore("worker")
+            let worker = Self.client(store, server, user: "worker")
+            try await worker.sync()
+            try await worker.createSpace("crew")
+            try await worker.setRole(.write, of: "bob", in: "crew")
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('x', 'crew', 'ladder'), ('y', 'crew', 'rope')")
+            }
+            // The push goes out; before the run's pull, Bob deletes x.
+            let bobDeletes = OnFirstPull(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
+                _ = try await server.pushOK(
+                    PushRequest(clientID: "bob", mutations: [Mutation(id: 1, entity: "projects", entityID: "x", op: .delete, space: "crew")]),
+                    token: try await TestServer.token(for: "bob")
+                )
+            }
+            let client = FerryClient(
+                store: store,
+                transport: bobDeletes,
+                token: { try await TestServer.token(for: "worker") },
+                clock: ImmediateClock()
+            )
+            try await client.sync()
+            let rows = try await store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM projects ORDER BY id") }
+            #expect(rows == ["y"], "x was deleted by Bob before this device's pull joined the space")
+            #expect(try await client.sync().pull.received == 0)
+        }
+    }
+
     /// Runs `action` once, before the first pull request goes out.
     actor OnFirstPull: SyncTransport {
         let inner: any SyncTransport

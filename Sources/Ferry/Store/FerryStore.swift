@@ -291,12 +291,18 @@ public final class FerryStore: Sendable {
         migrator.registerMigration("ferry-v12") { db in
             // Spaces: each queued change names its space (NULL: personal), a record set aside
             // keeps its space, and the store keeps the memberships of the latest pull, which
-            // the guard triggers read to refuse writes to a space it may only read.
+            // the guard triggers read to refuse writes to a space it may only read, and the
+            // spaces it joins while holding rows of them, with the records the join brought
+            // (`SpaceMemberships`).
             try db.execute(
                 sql: """
                     ALTER TABLE ferry_outbox ADD COLUMN space TEXT;
                     ALTER TABLE ferry_set_aside ADD COLUMN space TEXT;
                     CREATE TABLE ferry_spaces (space TEXT PRIMARY KEY NOT NULL, role TEXT NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE ferry_joins (space TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE ferry_join_seen (
+                        space TEXT NOT NULL, entity TEXT NOT NULL, entity_id TEXT NOT NULL, PRIMARY KEY (space, entity, entity_id)
+                    ) WITHOUT ROWID;
                     """
             )
         }

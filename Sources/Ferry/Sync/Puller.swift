@@ -114,6 +114,7 @@ struct Puller: Sendable {
             }
             if let written = try await writing?.value { await count(written, into: &summary) }
             if scratch { try await sweep() }
+            try await finishJoins()
             if let last = answered.last {
                 // Caught up: the cursor is past every write named, so they are named no more.
                 try await store.database.write { db in try db.execute(sql: "DELETE FROM ferry_answered WHERE id <= ?", arguments: [last]) }
@@ -188,6 +189,7 @@ struct Puller: Sendable {
             try lease.confirm(db)
             // Spaces revoked leave the store first: a space revoked and granted again comes back whole in this page or the next.
             let spaces = try SpaceMemberships.apply(page, store: store, db: db)
+            try SpaceMemberships.noteJoins(page.changes, db: db)
             var writer = RecordWriter(store: store)
             let records = page.changes.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }
             // From scratch, every record is taken as sent, whatever version this store knew: a
@@ -315,6 +317,25 @@ struct Puller: Sendable {
                 message: "the pull from scratch is caught up: \(removed) record\(removed == 1 ? "" : "s") it did not bring back left the store"
                     + (kept > 0 ? ", \(kept) with changes queued stay" : ""),
                 details: ["removed": "\(removed)", "kept": "\(kept)"]
+            )
+        )
+    }
+
+    /// Ends the joins of spaces this store held rows of, once the pull is caught up (`SpaceMemberships.finishJoins`).
+    private func finishJoins() async throws {
+        let joining = try await store.database.read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_joins)") }
+        guard joining == true else { return }
+        let removed = try await store.database.write { [store, lease] db in
+            try lease.confirm(db)
+            return try SpaceMemberships.finishJoins(store: store, db: db)
+        }
+        guard removed > 0 else { return }
+        await connection.journal.record(
+            JournalEvent(
+                kind: .pullSwept,
+                message:
+                    "joined spaces are whole: \(removed) row\(removed == 1 ? "" : "s") the join did not bring back (deleted by another member) left the store",
+                details: ["removed": "\(removed)", "kept": "0"]
             )
         )
     }

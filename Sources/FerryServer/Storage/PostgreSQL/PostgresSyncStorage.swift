@@ -642,7 +642,7 @@ public final class PostgresSyncStorage: SyncStorage {
         var builder = PullPage.Builder(
             after: start.position,
             limit: limit,
-            leavingOut: ownWrites.map { OwnWrites(clientID: SpacePartition.writer(clientID: $0.clientID, userID: userID), answered: $0.answered) },
+            leavingOut: SpacedPage.leavesOut(ownWrites, joining: entry, userID: userID),
             space: id
         )
         Self.offer(read.rows, to: &builder)

@@ -75,21 +75,26 @@ struct SpacedPage {
         return true
     }
 
-    /// The builder for `space`'s rows, with what is left of the page. A space being joined (the
-    /// cursor does not name it) leaves none of the client's writes out: the device may have
-    /// dropped them with the space (revoked, or deleted and created again) since they were
-    /// answered, and joining brings the space whole.
+    /// The builder for `space`'s rows, with what is left of the page. A space being joined
+    /// leaves none of the client's writes out (`SpacedPage.leavesOut`).
     func builder(for space: ReadableSpace, from start: PullCursor) -> PullPage.Builder {
         PullPage.Builder(
             after: start.position,
             limit: limit - records.count,
-            leavingOut: from?.spaces[space.key] == nil
-                ? nil
-                : ownWrites.map { OwnWrites(clientID: SpacePartition.writer(clientID: $0.clientID, userID: userID), answered: $0.answered) },
+            leavingOut: Self.leavesOut(ownWrites, joining: from?.spaces[space.key], userID: userID),
             budget: ProtocolLimits.maxPullPageDataBytes - dataBytes,
             takesFirst: records.isEmpty,
             space: space.id
         )
+    }
+
+    /// The writes a read of a space leaves out: none while the space is being joined (the cursor
+    /// does not name it yet, or names it with the horizon of a join not yet caught up): the
+    /// device may have dropped them with the space (revoked, or deleted and created again) since
+    /// they were answered, and joining brings the space whole.
+    static func leavesOut(_ ownWrites: OwnWrites?, joining entry: PullCursor?, userID: String) -> OwnWrites? {
+        guard let entry, entry.horizon == 0 else { return nil }
+        return ownWrites.map { OwnWrites(clientID: SpacePartition.writer(clientID: $0.clientID, userID: userID), answered: $0.answered) }
     }
 
     /// Takes what `builder` read of `space`.
