@@ -581,7 +581,7 @@ public final class PostgresSyncStorage: SyncStorage {
         )
         // The statement also said whether any space needs a look (`pullQuery`'s `entries`).
         if first.version == (from?.memberships ?? 0), first.spaces == (from?.spaces.count ?? 0), first.moved == 0 {
-            return page.pageWithSpacesUnchanged(cursors: cursors)
+            return page.pageWithSpacesUnchanged(cursors: cursors, cursor: cursor)
         }
         let spaces = try await readableSpaces(of: userID)
         for space in spaces {

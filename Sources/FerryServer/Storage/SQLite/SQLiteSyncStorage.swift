@@ -439,7 +439,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                     last: summary?[2] ?? 0,
                     head: head
                 ) {
-                    return page.pageWithSpacesUnchanged(cursors: codec)
+                    return page.pageWithSpacesUnchanged(cursors: codec, cursor: cursor)
                 }
                 return try Self.readSpaces(page, version: version, head: head, userID: userID, ownWrites: ownWrites, cursors: codec, db: db)
             }

@@ -26,6 +26,8 @@ struct SpacedPage {
     private(set) var next: PullPosition
     /// A history stopped before its end: more follows.
     private(set) var stopped = false
+    /// The personal read found nothing after the cursor, and left nothing out.
+    private let personalUntouched: Bool
     private var dataBytes = 0
 
     /// A page after `from`, whose personal part `personal` read (the builder the engine fed, from `start`).
@@ -45,6 +47,7 @@ struct SpacedPage {
         records = personal.records
         dataBytes = personal.dataBytes
         stopped = personal.stopped
+        personalUntouched = personal.records.isEmpty && !personal.stopped && personal.position == start.position
         next = PullPosition(personal: head.cursor(after: personal.position, from: start, caughtUp: !personal.stopped))
     }
 
@@ -138,8 +141,12 @@ struct SpacedPage {
     }
 
     /// The page when nothing changed in any space (`PullPosition.spacesUnchanged`): the spaces
-    /// keep their positions, and the memberships are not sent.
-    func pageWithSpacesUnchanged(cursors: CursorCodec) -> PullPage {
+    /// keep their positions, and the memberships are not sent. When nothing lies after the
+    /// personal position either, the request's own `cursor` is the answer's: every position in
+    /// it is still where nothing of the user's follows, and an empty pull of a user in 1,000
+    /// spaces then neither encodes nor signs 8 KB again.
+    func pageWithSpacesUnchanged(cursors: CursorCodec, cursor: String?) -> PullPage {
+        if let cursor, from != nil, personalUntouched { return PullPage(records: [], cursor: cursor, hasMore: false) }
         var next = next
         next.spaces = from?.spaces ?? [:]
         next.memberships = from?.memberships ?? 0
