@@ -126,17 +126,7 @@ enum SpaceMemberships {
     private static func revoke(_ space: String, store: FerryStore, db: Database) throws -> (space: String, removed: Int, deadLettered: Int) {
         var removed = 0
         try FerryStore.withoutCapture(db) {
-            for table in store.tables {
-                let condition: String
-                switch table.space {
-                case .personal: continue
-                case .named(let named):
-                    guard named == space else { continue }
-                    condition = "1"
-                case .column(let column):
-                    condition = "\(column.quotedDatabaseIdentifier) = ?"
-                }
-                let arguments: StatementArguments = condition == "1" ? [] : [space]
+            for (table, condition, arguments) in rows(of: space, in: store) {
                 let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
                 let quoted = table.table.quotedDatabaseIdentifier
                 try db.execute(

@@ -71,8 +71,7 @@ extension SQLiteSyncStorage {
         try SpaceRequest.check(space: space)
         return try await mapErrors {
             try await writer.read { db in
-                let (key, role) = try Self.visibleSpace(space, caller: caller, db: db)
-                try SpaceRules.visible(space, role: role, caller: caller)
+                let (key, _) = try Self.visibleSpace(space, caller: caller, db: db)
                 return try Self.members(key, db: db)
             }
         }
