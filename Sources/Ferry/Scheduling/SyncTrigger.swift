@@ -15,6 +15,10 @@ public enum SyncTrigger: String, Sendable, Hashable, CaseIterable {
     case periodic
     /// A person asked (pull to refresh): no settle window.
     case manual
+    /// The server's event stream said that something the user reads changed (another device's
+    /// write, a member's write to a shared space, a membership), or it opened again after a
+    /// gap (`SyncSession`'s live stream).
+    case serverChange
     /// The system woke the app for background work (`BGAppRefreshTask`, `BGProcessingTask`):
     /// `SyncSession.backgroundSync(timeLimit:)`.
     case backgroundTask

@@ -1,0 +1,330 @@
+import Foundation
+
+/// Every decision of ``SyncScheduler``, as a value: events in, actions out.
+///
+/// It holds no task and reads no clock: each event that depends on time carries `now` (time
+/// since the scheduler was made), so its tests drive it synchronously, step by step. The actor
+/// feeds it events and carries out the actions it returns, in order; it keeps only what cannot
+/// be a value (the run's task, the timers, the continuations of callers waiting for a run).
+struct SchedulerStateMachine {
+    /// What the actor must do, in the order given.
+    enum Action: Equatable {
+        /// Send the event to observers and the journal.
+        case emit(SyncScheduler.Event)
+        /// Start run `number` of `kind`; report its end with ``SchedulerStateMachine/runFinished(succeeded:errorIsFerryError:now:)``.
+        case startRun(number: Int, kind: SyncKind)
+        /// Call ``SchedulerStateMachine/timerFired(now:)`` at `due` (replacing any armed timer).
+        case armTimer(at: Duration)
+        /// Disarm the timer.
+        case cancelTimer
+        /// Restart the periodic timer, which triggers `periodic` every `interval`.
+        case startPeriodic(every: Duration)
+        /// Stop the periodic timer.
+        case stopPeriodic
+        /// Resume the callers waiting with these ids.
+        case resume([UUID], WaiterOutcome)
+    }
+
+    /// What a caller of ``SyncScheduler/run(for:kind:)`` gets.
+    enum WaiterOutcome: Equatable {
+        /// The run that served it finished, successfully.
+        case ran(Int)
+        /// The run that served it failed; the caller gets the run's error.
+        case runFailed
+        /// Offline: the run cannot start now (its trigger waits for the network).
+        case offline
+        /// A background task's time ran out (``SyncScheduler/hold(unlessActivatedAfter:)``).
+        case held
+        /// The scheduler stopped before serving it.
+        case stopped
+    }
+
+    /// Triggers waiting for the next run.
+    struct Request: Equatable {
+        var kind: SyncKind
+        var triggers: [SyncTrigger]
+        /// When the settle window closes.
+        var due: Duration
+        /// How many of `triggers` have been recorded as waiting for the network.
+        var recordedOffline = 0
+    }
+
+    let configuration: SchedulerConfiguration
+    private(set) var pending: Request?
+    /// The number of the run in progress; `nil` while none is.
+    private(set) var running: Int?
+    private(set) var runNumber = 0
+    private(set) var runSucceeded = false
+    private var lastRunEnded: Duration?
+    /// The latest connectivity report; `nil` before the first.
+    private(set) var online: Bool?
+    private var active = true
+    private(set) var stopped = false
+    /// No run starts while held (see `holdStarted`); triggers are kept.
+    private(set) var held = false
+    /// A hold is stopping the run: what would lift it waits until `holdFinished`.
+    private var holding = false
+    private var releaseAfterHold = false
+    /// How many times the app said it became active.
+    private(set) var activations = 0
+    /// The run in progress was cut short by a hold: its callers are told so.
+    private var runInterrupted = false
+    /// Callers waiting for the next run, and those the current run serves.
+    private var waitingForNextRun: [UUID] = []
+    private var servedByCurrentRun: [UUID] = []
+    /// The latest triggers and their fates, oldest first; at most `historyCapacity`.
+    private(set) var history: [(SyncTrigger, TriggerFate)] = []
+
+    init(configuration: SchedulerConfiguration) {
+        self.configuration = configuration
+    }
+
+    // MARK: - Events
+
+    /// A trigger asks for a run.
+    mutating func trigger(_ trigger: SyncTrigger, kind: SyncKind?, now: Duration) -> [Action] {
+        guard !stopped else { return [] }
+        var actions: [Action] = [.emit(.triggerReceived(trigger))]
+        let kind = kind ?? trigger.defaultKind
+        let due = now + settleWindow(of: trigger)
+        if trigger.isForeground { releaseHold(&actions) }
+        if var request = pending {
+            request.kind = max(request.kind, kind)
+            request.triggers.append(trigger)
+            // A returning link settles for a whole window (it may flap again); any other
+            // trigger only ever brings the run closer.
+            request.due = trigger == .connectivityRestored ? max(request.due, due) : min(request.due, due)
+            pending = request
+        } else {
+            pending = Request(kind: kind, triggers: [trigger], due: due)
+        }
+        if let running { record(trigger, .queuedAfterRun(running), &actions) }
+        evaluate(now: now, &actions)
+        return actions
+    }
+
+    /// A caller waits for a run: the next one (`joiningRun` false, its trigger asks for it), or
+    /// the one in progress if any (`initialSync`).
+    mutating func wait(_ id: UUID, for trigger: SyncTrigger, kind: SyncKind?, joiningRun: Bool, now: Duration) -> [Action] {
+        guard !stopped else { return [.resume([id], .stopped)] }
+        var actions: [Action] = []
+        // A person waiting, or a new background task: the app runs (the trigger below evaluates).
+        if trigger.isForeground || trigger == .backgroundTask { releaseHold(&actions) }
+        if joiningRun, running != nil {
+            servedByCurrentRun.append(id)
+        } else {
+            waitingForNextRun.append(id)
+            actions += self.trigger(trigger, kind: kind, now: now)
+        }
+        return actions
+    }
+
+    /// The event stream opened (or opened again): changes made while it was closed may not
+    /// have been pulled. A run already pending pulls after this; otherwise a `serverChange`
+    /// asks for one.
+    mutating func liveStreamOpened(now: Duration) -> [Action] {
+        guard !stopped else { return [] }
+        guard pending == nil else {
+            var actions: [Action] = []
+            record(.serverChange, .ignored("event stream opened; the pending run pulls after it"), &actions, keep: false)
+            return actions
+        }
+        return trigger(.serverChange, kind: nil, now: now)
+    }
+
+    /// A connectivity monitor's report. The first one is a baseline; only offline → online triggers.
+    mutating func connectivityChanged(online isOnline: Bool, now: Duration) -> [Action] {
+        guard !stopped else { return [] }
+        let previous = online
+        online = isOnline
+        var actions: [Action] = []
+        guard let previous else {
+            record(.connectivityRestored, .ignored("first report (\(isOnline ? "online" : "offline")) is a baseline"), &actions, keep: false)
+            evaluate(now: now, &actions)  // an offline baseline puts what is pending on hold at once
+            return actions
+        }
+        if !previous && isOnline { return trigger(.connectivityRestored, kind: nil, now: now) }
+        record(.connectivityRestored, .ignored(isOnline ? "still online" : "went offline"), &actions, keep: false)
+        evaluate(now: now, &actions)
+        return actions
+    }
+
+    /// Whether the app is in the foreground; periodic runs happen only while it is.
+    mutating func setActive(_ isActive: Bool, now: Duration) -> [Action] {
+        active = isActive
+        var actions = [periodicAction]
+        if isActive {
+            activations += 1
+            releaseHold(&actions)
+            evaluate(now: now, &actions)
+        } else {
+            releaseAfterHold = false  // back in the background before the hold was done: it stays
+        }
+        return actions
+    }
+
+    /// A background task's time ran out: hold runs unless the app became active after
+    /// `activation` (or is already held). Returns `nil` when nothing is held; otherwise the
+    /// actions, after which the actor stops the run in progress and calls `holdFinished`.
+    mutating func holdStarted(unlessActivatedAfter activation: Int) -> [Action]? {
+        guard !stopped, !held, activations == activation else { return nil }
+        held = true
+        holding = true
+        if running != nil { runInterrupted = true }
+        return [.emit(.held(true)), .cancelTimer]
+    }
+
+    /// The run a hold stopped has ended.
+    mutating func holdFinished(now: Duration) -> [Action] {
+        holding = false
+        var actions: [Action] = []
+        if releaseAfterHold {  // the app came back meanwhile: its callers get their run
+            releaseHold(&actions)
+            evaluate(now: now, &actions)
+        } else {
+            // Callers waiting for the next run would wait until the app is active: tell them now.
+            if !waitingForNextRun.isEmpty { actions.append(.resume(waitingForNextRun, .held)) }
+            waitingForNextRun = []
+        }
+        return actions
+    }
+
+    /// The settle window or the minimum interval has passed.
+    mutating func timerFired(now: Duration) -> [Action] {
+        var actions: [Action] = []
+        evaluate(now: now, &actions)
+        return actions
+    }
+
+    /// The run in progress ended.
+    mutating func runFinished(succeeded: Bool, errorIsFerryError: Bool, now: Duration) -> [Action] {
+        guard let number = running else { return [] }
+        running = nil
+        lastRunEnded = now
+        if succeeded { runSucceeded = true }
+        // A run cut short by a stop did not fail its callers: their user signed out. (One that
+        // succeeded before the stop was heard is a success.) One cut short by a hold was
+        // interrupted, which its callers can tell from a failure.
+        let outcome: WaiterOutcome =
+            if succeeded { .ran(number) } else if stopped { .stopped } else if runInterrupted && !errorIsFerryError { .held } else { .runFailed }
+        var actions: [Action] = []
+        if !servedByCurrentRun.isEmpty { actions.append(.resume(servedByCurrentRun, outcome)) }
+        servedByCurrentRun = []
+        runInterrupted = false
+        actions.append(.emit(.runFinished(number, succeeded: succeeded)))
+        evaluate(now: now, &actions)
+        return actions
+    }
+
+    /// The scheduler stops: no new runs, and the callers no run will serve are told. The run in
+    /// progress, if any, still reports its end (its callers learn `stopped` then).
+    mutating func stop() -> [Action] {
+        stopped = true
+        pending = nil
+        var actions: [Action] = [.cancelTimer, .stopPeriodic]
+        if !waitingForNextRun.isEmpty { actions.append(.resume(waitingForNextRun, .stopped)) }
+        waitingForNextRun = []
+        return actions
+    }
+
+    // MARK: - State
+
+    /// What the scheduler is doing about the triggers it holds, and until when (`wallNow` is the date at `now`).
+    func state(now: Duration, wallNow: Date) -> SchedulerState {
+        if stopped { return .stopped }
+        if running != nil { return .running(queued: pending?.triggers.count ?? 0) }
+        if held { return .held(triggers: pending?.triggers.count ?? 0) }
+        guard let pending else { return .idle }
+        if online == false { return .waitingForNetwork(triggers: pending.triggers.count) }
+        let interval = minimumInterval(of: pending)
+        let afterInterval = interval == .zero ? nil : lastRunEnded.map { $0 + interval }
+        let due = max(pending.due, afterInterval ?? pending.due)
+        let until = wallNow.addingTimeInterval(max(0, (due - now).seconds))
+        if let afterInterval, afterInterval > pending.due { return .waitingForMinimumInterval(triggers: pending.triggers.count, until: until) }
+        return .settling(triggers: pending.triggers.count, until: until)
+    }
+
+    // MARK: - Deciding
+
+    /// Starts a run if one is wanted and allowed now, else arms a timer for when it will be.
+    private mutating func evaluate(now: Duration, _ actions: inout [Action]) {
+        guard !stopped, !held, running == nil, var request = pending else { return }
+        guard online != false else {
+            for trigger in request.triggers[request.recordedOffline...] { record(trigger, .waitingForNetwork, &actions) }
+            // Callers are told at once, not left waiting for a network that may be gone for
+            // hours; their triggers still run when it returns.
+            if !waitingForNextRun.isEmpty { actions.append(.resume(waitingForNextRun, .offline)) }
+            waitingForNextRun = []
+            request.recordedOffline = request.triggers.count
+            pending = request
+            return
+        }
+        var due = request.due
+        if let lastRunEnded { due = max(due, lastRunEnded + minimumInterval(of: request)) }
+        if now < due {
+            actions.append(.armTimer(at: due))
+            return
+        }
+        pending = nil
+        actions.append(.cancelTimer)
+        runNumber += 1
+        for (index, trigger) in request.triggers.enumerated() {
+            record(trigger, index == 0 ? .startedRun(runNumber) : .coalescedIntoRun(runNumber), &actions)
+        }
+        actions.append(.emit(.runStarted(runNumber, request.kind)))
+        servedByCurrentRun = waitingForNextRun
+        waitingForNextRun = []
+        running = runNumber
+        actions.append(.startRun(number: runNumber, kind: request.kind))
+    }
+
+    /// Lets runs start again after a hold (while it is still stopping the run, once it has);
+    /// the caller evaluates.
+    private mutating func releaseHold(_ actions: inout [Action]) {
+        guard held else { return }
+        guard !holding else {
+            releaseAfterHold = true
+            return
+        }
+        held = false
+        releaseAfterHold = false
+        actions.append(.emit(.held(false)))
+    }
+
+    private var periodicAction: Action {
+        // A second at least: a zero or negative interval would trigger in a hot loop.
+        guard active, !stopped, let interval = configuration.periodicInterval else { return .stopPeriodic }
+        return .startPeriodic(every: max(interval, .seconds(1)))
+    }
+
+    private func settleWindow(of trigger: SyncTrigger) -> Duration {
+        if trigger.settlesAtOnce { return configuration.manualSettleWindow }
+        if trigger == .serverChange { return configuration.liveSettleWindow }
+        return configuration.settleWindow
+    }
+
+    /// The least time after the last run before this request's: none when a person waits for it
+    /// (a manual sync right after a write), the live interval for a server's change, the
+    /// minimum interval otherwise. A background task's runs keep it: it runs again while
+    /// anything is left, and the interval paces that loop.
+    private func minimumInterval(of request: Request) -> Duration {
+        request.triggers.map { trigger in
+            switch trigger {
+            case .manual: .zero
+            case .serverChange: configuration.liveMinimumInterval
+            default: configuration.minimumInterval
+            }
+        }.min() ?? configuration.minimumInterval
+    }
+
+    /// Records a trigger's fate: in `history` unless `keep` is false (connectivity reports that
+    /// change nothing, which only the events show).
+    private mutating func record(_ trigger: SyncTrigger, _ fate: TriggerFate, _ actions: inout [Action], keep: Bool = true) {
+        if keep {
+            let capacity = max(1, configuration.historyCapacity)
+            history.append((trigger, fate))
+            if history.count > capacity { history.removeFirst(history.count - capacity) }
+        }
+        actions.append(.emit(.trigger(trigger, fate)))
+    }
+}
