@@ -29,6 +29,8 @@ public struct ServerConfiguration: Sendable {
     public var retention: Duration?
     /// How often the server purges what the retention lets go.
     public var purgeInterval: Duration
+    /// The event streams' limits and pacing (`GET /v1/events`).
+    public var live = LiveChanges.Configuration()
 
     /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit,
     /// 30-second idle and body timeouts, at most 4 requests of a user at once, and a retention of
@@ -60,13 +62,14 @@ public struct ServerConfiguration: Sendable {
 public enum FerryServerApplication {
     /// Paths the server answers, with the one method each accepts.
     static let routes: [String: [HTTPRequest.Method]] = [
-        "/v1/health": [.get], "/v1/push": [.post], "/v1/pull": [.get], "/metrics": [.get], "/v1/spaces": [.get],
+        "/v1/health": [.get], "/v1/push": [.post], "/v1/pull": [.get], "/v1/events": [.get], "/metrics": [.get], "/v1/spaces": [.get],
         "/v1/spaces/{space}": [.put, .delete], "/v1/spaces/{space}/members": [.get], "/v1/spaces/{space}/members/{user}": [.put, .delete],
     ]
 
     /// The routes and their middleware; `OpenAPITests` reads its routes.
     static func router(
         controller: SyncController,
+        live: LiveChanges = LiveChanges(),
         authority: TokenAuthority,
         limiter: (any RateLimiter)?,
         maxRequestsPerUser: Int = ServerConfiguration(jwtSecret: "").maxRequestsPerUser,
@@ -89,6 +92,7 @@ public enum FerryServerApplication {
         }
         authenticated.post("push", use: controller.push)
         authenticated.get("pull", use: controller.pull)
+        authenticated.get("events", use: EventStreamController(storage: controller.storage, live: live).events)
         let spaces = SpaceController(storage: controller.storage)
         authenticated.get("spaces", use: spaces.list)
         authenticated.put("spaces/{space}", use: spaces.create)
@@ -112,9 +116,11 @@ public enum FerryServerApplication {
         let authority = try await TokenAuthority(secret: configuration.jwtSecret)
         let limiter = rateLimiter ?? configuration.rateLimit.map { TokenBucketRateLimiter(policy: $0) }
         let controller = SyncController(storage: storage, metrics: metrics, bodyTimeout: configuration.bodyTimeout)
+        let live = LiveChanges(configuration: configuration.live)
 
         let router = router(
             controller: controller,
+            live: live,
             authority: authority,
             limiter: limiter,
             maxRequestsPerUser: configuration.maxRequestsPerUser,
@@ -126,7 +132,7 @@ public enum FerryServerApplication {
             router: router,
             server: .http1(configuration: .init(idleTimeout: .nanoseconds(Int64(configuration.idleTimeout / .nanoseconds(1))))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ferry"),
-            services: [StorageCloser(storage: storage, logger: logger)]
+            services: [StorageCloser(storage: storage, logger: logger), LiveChangeService(storage: storage, live: live, logger: logger)]
                 + (configuration.retention.map { retention in
                     [
                         RetentionService(

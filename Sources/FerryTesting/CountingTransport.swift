@@ -27,4 +27,12 @@ public final class CountingTransport: SyncTransport, @unchecked Sendable {
         lock.withLock { statuses[response.status, default: 0] += 1 }
         return response
     }
+
+    /// Counts the stream's request by path and its answer by status, like `send(_:)`.
+    public func openStream(_ request: TransportRequest) async throws -> TransportStream {
+        lock.withLock { paths[request.path, default: 0] += 1 }
+        let stream = try await base.openStream(request)
+        lock.withLock { statuses[stream.status, default: 0] += 1 }
+        return stream
+    }
 }

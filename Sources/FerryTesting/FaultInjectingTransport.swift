@@ -111,6 +111,15 @@ public final class FaultInjectingTransport: SyncTransport, @unchecked Sendable {
         }
     }
 
+    /// Opens the stream through the wrapped transport, or fails it with a connection reset when
+    /// the schedule says so: the faults of a stream are its opening's (a stream cut midway is
+    /// the server's or the network's, which the real server's tests cut).
+    public func openStream(_ request: TransportRequest) async throws -> TransportStream {
+        guard let fault = nextFault(for: request.path) else { return try await base.openStream(request) }
+        lock.withLock { injected[fault.description, default: 0] += 1 }
+        throw ConnectionReset()
+    }
+
     /// A scripted fault for this path first; otherwise a roll of the seeded generator.
     private func nextFault(for path: String) -> Fault? {
         lock.withLock {

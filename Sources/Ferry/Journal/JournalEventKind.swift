@@ -59,6 +59,8 @@ extension JournalEvent {
         public static let pullSetAside: Kind = "pull.setAside"
         /// The store took a new client id: another store holds its old one.
         public static let clientRenewed: Kind = "client.renewed"
+        /// The server's event stream opened (`status`), failed, or ended (`LiveUpdates`).
+        public static let liveStream: Kind = "live.stream"
         /// A trigger reached the scheduler: `trigger`.
         public static let triggerReceived: Kind = "trigger.received"
         /// What became of a trigger: `trigger`, `fate`.

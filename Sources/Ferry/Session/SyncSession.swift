@@ -28,6 +28,10 @@ public struct SessionConfiguration: Sendable {
     /// into the store, to count them in the status and sync them as it would its own; `nil`
     /// never looks. One indexed read each time.
     public var otherProcessCheckInterval: Duration? = .seconds(1)
+    /// Whether the session keeps the server's event stream open while the app is active and
+    /// online, so that another device's change starts a run at once (a `serverChange`
+    /// trigger); on by default. Off, changes elsewhere arrive with the next run.
+    public var liveUpdates = true
 
     /// A configuration with the default sign-out policy and the default client and scheduler tuning.
     public init(storeDirectory: URL, tables: [SyncedTable], schema: DatabaseMigrator? = nil) {
@@ -55,6 +59,8 @@ public actor SyncSession {
         public let client: FerryClient
         /// The user's scheduler, which starts every run of `client`.
         public let scheduler: SyncScheduler
+        /// The user's event stream; `nil` when `SessionConfiguration.liveUpdates` is off.
+        let live: LiveUpdates?
     }
 
     /// Returns the current token of the user given; an error ends the sync run that asked for it.
@@ -129,6 +135,7 @@ public actor SyncSession {
     public func setActive(_ isActive: Bool) async {
         active = isActive
         await engine?.scheduler.setActive(isActive)
+        await engine?.live?.setActive(isActive)  // the event stream is closed in the background
     }
 
     /// The signed-in user's id; `nil` while no one is signed in.
@@ -341,7 +348,9 @@ public actor SyncSession {
             }
         }
         self.observer = observer
-        engine = Engine(userID: userID, store: store, client: client, scheduler: scheduler)
+        let live =
+            configuration.liveUpdates ? LiveUpdates(client: client, scheduler: scheduler, clock: clientClock, retry: configuration.sync.retry) : nil
+        engine = Engine(userID: userID, store: store, client: client, scheduler: scheduler, live: live)
         publish(await client.status)  // the new user's, before signIn returns
         let statuses = await client.statusUpdates()
         statusForwarder = Task { [weak self] in
@@ -359,11 +368,15 @@ public actor SyncSession {
         }
         if let connectivity {
             connectivityTask = Task {
-                for await online in connectivity.states() { await scheduler.connectivityChanged(online: online) }
+                for await online in connectivity.states() {
+                    await scheduler.connectivityChanged(online: online)
+                    await live?.setOnline(online)
+                }
             }
         }
         await scheduler.setActive(active)  // starts periodic runs, if configured, while active
         await scheduler.trigger(.launch)
+        await live?.setActive(active)  // opens the stream unless the app is in the background
         logger.debug("signed in", metadata: ["user": "\(userID)"])
     }
 
@@ -376,6 +389,7 @@ public actor SyncSession {
         await otherProcessTask?.value  // no read of the store after it closes
         otherProcessTask = nil
         observer = nil
+        await engine.live?.stop()
         await engine.scheduler.stop()
         await engine.client.stop()
         await statusForwarder?.value  // the client's stream has ended: nothing of this user's comes after

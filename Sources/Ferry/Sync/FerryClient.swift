@@ -372,6 +372,11 @@ public actor FerryClient {
         }
     }
 
+    /// Opens the server's event stream once, with this client's token and id (`LiveUpdates`).
+    func openEventStream() async throws -> TransportStream {
+        try await connection.openEventStream()
+    }
+
     /// Sends a request of the client's own (space management) through its connection: paced,
     /// authenticated, retried like a sync's. A 4xx answer throws ``FerryError/refused(code:message:)``.
     func send(_ request: TransportRequest) async throws -> TransportResponse {

@@ -121,6 +121,32 @@ actor SyncConnection {
         }
     }
 
+    /// Opens the server's event stream once (`GET /v1/events`), authenticated like every request
+    /// and naming the client, whose own pushes do not wake it. A 401 marks the token refused, so
+    /// the next attempt asks for a new one; retrying is the caller's (`LiveUpdates`).
+    func openEventStream() async throws -> TransportStream {
+        let token = try await tokens.token()
+        let request = TransportRequest(
+            method: "GET",
+            path: "/v1/events",
+            headers: ["Authorization": "Bearer \(token)", "Ferry-Client-ID": clientID(), "Accept": "text/event-stream"]
+        )
+        let stream: TransportStream
+        do {
+            stream = try await transport.openStream(request)
+        } catch let error as EventStreamsUnsupported {
+            throw error
+        } catch {
+            await journal.record(JournalEvent(kind: .liveStream, message: "GET /v1/events failed: \(error)", details: ["path": "/v1/events"]))
+            throw error
+        }
+        await journal.record(
+            JournalEvent(kind: .liveStream, message: "GET /v1/events → \(stream.status)", details: ["path": "/v1/events", "status": "\(stream.status)"])
+        )
+        if stream.status == 401 { await tokens.refused(token) }
+        return stream
+    }
+
     /// The user signed out: a token request in progress is abandoned.
     func stop() async {
         await tokens.stop()

@@ -55,4 +55,52 @@ public struct TransportResponse: Sendable, Equatable {
 public protocol SyncTransport: Sendable {
     /// Performs the exchange. Throws for failures below HTTP (connection refused, reset, timeout).
     func send(_ request: TransportRequest) async throws -> TransportResponse
+
+    /// Starts a streamed exchange (`GET /v1/events`) and returns once its head has arrived;
+    /// the body arrives as it is written, until the server ends it or the consumer stops
+    /// reading (which closes the connection). Throws as `send(_:)` does. A transport that
+    /// cannot stream throws ``EventStreamsUnsupported`` (the default), and the session stays
+    /// without live changes.
+    func openStream(_ request: TransportRequest) async throws -> TransportStream
+}
+
+extension SyncTransport {
+    /// Streams are not supported: throws ``EventStreamsUnsupported``.
+    public func openStream(_ request: TransportRequest) async throws -> TransportStream {
+        throw EventStreamsUnsupported()
+    }
+}
+
+/// The answer to a streamed exchange: its head, and its body as it arrives.
+public struct TransportStream: Sendable {
+    /// The HTTP status code.
+    public var status: Int
+    /// Header names in lower case.
+    public var headers: [String: String]
+    /// The body's bytes in the chunks they arrived in; it ends when the server ends the body,
+    /// and throws when the connection fails. Stop iterating to close the connection.
+    public var body: AsyncThrowingStream<Data, any Error>
+
+    /// A stream's answer; header names are lower-cased here.
+    public init(status: Int, headers: [String: String], body: AsyncThrowingStream<Data, any Error>) {
+        self.status = status
+        self.headers = Dictionary(headers.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { $1 })
+        self.body = body
+    }
+
+    /// The whole body, up to `limit` bytes: an error's envelope.
+    func collect(upTo limit: Int = 64 * 1024) async throws -> Data {
+        var data = Data()
+        for try await chunk in body where data.count < limit { data.append(chunk) }
+        return data
+    }
+}
+
+/// The transport cannot stream a body as it arrives, so the server's event stream cannot be read.
+public struct EventStreamsUnsupported: Error, Sendable, CustomStringConvertible {
+    /// An error; the session keeps syncing on its other triggers.
+    public init() {}
+
+    /// What happened, for logs.
+    public var description: String { "this transport cannot stream; live changes are off (syncs still run on every other trigger)" }
 }

@@ -9,9 +9,10 @@ struct AuthMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         var context = context
         do {
-            let caller = try await authority.caller(fromAuthorization: request.headers[.authorization])
+            let (caller, expiresAt) = try await authority.verify(authorization: request.headers[.authorization])
             context.userID = caller.userID
             context.isService = caller.isService
+            context.tokenExpiry = expiresAt
         } catch {
             // The reason never holds the token (AuthFailure's messages do not echo it).
             context.logger.info("authentication failed", metadata: ["reason": "\(error)"])

@@ -44,11 +44,7 @@ public struct TokenAuthority: Sendable {
 
     /// Who a valid `Authorization` header value speaks for: a user, or a service.
     public func caller(fromAuthorization header: String?, now: Date = Date()) async throws(AuthFailure) -> Caller {
-        guard let header, !header.isEmpty else { throw .missingHeader }
-        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
-        guard parts.count == 2, parts[0].lowercased() == "bearer" else { throw .notBearer }
-        let token = String(parts[1]).trimmingCharacters(in: .whitespaces)
-        return try await caller(fromToken: token, now: now)
+        try await verify(authorization: header, now: now).caller
     }
 
     /// The user id of a valid token.
@@ -58,6 +54,19 @@ public struct TokenAuthority: Sendable {
 
     /// Who a valid token speaks for.
     public func caller(fromToken token: String, now: Date = Date()) async throws(AuthFailure) -> Caller {
+        try await verify(token, now: now).caller
+    }
+
+    /// Who a valid `Authorization` header value speaks for, and until when (its `exp`).
+    func verify(authorization header: String?, now: Date = Date()) async throws(AuthFailure) -> (caller: Caller, expiresAt: Date) {
+        guard let header, !header.isEmpty else { throw .missingHeader }
+        let parts = header.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { throw .notBearer }
+        return try await verify(String(parts[1]).trimmingCharacters(in: .whitespaces), now: now)
+    }
+
+    /// Who a valid token speaks for, and until when.
+    private func verify(_ token: String, now: Date) async throws(AuthFailure) -> (caller: Caller, expiresAt: Date) {
         guard let header = try? DefaultJWTParser().parse(Array(token.utf8), as: AnyClaims.self).header else {
             throw .malformed("it is not three base64url parts with a JSON header and claims")
         }
@@ -79,7 +88,7 @@ public struct TokenAuthority: Sendable {
         guard expiry.value > now else { throw .expired }
         guard let subject = claims.sub?.value, !subject.isEmpty else { throw .missingSubject }
         if let problem = ProtocolValidation.userIDProblem(subject) { throw .malformed(problem) }
-        return Caller(userID: subject, isService: claims.ferryAdmin?.value == true)
+        return (Caller(userID: subject, isService: claims.ferryAdmin?.value == true), expiry.value)
     }
 }
 

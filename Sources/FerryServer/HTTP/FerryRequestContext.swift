@@ -1,4 +1,5 @@
 import FerryProtocol
+import Foundation
 import Hummingbird
 import NIOCore
 
@@ -10,6 +11,8 @@ public struct FerryRequestContext: RequestContext {
     public var userID: String?
     /// Set by `AuthMiddleware` for a service token (`ferry_admin`).
     public var isService = false
+    /// When the request's token expires (its `exp`), set by `AuthMiddleware`: an event stream ends then.
+    public var tokenExpiry: Date?
     /// Shared by every copy of this context, for the access log.
     let facts = RequestFacts()
     /// The connection: a handler closes its input when a body is too slow (`SyncController`).

@@ -35,6 +35,8 @@ public final class PostgresSyncStorage: SyncStorage {
     private let pushes = UserPushQueue()
     /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
     private let epoch = newEpoch()
+    /// How the connection that listens for changes connects (`followChanges`).
+    let listenerConfiguration: PostgresConnection.Configuration
 
     /// Connects, applies missing migrations, and keeps at most `poolSize` connections open.
     public static func connect(
@@ -47,6 +49,7 @@ public final class PostgresSyncStorage: SyncStorage {
         // a missing database fail here with the reason (a pool would keep retrying), and the
         // schema is migrated on it.
         let secret: ByteBuffer
+        var listener: PostgresConnection.Configuration
         do {
             var configuration = PostgresConnection.Configuration(
                 host: location.host,
@@ -57,6 +60,8 @@ public final class PostgresSyncStorage: SyncStorage {
                 tls: try connectionTLS(location.tls)
             )
             configuration.options.connectTimeout = .seconds(10)
+            listener = configuration
+            listener.options.additionalStartupParameters = [("application_name", listenerName)]
             let connection = try await PostgresConnection.connect(configuration: configuration, id: 0, logger: logger)
             do {
                 secret = try await PostgresSchema.migrate(connection, logger: logger)
@@ -96,7 +101,8 @@ public final class PostgresSyncStorage: SyncStorage {
             cursors: CursorCodec(secret: Data(secret.readableBytesView)),
             logger: logger,
             location: location,
-            deadline: deadline
+            deadline: deadline,
+            listenerConfiguration: listener
         )
     }
 
@@ -119,8 +125,10 @@ public final class PostgresSyncStorage: SyncStorage {
         cursors: CursorCodec,
         logger: Logger,
         location: PostgresLocation,
-        deadline: Duration
+        deadline: Duration,
+        listenerConfiguration: PostgresConnection.Configuration
     ) {
+        self.listenerConfiguration = listenerConfiguration
         self.deadline = deadline
         self.client = client
         self.running = running
@@ -266,6 +274,9 @@ public final class PostgresSyncStorage: SyncStorage {
             )
         }
         let response = batch.response(lastMutationID: lastMutationID, groups: responses, refused: refused)
+        // Announced in the transaction: PostgreSQL delivers it to every process at the commit,
+        // and never without it, so no commit goes unannounced whatever fails after it.
+        try await notify(ChangeSignal.of(push: mutations, response: response, caller: caller, clientID: clientID), db: db, logger: logger)
         // A push of resent mutations only changes nothing.
         guard response.lastMutationID > lastMutationID else { return response }
         let results = ByteBuffer(data: RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays))

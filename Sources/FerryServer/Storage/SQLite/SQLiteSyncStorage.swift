@@ -22,6 +22,8 @@ public final class SQLiteSyncStorage: SyncStorage {
     private let pushes = UserPushQueue()
     /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
     private let epoch = newEpoch()
+    /// What each commit changed, for the event streams.
+    private let changes = LocalChangeFeed()
 
     /// Opens (creating if needed) the database at `path`, or an in-memory database for `nil`.
     /// `statementObserver` sees the SQL of every statement executed, for tests and diagnostics.
@@ -193,7 +195,18 @@ public final class SQLiteSyncStorage: SyncStorage {
 
     /// Applies the batch in one write transaction, committed with `synchronous = FULL` before it returns.
     public func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        try await pushes.run(for: caller.userID) { try await self.write(mutations, caller: caller, clientID: clientID) }
+        let response = try await pushes.run(for: caller.userID) { try await self.write(mutations, caller: caller, clientID: clientID) }
+        // Committed: the streams of this process, the only one on the file, hear of it.
+        changes.announce(ChangeSignal.of(push: mutations, response: response, caller: caller, clientID: clientID))
+        return response
+    }
+
+    public func announce(_ signals: [ChangeSignal]) async throws {
+        changes.announce(signals)
+    }
+
+    public func followChanges(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async throws {
+        await changes.follow(deliver)
     }
 
     private func write(_ mutations: [IncomingMutation], caller: Caller, clientID: String) async throws -> PushResponse {

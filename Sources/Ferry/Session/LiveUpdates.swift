@@ -1,0 +1,118 @@
+import Foundation
+import Logging
+
+/// Keeps one server event stream open while the app is active, online and signed in, and
+/// turns what it says into triggers: `ready` (the stream opened, and what changed while none
+/// was open may be unpulled) and each `change` become `serverChange`, which the scheduler
+/// coalesces like any trigger. The stream carries no data: pulls stay the one way data arrives.
+///
+/// After a failure it opens again with capped, jittered backoff (the retry policy's), and
+/// after a `429` or `503` no sooner than `Retry-After`: never a tight loop against a server
+/// that is down or refuses the token (a 401 renews the token for the next attempt, as for any
+/// request).
+actor LiveUpdates {
+    private let client: FerryClient
+    private let scheduler: SyncScheduler
+    private let clock: any Clock<Duration>
+    private let retry: RetryPolicy
+    private var random = JitterGenerator()
+    private let logger = Logger(label: "ferry.live")
+    private var active = true
+    /// The latest connectivity report; unknown counts as online.
+    private var online = true
+    private var stopped = false
+    private var task: Task<Void, Never>?
+    /// Streams opened so far (answered 200), for tests and the journal.
+    private(set) var opened = 0
+
+    init(client: FerryClient, scheduler: SyncScheduler, clock: any Clock<Duration>, retry: RetryPolicy) {
+        self.client = client
+        self.scheduler = scheduler
+        self.clock = clock
+        self.retry = retry
+    }
+
+    /// Whether a stream is wanted: open while active, online and not stopped.
+    var isWanted: Bool { active && online && !stopped }
+
+    /// Whether a stream is open or being opened.
+    var isRunning: Bool { task != nil }
+
+    func setActive(_ isActive: Bool) async {
+        active = isActive
+        await update()
+    }
+
+    func setOnline(_ isOnline: Bool) async {
+        online = isOnline
+        await update()
+    }
+
+    /// Closes the stream for good (sign-out) and returns once it is closed.
+    func stop() async {
+        stopped = true
+        await update()
+    }
+
+    private func update() async {
+        if isWanted, task == nil {
+            task = Task { await self.keepOpen() }
+        } else if !isWanted, let task {
+            self.task = nil
+            task.cancel()
+            await task.value
+        }
+    }
+
+    /// Opens the stream, reads it, and opens it again, until cancelled or streams turn out unsupported.
+    private func keepOpen() async {
+        var failures = 0
+        while !Task.isCancelled {
+            var wait: Duration?
+            do {
+                let stream = try await client.openEventStream()
+                switch stream.status {
+                case 200:
+                    opened += 1
+                    // Ended (the token expired, the server restarted): after a stream that was
+                    // ready, one short pause, in case a server ends every stream at once.
+                    failures = try await read(stream) ? 1 : failures + 1
+                case 429, 503:
+                    failures += 1
+                    let seconds = SyncConnection.serverWait(stream.headers["retry-after"].flatMap { Double($0) } ?? 1)
+                    wait = .seconds(seconds)
+                default:
+                    failures += 1
+                    logger.debug("the event stream was refused", metadata: ["status": "\(stream.status)"])
+                }
+            } catch is EventStreamsUnsupported {
+                logger.debug("the transport cannot stream; live changes are off")
+                return
+            } catch {
+                if Task.isCancelled { return }
+                failures += 1
+                logger.debug("the event stream failed", metadata: ["error": "\(error)"])
+            }
+            let delay = max(wait ?? .zero, retry.delay(forAttempt: failures, using: &random))
+            do { try await clock.sleep(for: delay) } catch { return }
+        }
+    }
+
+    /// Reads events until the stream ends; returns whether it got `ready`.
+    private func read(_ stream: TransportStream) async throws -> Bool {
+        var ready = false
+        for try await event in ServerSentEvents(chunks: stream.body) {
+            guard case .event(let name, _) = event else { continue }  // a keep-alive
+            switch name {
+            case "ready":
+                ready = true
+                await scheduler.liveStreamOpened()
+            case "change":
+                await scheduler.trigger(.serverChange)
+            default:
+                break  // an event a newer server sends: ignored, as the protocol says
+            }
+        }
+        return ready
+    }
+}
