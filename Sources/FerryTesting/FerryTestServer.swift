@@ -24,7 +24,7 @@ public struct FerryTestServer: Sendable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:_:)``,
+    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:_:)``,
     /// which stops it however the test ends.
     ///
     /// - Parameters:
@@ -35,6 +35,7 @@ public struct FerryTestServer: Sendable {
     ///   - metrics: Where the server's Prometheus metrics go.
     ///   - logger: The server's logger; errors only when `nil`.
     ///   - idleTimeout: How long a connection may stay idle before the server closes it.
+    ///   - live: The event streams' limits and pacing.
     public static func start(
         storage: (any SyncStorage)? = nil,
         secret: String? = nil,
@@ -42,7 +43,8 @@ public struct FerryTestServer: Sendable {
         rateLimiter: (any RateLimiter)? = nil,
         metrics: ServerMetrics = ServerMetrics(),
         logger: Logger? = nil,
-        idleTimeout: Duration = .seconds(30)
+        idleTimeout: Duration = .seconds(30),
+        live: LiveChanges.Configuration = LiveChanges.Configuration()
     ) async throws -> FerryTestServer {
         let secret = secret ?? TokenAuthority.randomSecret()
         let storage = try storage ?? SQLiteSyncStorage(path: nil)
@@ -64,14 +66,18 @@ public struct FerryTestServer: Sendable {
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         let app = try await FerryServerApplication.make(
             // Devices of one user in a test may send many requests at once: no cap on them here.
-            configuration: ServerConfiguration(
-                host: "127.0.0.1",
-                port: 0,
-                jwtSecret: secret,
-                rateLimit: rateLimit,
-                idleTimeout: idleTimeout,
-                maxRequestsPerUser: 100_000
-            ),
+            configuration: {
+                var configuration = ServerConfiguration(
+                    host: "127.0.0.1",
+                    port: 0,
+                    jwtSecret: secret,
+                    rateLimit: rateLimit,
+                    idleTimeout: idleTimeout,
+                    maxRequestsPerUser: 100_000
+                )
+                configuration.live = live
+                return configuration
+            }(),
             storage: storage,
             rateLimiter: rateLimiter,
             metrics: metrics,
@@ -98,7 +104,7 @@ public struct FerryTestServer: Sendable {
     }
 
     /// Runs `body` against a server started for it, and stops the server however `body` ends.
-    /// The parameters are those of ``start(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:)``.
+    /// The parameters are those of ``start(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:)``.
     public static func run<T: Sendable>(
         storage: (any SyncStorage)? = nil,
         secret: String? = nil,
@@ -107,6 +113,7 @@ public struct FerryTestServer: Sendable {
         metrics: ServerMetrics = ServerMetrics(),
         logger: Logger? = nil,
         idleTimeout: Duration = .seconds(30),
+        live: LiveChanges.Configuration = LiveChanges.Configuration(),
         _ body: (FerryTestServer) async throws -> T
     ) async throws -> T {
         let server = try await start(
@@ -116,7 +123,8 @@ public struct FerryTestServer: Sendable {
             rateLimiter: rateLimiter,
             metrics: metrics,
             logger: logger,
-            idleTimeout: idleTimeout
+            idleTimeout: idleTimeout,
+            live: live
         )
         do {
             let result = try await body(server)

@@ -40,6 +40,7 @@ public struct TestServer: HTTPServerEndpoint {
         metrics: ServerMetrics = ServerMetrics(),
         logger: Logger? = nil,
         idleTimeout: Duration = .seconds(30),
+        live: LiveChanges.Configuration = LiveChanges.Configuration(),
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
         let database = if let database { database } else { try await TestDatabase.make(backend) }
@@ -52,7 +53,8 @@ public struct TestServer: HTTPServerEndpoint {
             rateLimiter: rateLimiter,
             metrics: metrics,
             logger: logger,
-            idleTimeout: idleTimeout
+            idleTimeout: idleTimeout,
+            live: live
         ) { server in
             try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage))
         }

@@ -5,9 +5,9 @@ import Foundation
 ///
 /// Hand-written because the one Swift package for it on hand (mattt/EventSource) reads bytes
 /// with `URLSession.bytes(for:)`, which Linux's Foundation lacks; this is forty lines.
-struct ServerSentEvents<Chunks: AsyncSequence & Sendable>: AsyncSequence, Sendable where Chunks.Element == Data {
+package struct ServerSentEvents<Chunks: AsyncSequence & Sendable>: AsyncSequence, Sendable where Chunks.Element == Data {
     /// One dispatched event, or a comment line.
-    enum Event: Equatable, Sendable {
+    package enum Event: Equatable, Sendable {
         /// An event named `name` (`message` when unnamed) with its data.
         case event(name: String, data: String)
         /// A comment (`: keep-alive`): the connection is alive.
@@ -16,14 +16,16 @@ struct ServerSentEvents<Chunks: AsyncSequence & Sendable>: AsyncSequence, Sendab
 
     let chunks: Chunks
 
-    struct AsyncIterator: AsyncIteratorProtocol {
+    package init(chunks: Chunks) { self.chunks = chunks }
+
+    package struct AsyncIterator: AsyncIteratorProtocol {
         var chunks: Chunks.AsyncIterator
         var buffer = Data()
         var name = ""
         var data: [String] = []
         var ready: [Event] = []
 
-        mutating func next() async throws -> Event? {
+        package mutating func next() async throws -> Event? {
             while ready.isEmpty {
                 guard let chunk = try await chunks.next() else { return nil }
                 buffer.append(chunk)
@@ -58,7 +60,7 @@ struct ServerSentEvents<Chunks: AsyncSequence & Sendable>: AsyncSequence, Sendab
         }
     }
 
-    func makeAsyncIterator() -> AsyncIterator {
+    package func makeAsyncIterator() -> AsyncIterator {
         AsyncIterator(chunks: chunks.makeAsyncIterator())
     }
 }

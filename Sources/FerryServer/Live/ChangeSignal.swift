@@ -29,12 +29,20 @@ public enum ChangeSignal: Sendable, Hashable, Codable {
         }
     }
 
-    /// The signals of a push that `response` answered: one per history it changed (a mutation
-    /// `applied` or `merged`; the others changed nothing).
-    static func of(push mutations: [IncomingMutation], response: PushResponse, caller: Caller, clientID: String) -> [ChangeSignal] {
+    /// The signals of a push that `response` answered: one per history it changed (a new
+    /// mutation, past the client's `lastMutationID`, `applied` or `merged`; the others, resends
+    /// answered from kept results included, changed nothing).
+    static func of(
+        push mutations: [IncomingMutation],
+        response: PushResponse,
+        after lastMutationID: Int64,
+        caller: Caller,
+        clientID: String
+    ) -> [ChangeSignal] {
         let writer = Writer(user: caller.userID, client: clientID)
         var signals: [ChangeSignal] = []
-        for (incoming, result) in zip(mutations, response.results) where result.status == .applied || result.status == .merged {
+        for (incoming, result) in zip(mutations, response.results)
+        where incoming.mutation.id > lastMutationID && (result.status == .applied || result.status == .merged) {
             let signal: ChangeSignal = incoming.mutation.space.map { .space($0, writer: writer) } ?? .personal(user: caller.userID, writer: writer)
             if !signals.contains(signal) { signals.append(signal) }
         }

@@ -31,7 +31,18 @@ struct EventStreamController: Sendable {
         headers[.contentType] = "text/event-stream"
         headers[.cacheControl] = "no-store"
         let stream = StreamLoop(storage: storage, live: live, userID: userID, isService: context.isService, subscription: subscription)
-        return Response(status: .ok, headers: headers, body: ResponseBody { writer in try await stream.run(&writer) })
+        return Response(
+            status: .ok,
+            headers: headers,
+            body: ResponseBody { [live] writer in
+                // A client that goes away ends its stream at once, not at the next keep-alive's failed write.
+                try await request.body.consumeWithInboundCloseHandler { _ in
+                    try await stream.run(&writer)
+                } onInboundClosed: {
+                    live.close(subscription.id)
+                }
+            }
+        )
     }
 
     /// How long a client refused for too many streams waits before it tries again.

@@ -195,9 +195,9 @@ public final class SQLiteSyncStorage: SyncStorage {
 
     /// Applies the batch in one write transaction, committed with `synchronous = FULL` before it returns.
     public func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        let response = try await pushes.run(for: caller.userID) { try await self.write(mutations, caller: caller, clientID: clientID) }
+        let (response, signals) = try await pushes.run(for: caller.userID) { try await self.write(mutations, caller: caller, clientID: clientID) }
         // Committed: the streams of this process, the only one on the file, hear of it.
-        changes.announce(ChangeSignal.of(push: mutations, response: response, caller: caller, clientID: clientID))
+        changes.announce(signals)
         return response
     }
 
@@ -209,7 +209,8 @@ public final class SQLiteSyncStorage: SyncStorage {
         await changes.follow(deliver)
     }
 
-    private func write(_ mutations: [IncomingMutation], caller: Caller, clientID: String) async throws -> PushResponse {
+    /// The push's transaction; returns its answer and what it changed, for the event streams.
+    private func write(_ mutations: [IncomingMutation], caller: Caller, clientID: String) async throws -> (PushResponse, [ChangeSignal]) {
         let userID = caller.userID
         let batch = SpacedBatch(mutations)
         let epoch = epoch
@@ -218,8 +219,9 @@ public final class SQLiteSyncStorage: SyncStorage {
         // gets one result per mutation instead of a 500.
         let attempt = { (oneByOne: Bool) in
             try await self.writer.write { db in
-                try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                    try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db) {
+                var signals: [ChangeSignal] = []
+                let response = try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
+                    let response = try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db) {
                         group in
                         oneByOne
                             ? try Self.applyOneByOne(
@@ -241,7 +243,10 @@ public final class SQLiteSyncStorage: SyncStorage {
                                 db: db
                             ).response
                     }
+                    signals = ChangeSignal.of(push: mutations, response: response, after: lastMutationID, caller: caller, clientID: clientID)
+                    return response
                 }
+                return (response, signals)
             }
         }
         return try await mapErrors {
