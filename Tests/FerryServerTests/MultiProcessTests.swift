@@ -2,6 +2,8 @@ import FerryProtocol
 import FerryServer
 import FerryTestSupport
 import Foundation
+import Logging
+import PostgresNIO
 import Testing
 
 /// Several `ferry serve` processes on one database, as behind a load balancer: each request
@@ -39,6 +41,55 @@ struct MultiProcessTests {
             }
         }
         return (processes, servers)
+    }
+
+    @Test(
+        "live changes across processes: a commit or grant on one wakes a stream on the other; a lost LISTEN connection reconnects and tells every stream",
+        arguments: StorageBackend.allCases.filter { $0 == .postgres }
+    )
+    func liveAcrossProcesses(backend: StorageBackend) async throws {
+        let directory = TestDirectory.make("multi-process-live")
+        let database = try await TestDatabase.make(backend)
+        let (processes, servers) = try await Self.serve(2, on: database, in: directory)
+        defer { for process in processes { process.process.terminate() } }
+        let alice = try await TestServer.token(for: "alice")
+        let stream = try await EventStreamProbe.open(servers[0].baseURL, token: alice, client: "phone")
+        #expect(try await stream.next() == .event("ready"))
+
+        _ = try await servers[1].pushOK(
+            PushRequest(clientID: "laptop", mutations: [.upsert(id: 1, entity: "notes", entityID: "n1", data: .value(1))]),
+            token: alice
+        )
+        #expect(try await stream.next() == .event("change"))
+        try await servers[1].makeSpace("team", admin: "bob", members: ["alice": .read])
+        #expect(try await stream.next() == .event("change"))
+        let bob = try await TestServer.token(for: "bob")
+        _ = try await servers[1].pushOK(
+            PushRequest(clientID: "bob-phone", mutations: [Mutation(id: 1, entity: "notes", entityID: "t1", op: .upsert, data: .value(1), space: "team")]),
+            token: bob
+        )
+        #expect(try await stream.next() == .event("change"))
+
+        // Every process's listening connection dies: whatever committed meanwhile is unknown,
+        // so each process, once listening again, tells every stream to pull. Nothing is pushed.
+        guard case .postgres(let location) = database.url else { return }
+        let ended = try await TestPostgres.withConnection(to: location) { connection in
+            var count = 0
+            for try await _ in try await connection.query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = \(PostgresSyncStorage.listenerName)",
+                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() })
+            ) { count += 1 }
+            return count
+        }
+        #expect(ended == 2)
+        #expect(try await stream.next() == .event("change"))
+        // And it listens again: the next commit through the other process still arrives.
+        _ = try await servers[1].pushOK(
+            PushRequest(clientID: "laptop", mutations: [.upsert(id: 2, entity: "notes", entityID: "n2", data: .value(2))]),
+            token: alice
+        )
+        #expect(try await stream.next() == .event("change"))
+        await stream.close()
     }
 
     /// Writers still writing.

@@ -8,7 +8,7 @@ extension PostgresSyncStorage {
     /// The channel every process listens on.
     static let changeChannel = "ferry_changes"
     /// The listening connection's `application_name`: an operator (or a test) can find it in `pg_stat_activity`.
-    static let listenerName = "ferry-listen"
+    public static let listenerName = "ferry-listen"
 
     public func announce(_ signals: [ChangeSignal]) async throws {
         guard !signals.isEmpty else { return }
