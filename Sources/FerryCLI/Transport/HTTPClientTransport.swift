@@ -33,4 +33,29 @@ struct HTTPClientTransport: SyncTransport {
         for header in response.headers { headers[header.name] = header.value }
         return TransportResponse(status: Int(response.status.code), headers: headers, body: Data(body.readableBytesView))
     }
+
+    /// Streams the answer's body as it arrives; no deadline (the stream lasts as long as the
+    /// token), and stopping the read cancels the request, which closes its connection.
+    func openStream(_ request: TransportRequest) async throws -> TransportStream {
+        guard let url = request.url(on: baseURL) else {
+            throw FerryError.protocolViolation("cannot build a URL from \(request.path)")
+        }
+        var outgoing = HTTPClientRequest(url: url.absoluteString)
+        outgoing.method = HTTPMethod(rawValue: request.method)
+        for (name, value) in request.headers { outgoing.headers.add(name: name, value: value) }
+        let response = try await client.execute(outgoing, deadline: .distantFuture)
+        var headers: [String: String] = [:]
+        for header in response.headers { headers[header.name] = header.value }
+        let (body, chunks) = AsyncThrowingStream.makeStream(of: Data.self)
+        let reader = Task {
+            do {
+                for try await buffer in response.body { chunks.yield(Data(buffer.readableBytesView)) }
+                chunks.finish()
+            } catch {
+                chunks.finish(throwing: error)
+            }
+        }
+        chunks.onTermination = { _ in reader.cancel() }
+        return TransportStream(status: Int(response.status.code), headers: headers, body: body)
+    }
 }

@@ -12,7 +12,7 @@ struct ClientCommand: AsyncParsableCommand {
             "Each user's records live in DIR/user-<SHA-256 of the user id>.sqlite; every entity is synced with id, data and an optional natural key.",
         subcommands: [
             ClientAddCommand.self, ClientDeleteCommand.self, ClientImportCommand.self, ClientSyncCommand.self,
-            ClientStatusCommand.self, ClientInspectQueueCommand.self, ClientListCommand.self, ClientJournalCommand.self,
+            ClientWatchCommand.self, ClientStatusCommand.self, ClientInspectQueueCommand.self, ClientListCommand.self, ClientJournalCommand.self,
             ClientDeadLettersCommand.self,
         ]
     )
@@ -61,6 +61,16 @@ struct StoreOptions: ParsableArguments {
                 throw CommandFailure("--store \(store): cannot create the directory: \(error.localizedDescription)")
             }
         }
+        do {
+            let path = try StoreLocation.path(forUser: user, in: URL(fileURLWithPath: store, isDirectory: true))
+            return try FerryStore(path: path.path, schema: Self.schema, tables: [Self.records])
+        } catch {
+            throw CommandFailure("cannot open the store for \(user) in \(store): \(error)")
+        }
+    }
+
+    /// The client commands' schema: the `records` table.
+    static var schema: DatabaseMigrator {
         var schema = DatabaseMigrator()
         schema.registerMigration("ferry-client-records-v1") { db in
             try db.execute(
@@ -79,12 +89,7 @@ struct StoreOptions: ParsableArguments {
             // The space each record lives in (`--space`); NULL for the user's personal space.
             try db.execute(sql: "ALTER TABLE records ADD COLUMN space TEXT")
         }
-        do {
-            let path = try StoreLocation.path(forUser: user, in: URL(fileURLWithPath: store, isDirectory: true))
-            return try FerryStore(path: path.path, schema: schema, tables: [Self.records])
-        } catch {
-            throw CommandFailure("cannot open the store for \(user) in \(store): \(error)")
-        }
+        return schema
     }
 }
 
