@@ -61,6 +61,17 @@ final class ServerProcess: Sendable {
 
     func resetPeakMemory() { PeakMemory.reset(of: "\(process.processIdentifier)") }
 
+    /// CPU time used so far, user and system, in seconds (Linux's /proc/PID/stat; 0 where it is missing).
+    var cpuSeconds: Double {
+        guard let text = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
+            let end = text.lastIndex(of: ")")
+        else { return 0 }
+        // After "pid (name)": state is field 3, utime and stime are fields 14 and 15.
+        let fields = text[text.index(after: end)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     func stop() {
         process.terminate()
         process.waitUntilExit()

@@ -12,7 +12,7 @@ struct BenchCommand: AsyncParsableCommand {
         discussion: "Build with -c release for figures worth recording; BENCHMARKS.md says how they were taken."
     )
 
-    static let names = ["capture", "drain", "merge", "sync", "pull", "relaunch", "naive", "launch", "load", "fairness", "spaces"]
+    static let names = ["capture", "drain", "merge", "sync", "pull", "relaunch", "naive", "launch", "load", "fairness", "spaces", "live"]
 
     @Option(
         help:
@@ -131,6 +131,12 @@ struct BenchCommand: AsyncParsableCommand {
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             let target = postgres.map(DatabaseURL.postgres) ?? .sqlite(path: root.appendingPathComponent("spaces.sqlite").path)
             let report = try await SpacesBench(database: target, records: sizes[0]).run(in: root)
+            if !json { for line in report { printNow(line) } }
+        }
+        if wanted.contains("live") {
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            let target = postgres.map(DatabaseURL.postgres) ?? .sqlite(path: root.appendingPathComponent("live.sqlite").path)
+            let report = try await LiveBench(database: target).run(in: root)
             if !json { for line in report { printNow(line) } }
         }
         if json { printNow(String(decoding: try ProtocolValidation.encode(document(results, load: load)), as: UTF8.self)) }
