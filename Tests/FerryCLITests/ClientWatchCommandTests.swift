@@ -36,7 +36,9 @@ struct ClientWatchCommandTests {
             #expect(listed.output.contains("from-phone"), "\(listed.output) \(listed.error)")
 
             // A second process writes to the watched store: the watcher notices and pushes it.
-            let added = try await FerryProcess.run(["client", "add"] + base + ["--entity", "events", "--id", "from-cli", "--data", #"{"value": 2}"#])
+            let added = try await FerryProcess.run(
+                ["client", "add"] + base + ["--entity", "events", "--id", "from-cli", "--data", #"{"value": 2}"#]
+            )
             #expect(added.status == 0, "\(added.error)")
             try await Self.eventually("the second process's write on the server") { try await server.pullAll(token: token)["events/from-cli"] != nil }
 
@@ -44,7 +46,10 @@ struct ClientWatchCommandTests {
             try await Self.eventually("the watcher ended") { !watch.process.isRunning }
             #expect(watch.process.terminationStatus == 0, "\(watch.text)")
             #expect(watch.text.contains("stopping after the run in progress"))
-            #expect(watch.text.components(separatedBy: "\n").filter { $0.hasPrefix("run ") }.allSatisfy { $0.contains(" synced in ") }, "\(watch.text)")
+            #expect(
+                watch.text.components(separatedBy: "\n").filter { $0.hasPrefix("run ") }.allSatisfy { $0.contains(" synced in ") },
+                "\(watch.text)"
+            )
         }
     }
 

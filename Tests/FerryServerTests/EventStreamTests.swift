@@ -12,7 +12,10 @@ struct EventStreamTests {
         Mutation(id: id, entity: "notes", entityID: entityID, op: .upsert, data: .value(id), space: space)
     }
 
-    @Test("ready at once, then a change for the user's other device, a shared space and a membership; never another user's", arguments: StorageBackend.allCases)
+    @Test(
+        "ready at once, then a change for the user's other device, a shared space and a membership; never another user's",
+        arguments: StorageBackend.allCases
+    )
     func readyAndChanges(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             let alice = try await TestServer.token(for: "alice")

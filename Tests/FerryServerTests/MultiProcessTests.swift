@@ -65,7 +65,10 @@ struct MultiProcessTests {
         #expect(try await stream.next() == .event("change"))
         let bob = try await TestServer.token(for: "bob")
         _ = try await servers[1].pushOK(
-            PushRequest(clientID: "bob-phone", mutations: [Mutation(id: 1, entity: "notes", entityID: "t1", op: .upsert, data: .value(1), space: "team")]),
+            PushRequest(
+                clientID: "bob-phone",
+                mutations: [Mutation(id: 1, entity: "notes", entityID: "t1", op: .upsert, data: .value(1), space: "team")]
+            ),
             token: bob
         )
         #expect(try await stream.next() == .event("change"))

@@ -39,7 +39,10 @@ struct SchedulerStateMachineTests {
         let finished = machine.runFinished(succeeded: true, errorIsFerryError: false, now: .seconds(1))
         #expect(finished.contains(.emit(.runFinished(1, succeeded: true))))
         #expect(Self.timer(finished) == .seconds(3))
-        #expect(machine.state(now: .seconds(1), wallNow: Date(timeIntervalSince1970: 0)) == .waitingForMinimumInterval(triggers: 3, until: Date(timeIntervalSince1970: 2)))
+        #expect(
+            machine.state(now: .seconds(1), wallNow: Date(timeIntervalSince1970: 0))
+                == .waitingForMinimumInterval(triggers: 3, until: Date(timeIntervalSince1970: 2))
+        )
         #expect(Self.started(machine.timerFired(now: .seconds(3))) == [2])
         #expect(Self.started(machine.runFinished(succeeded: true, errorIsFerryError: false, now: .seconds(4))).isEmpty)
         #expect(machine.state(now: .seconds(4), wallNow: Date()) == .idle)

@@ -141,7 +141,11 @@ actor SyncConnection {
             throw error
         }
         await journal.record(
-            JournalEvent(kind: .liveStream, message: "GET /v1/events → \(stream.status)", details: ["path": "/v1/events", "status": "\(stream.status)"])
+            JournalEvent(
+                kind: .liveStream,
+                message: "GET /v1/events → \(stream.status)",
+                details: ["path": "/v1/events", "status": "\(stream.status)"]
+            )
         )
         if stream.status == 401 { await tokens.refused(token) }
         return stream

@@ -81,7 +81,12 @@ public final class LiveChanges: Sendable {
             state.nextID += 1
             let id = state.nextID
             let stream = Stream(
-                user: user, client: client, spaces: Set(spaces), expiresAt: expiresAt, lastWrite: .now, continuation: continuation
+                user: user,
+                client: client,
+                spaces: Set(spaces),
+                expiresAt: expiresAt,
+                lastWrite: .now,
+                continuation: continuation
             )
             state.streams[id] = stream
             state.byUser[user, default: []].insert(id)

@@ -150,7 +150,9 @@ struct TeamSpacesScenario: DemoScenario {
             try await dispatcher.sync()
             let acknowledged = ContinuousClock.now
             // Nobody asks the tablet to sync: only the server's event can bring the job.
-            while try await board.store.database.read({ db in try Bool.fetchOne(db, sql: "SELECT 1 FROM projects WHERE id = ?", arguments: ["job-\(job)"]) }) == nil,
+            while try await board.store.database.read({ db in
+                try Bool.fetchOne(db, sql: "SELECT 1 FROM projects WHERE id = ?", arguments: ["job-\(job)"])
+            }) == nil,
                 acknowledged.duration(to: .now) < .seconds(5)
             {
                 try await Task.sleep(for: .milliseconds(1))
@@ -163,7 +165,8 @@ struct TeamSpacesScenario: DemoScenario {
         let liveArrived = latencies.allSatisfy { $0 < 5000 }
         output.say(
             String(
-                format: "The dispatcher assigns 5 jobs; each reaches the worker's tablet live, with no sync asked for: median %.0f ms, slowest %.0f ms.",
+                format:
+                    "The dispatcher assigns 5 jobs; each reaches the worker's tablet live, with no sync asked for: median %.0f ms, slowest %.0f ms.",
                 liveMedian,
                 latencies.max() ?? 0
             )

@@ -10,6 +10,7 @@ extension PostgresSyncStorage {
     /// The listening connection's `application_name`: an operator (or a test) can find it in `pg_stat_activity`.
     public static let listenerName = "ferry-listen"
 
+    /// Hands `signals` to every process's followers (`followChanges`).
     public func announce(_ signals: [ChangeSignal]) async throws {
         guard !signals.isEmpty else { return }
         try await withDatabase { [logger] db in try await Self.notify(signals, db: db, logger: logger) }
@@ -24,6 +25,7 @@ extension PostgresSyncStorage {
         )
     }
 
+    /// Calls `deliver` with what each commit changed until cancelled (see ``SyncStorage/followChanges(_:)``).
     public func followChanges(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async throws {
         var failures = 0
         while !Task.isCancelled {
@@ -37,7 +39,7 @@ extension PostgresSyncStorage {
                     deliver([.everything])
                     for try await notification in notifications { deliver([ChangeSignal(payload: notification.payload)]) }
                 }
-            } catch where Task.isCancelled {
+            } catch  where Task.isCancelled {
                 return
             } catch {
                 failures += 1

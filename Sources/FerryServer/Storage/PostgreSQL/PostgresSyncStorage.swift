@@ -276,7 +276,11 @@ public final class PostgresSyncStorage: SyncStorage {
         let response = batch.response(lastMutationID: lastMutationID, groups: responses, refused: refused)
         // Announced in the transaction: PostgreSQL delivers it to every process at the commit,
         // and never without it, so no commit goes unannounced whatever fails after it.
-        try await notify(ChangeSignal.of(push: mutations, response: response, after: lastMutationID, caller: caller, clientID: clientID), db: db, logger: logger)
+        try await notify(
+            ChangeSignal.of(push: mutations, response: response, after: lastMutationID, caller: caller, clientID: clientID),
+            db: db,
+            logger: logger
+        )
         // A push of resent mutations only changes nothing.
         guard response.lastMutationID > lastMutationID else { return response }
         let results = ByteBuffer(data: RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays))

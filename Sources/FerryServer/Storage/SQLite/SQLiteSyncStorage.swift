@@ -201,10 +201,12 @@ public final class SQLiteSyncStorage: SyncStorage {
         return response
     }
 
+    /// Hands `signals` to every process's followers (`followChanges`).
     public func announce(_ signals: [ChangeSignal]) async throws {
         changes.announce(signals)
     }
 
+    /// Calls `deliver` with what each commit changed until cancelled (see ``SyncStorage/followChanges(_:)``).
     public func followChanges(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async throws {
         await changes.follow(deliver)
     }
@@ -221,7 +223,8 @@ public final class SQLiteSyncStorage: SyncStorage {
             try await self.writer.write { db in
                 var signals: [ChangeSignal] = []
                 let response = try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                    let response = try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db) {
+                    let response = try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db)
+                    {
                         group in
                         oneByOne
                             ? try Self.applyOneByOne(
