@@ -16,7 +16,8 @@ extension URLSessionTransport {
         urlRequest.httpMethod = request.method
         for (name, value) in request.headers { urlRequest.setValue(value, forHTTPHeaderField: name) }
         let receiver = StreamReceiver()
-        let session = URLSession(configuration: .ephemeral, delegate: receiver, delegateQueue: nil)
+        // A session of its own, configured as the app's: a stream must not take one of its connections for hours.
+        let session = URLSession(configuration: self.session.configuration, delegate: receiver, delegateQueue: nil)
         let task = session.dataTask(with: urlRequest)
         receiver.onEnd = {
             // Off the caller's thread, as `perform` cancels (swift-corelibs-foundation#5412).

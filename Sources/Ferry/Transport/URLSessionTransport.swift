@@ -8,7 +8,7 @@ import FoundationNetworking
 public struct URLSessionTransport: SyncTransport {
     /// The server's address; a path it has is kept as a prefix of every request's path.
     public let baseURL: URL
-    private let session: URLSession
+    let session: URLSession
 
     /// A transport to the server at `baseURL` over `session` (the shared session by default).
     public init(baseURL: URL, session: URLSession = .shared) {

@@ -20,32 +20,16 @@ struct HTTPClientTransport: SyncTransport {
     static let maxResponseBytes = ProtocolLimits.pullLimitRange.upperBound * (ProtocolLimits.maxDataBytes + 4096)
 
     func send(_ request: TransportRequest) async throws -> TransportResponse {
-        guard let url = request.url(on: baseURL) else {
-            throw FerryError.protocolViolation("cannot build a URL from \(request.path)")
-        }
-        var outgoing = HTTPClientRequest(url: url.absoluteString)
-        outgoing.method = HTTPMethod(rawValue: request.method)
-        for (name, value) in request.headers { outgoing.headers.add(name: name, value: value) }
-        if let body = request.body { outgoing.body = .bytes(ByteBuffer(bytes: body)) }
-        let response = try await client.execute(outgoing, timeout: timeout)
+        let response = try await client.execute(try outgoing(request), timeout: timeout)
         let body = try await response.body.collect(upTo: Self.maxResponseBytes)
-        var headers: [String: String] = [:]
-        for header in response.headers { headers[header.name] = header.value }
-        return TransportResponse(status: Int(response.status.code), headers: headers, body: Data(body.readableBytesView))
+        return TransportResponse(status: Int(response.status.code), headers: Self.headers(of: response), body: Data(body.readableBytesView))
     }
 
     /// Streams the answer's body as it arrives; no deadline (the stream lasts as long as the
     /// token), and stopping the read cancels the request, which closes its connection.
     func openStream(_ request: TransportRequest) async throws -> TransportStream {
-        guard let url = request.url(on: baseURL) else {
-            throw FerryError.protocolViolation("cannot build a URL from \(request.path)")
-        }
-        var outgoing = HTTPClientRequest(url: url.absoluteString)
-        outgoing.method = HTTPMethod(rawValue: request.method)
-        for (name, value) in request.headers { outgoing.headers.add(name: name, value: value) }
-        let response = try await client.execute(outgoing, deadline: .distantFuture)
-        var headers: [String: String] = [:]
-        for header in response.headers { headers[header.name] = header.value }
+        let response = try await client.execute(try outgoing(request), deadline: .distantFuture)
+        let headers = Self.headers(of: response)
         let (body, chunks) = AsyncThrowingStream.makeStream(of: Data.self)
         let reader = Task {
             do {
@@ -57,5 +41,22 @@ struct HTTPClientTransport: SyncTransport {
         }
         chunks.onTermination = { _ in reader.cancel() }
         return TransportStream(status: Int(response.status.code), headers: headers, body: body)
+    }
+
+    private func outgoing(_ request: TransportRequest) throws -> HTTPClientRequest {
+        guard let url = request.url(on: baseURL) else {
+            throw FerryError.protocolViolation("cannot build a URL from \(request.path)")
+        }
+        var outgoing = HTTPClientRequest(url: url.absoluteString)
+        outgoing.method = HTTPMethod(rawValue: request.method)
+        for (name, value) in request.headers { outgoing.headers.add(name: name, value: value) }
+        if let body = request.body { outgoing.body = .bytes(ByteBuffer(bytes: body)) }
+        return outgoing
+    }
+
+    private static func headers(of response: HTTPClientResponse) -> [String: String] {
+        var headers: [String: String] = [:]
+        for header in response.headers { headers[header.name] = header.value }
+        return headers
     }
 }
