@@ -44,6 +44,30 @@ struct EventStreamTests {
         }
     }
 
+    @Test("a grant committed while the stream opens is never lost: the stream hears the space's next write", arguments: StorageBackend.allCases)
+    func grantWhileOpening(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let alice = try await TestServer.token(for: "alice")
+            let bob = try await TestServer.token(for: "bob")
+            for round in 1...30 {
+                let space = "race-\(round)"
+                #expect(try await server.createSpace(space, token: bob).status == 201)
+                async let granted = server.grant(.read, to: "alice", in: space, token: bob)
+                let stream = try await EventStreamProbe.open(server.baseURL, token: alice, client: "phone")
+                #expect(try await granted.status == 200)
+                #expect(try await stream.next() == .event("ready"))
+                // The grant's own event, if the stream heard it, has come by now (past the coalescing interval).
+                try await Task.sleep(for: .milliseconds(150))
+                _ = await stream.drain()
+                // Whatever the order of the grant and the opening, the next write to the space wakes the stream.
+                let mutation = Self.upsert(Int64(round), "r\(round)", space: space)
+                _ = try await server.pushOK(PushRequest(clientID: "bob-phone", mutations: [mutation]), token: bob)
+                #expect(try await stream.next(within: .seconds(5)) == .event("change"), "round \(round)")
+                await stream.close()
+            }
+        }
+    }
+
     @Test("a client's own push does not wake its own stream; another client's of the same user does", arguments: StorageBackend.allCases)
     func ownPushIsSilent(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in

@@ -87,6 +87,12 @@ public actor EventStreamProbe {
     /// Items that arrived and were not taken yet.
     public var pending: [Item] { items }
 
+    /// Takes every item that arrived.
+    public func drain() -> [Item] {
+        defer { items.removeAll() }
+        return items
+    }
+
     /// Closes the stream.
     public func close() {
         reader?.cancel()

@@ -7,15 +7,18 @@ public struct InterceptingTransport: SyncTransport {
     let base: any SyncTransport
     let beforeSend: @Sendable (TransportRequest) async throws -> Void
     let beforeStream: @Sendable (TransportRequest) async throws -> Void
+    let stream: @Sendable (TransportStream) -> TransportStream
 
     public init(
         _ base: any SyncTransport,
         beforeSend: @escaping @Sendable (TransportRequest) async throws -> Void = { _ in },
-        beforeStream: @escaping @Sendable (TransportRequest) async throws -> Void = { _ in }
+        beforeStream: @escaping @Sendable (TransportRequest) async throws -> Void = { _ in },
+        stream: @escaping @Sendable (TransportStream) -> TransportStream = { $0 }
     ) {
         self.base = base
         self.beforeSend = beforeSend
         self.beforeStream = beforeStream
+        self.stream = stream
     }
 
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
@@ -25,6 +28,6 @@ public struct InterceptingTransport: SyncTransport {
 
     public func openStream(_ request: TransportRequest) async throws -> TransportStream {
         try await beforeStream(request)
-        return try await base.openStream(request)
+        return stream(try await base.openStream(request))
     }
 }

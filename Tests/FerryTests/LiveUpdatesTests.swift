@@ -137,6 +137,38 @@ struct LiveUpdatesTests {
         }
     }
 
+    @Test("a stream cut right after ready (a proxy that cuts every stream) is reopened ever more slowly, not in a loop")
+    func streamCutAfterReady() async throws {
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let opened = LockIsolated(0)
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { _ in
+            } stream: { stream in
+                opened.withValue { $0 += 1 }
+                // Its first chunk (`ready`), then the end.
+                let (body, chunks) = AsyncThrowingStream.makeStream(of: Data.self)
+                let reader = Task {
+                    for try await chunk in stream.body {
+                        chunks.yield(chunk)
+                        break
+                    }
+                    chunks.finish()
+                }
+                chunks.onTermination = { _ in reader.cancel() }
+                return TransportStream(status: stream.status, headers: stream.headers, body: body)
+            }
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-cut"), transport: transport, clock: clock)
+            try await session.signIn("alice")
+            try await Self.eventually("the first stream") { opened.value >= 1 }
+            for _ in 0..<600 {
+                await clock.advance(by: .seconds(1))
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            #expect((2...80).contains(opened.value), "\(opened.value) streams opened in 10 minutes")
+            try await session.signOut()
+        }
+    }
+
     @Test("a storm of changes from another device is one run once it settles, and brings all of them")
     func stormIsOneRun() async throws {
         try await TestServer.run { server in

@@ -55,8 +55,10 @@ struct SpaceClientTests {
             let workerStore = try Self.openStore("worker")
             let worker = Self.client(workerStore, server, user: "worker")
             try await worker.sync()
-            let rows = try await workerStore.database.read { db in try Row.fetchAll(db, sql: "SELECT id, team_id, name FROM projects ORDER BY id") }
-            #expect(rows.map { [$0[0], $0[1], $0[2]] as [String?] } == [["p1", "team-1", "Roof"]])
+            let rows = try await workerStore.database.read { db in
+                try Row.fetchAll(db, sql: "SELECT id, team_id, name FROM projects ORDER BY id").map { [$0[0], $0[1], $0[2]] as [String?] }
+            }
+            #expect(rows == [["p1", "team-1", "Roof"]])
             #expect(await worker.status.spaces == [Membership(space: "team-1", role: .write)])
             // The worker edits the shared project; the dispatcher gets it.
             try await workerStore.database.write { db in try db.execute(sql: "UPDATE projects SET name = 'Roof, north side' WHERE id = 'p1'") }

@@ -74,8 +74,10 @@ actor LiveUpdates {
                 switch stream.status {
                 case 200:
                     opened += 1
-                    // Ended (the token expired, the server restarted): after a stream that was
-                    // ready, one short pause, in case a server ends every stream at once.
+                    // Ended (the token expired, the server restarted). A stream that lived (it
+                    // said something after `ready`: a change or a keep-alive) is followed by one
+                    // short pause; one that ends at once counts as a failure, so a proxy that cuts
+                    // every stream after its first bytes is retried ever more slowly.
                     failures = try await read(stream) ? 1 : failures + 1
                 case 429, 503:
                     failures += 1
@@ -98,10 +100,12 @@ actor LiveUpdates {
         }
     }
 
-    /// Reads events until the stream ends; returns whether it got `ready`.
+    /// Reads events until the stream ends; returns whether it lived: `ready`, then anything more.
     private func read(_ stream: TransportStream) async throws -> Bool {
         var ready = false
+        var lived = false
         for try await event in ServerSentEvents(chunks: stream.body) {
+            if ready { lived = true }
             guard case .event(let name, _) = event else { continue }  // a keep-alive
             switch name {
             case "ready":
@@ -113,6 +117,6 @@ actor LiveUpdates {
                 break  // an event a newer server sends: ignored, as the protocol says
             }
         }
-        return ready
+        return lived
     }
 }

@@ -8,19 +8,12 @@ struct SpaceController: Sendable {
     let storage: any SyncStorage
 
     func create(_ request: Request, context: FerryRequestContext) async throws -> Response {
-        let caller = try Self.caller(context)
-        let (membership, created) = try await storage.createSpace(try Self.parameter("space", of: context), by: caller)
-        if created, !caller.isService { await announce([.memberships(user: caller.userID)], context: context) }
+        let (membership, created) = try await storage.createSpace(try Self.parameter("space", of: context), by: try Self.caller(context))
         return try JSONResponse.make(membership, status: created ? .created : .ok)
     }
 
     func delete(_ request: Request, context: FerryRequestContext) async throws -> Response {
-        let space = try Self.parameter("space", of: context)
-        let caller = try Self.caller(context)
-        // Read first: once deleted, nobody is a member. (One added between the two is told at its next pull.)
-        let members = (try? await storage.members(of: space, by: caller)) ?? []
-        try await storage.deleteSpace(space, by: caller)
-        await announce(members.map { .memberships(user: $0.user) }, context: context)
+        try await storage.deleteSpace(try Self.parameter("space", of: context), by: try Self.caller(context))
         return Response(status: .noContent)
     }
 
@@ -43,27 +36,13 @@ struct SpaceController: Sendable {
             throw ProtocolViolation.badRequest("body must be a JSON object {\"role\": …} of at most 64 KiB")
         }
         let role = try RoleRequest.decode(from: Data(body.readableBytesView)).role
-        let member = try await storage.setRole(role, of: user, in: space, by: try Self.caller(context))
-        await announce([.memberships(user: user)], context: context)
-        return try JSONResponse.make(member)
+        return try JSONResponse.make(try await storage.setRole(role, of: user, in: space, by: try Self.caller(context)))
     }
 
     func removeMember(_ request: Request, context: FerryRequestContext) async throws -> Response {
         let space = try Self.parameter("space", of: context)
-        let user = try Self.parameter("user", of: context)
-        try await storage.removeMember(user, from: space, by: try Self.caller(context))
-        await announce([.memberships(user: user)], context: context)
+        try await storage.removeMember(try Self.parameter("user", of: context), from: space, by: try Self.caller(context))
         return Response(status: .noContent)
-    }
-
-    /// Tells the users' event streams, on every process, that their memberships changed. The
-    /// change is committed: a failure here delays the news to their next pull, and is logged.
-    private func announce(_ signals: [ChangeSignal], context: FerryRequestContext) async {
-        do {
-            try await storage.announce(signals)
-        } catch {
-            context.logger.warning("could not announce a membership change", metadata: ["error": "\(error)"])
-        }
     }
 
     private static func caller(_ context: FerryRequestContext) throws -> Caller {

@@ -16,16 +16,24 @@ struct EventStreamController: Sendable {
             if let problem = ProtocolValidation.clientIDProblem(header) { throw ProtocolViolation.badRequest("Ferry-Client-ID: \(problem)") }
             client = header
         }
-        // Read before the stream opens: a membership change after this read wakes the stream,
-        // which reads them again.
-        let spaces = context.isService ? [] : try await storage.memberships(of: userID).map(\.space)
-        guard let subscription = live.open(user: userID, client: client, spaces: spaces, expiresAt: expiresAt) else {
+        guard let subscription = live.open(user: userID, client: client, spaces: [], expiresAt: expiresAt) else {
             var error = FerryHTTPError(
                 .rateLimited,
                 "at most \(live.configuration.maxStreamsPerUser) event streams per user are open at once; close one or retry later"
             )
             error.headers[.retryAfter] = "\(Self.retryAfterSeconds)"
             throw error
+        }
+        // The spaces are read once the stream is registered: a grant committed after this read
+        // wakes it (its memberships are read again), one committed before is in it. A change
+        // signalled before the spaces are set is in the pull the client makes after `ready`.
+        if !context.isService {
+            do {
+                live.setSpaces(try await storage.memberships(of: userID).map(\.space), of: subscription.id)
+            } catch {
+                live.close(subscription.id)
+                throw error
+            }
         }
         var headers = HTTPFields()
         headers[.contentType] = "text/event-stream"

@@ -37,13 +37,10 @@ public protocol SyncStorage: Sendable {
     /// Removes `user` from `space`: an admin's or service's request, or the member's own.
     func removeMember(_ user: String, from space: String, by caller: Caller) async throws
 
-    /// Tells every process on this database (their `followChanges`) what a commit changed: the
-    /// space endpoints' membership changes. A push announces its own, in its transaction where
-    /// the engine can (PostgreSQL), so no commit goes unannounced.
-    func announce(_ signals: [ChangeSignal]) async throws
-
-    /// Calls `deliver` with what each commit changed, through any process on this database
-    /// (SQLite: this one), until cancelled. After a gap in which signals may have been lost (a
+    /// Calls `deliver` with what each commit changed (a push's records, a membership), through
+    /// any process on this database, until cancelled. Each commit is announced with it (on
+    /// PostgreSQL in its transaction, so never without it; on SQLite once committed), and a
+    /// commit of another SQLite process within half a second as `everything`. After a gap in which signals may have been lost (a
     /// lost connection, then the new one listening) it delivers `everything`.
     func followChanges(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async throws
 

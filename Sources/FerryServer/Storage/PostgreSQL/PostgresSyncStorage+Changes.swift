@@ -1,3 +1,4 @@
+import FerryProtocol
 import Foundation
 import Logging
 import PostgresNIO
@@ -7,14 +8,10 @@ import PostgresNIO
 extension PostgresSyncStorage {
     /// The channel every process listens on.
     static let changeChannel = "ferry_changes"
+    /// How often the listening connection is checked with a query that must answer within 5 s.
+    static let listenerCheckInterval: Duration = .seconds(10)
     /// The listening connection's `application_name`: an operator (or a test) can find it in `pg_stat_activity`.
     public static let listenerName = "ferry-listen"
-
-    /// Hands `signals` to every process's followers (`followChanges`).
-    public func announce(_ signals: [ChangeSignal]) async throws {
-        guard !signals.isEmpty else { return }
-        try await withDatabase { [logger] db in try await Self.notify(signals, db: db, logger: logger) }
-    }
 
     /// Sends `signals` on `db`: inside a transaction, at its commit.
     static func notify(_ signals: [ChangeSignal], db: PostgresConnection, logger: Logger) async throws {
@@ -25,19 +22,80 @@ extension PostgresSyncStorage {
         )
     }
 
+    /// A connection that `LISTEN`s, and the payloads it hears, buffered until read.
+    struct Listening: Sendable {
+        let connection: PostgresConnection
+        let payloads: AsyncThrowingStream<String, any Error>
+        /// Holds the `LISTEN` open; cancelling it ends it and closes the connection.
+        let task: Task<Void, Never>
+
+        func close() async {
+            task.cancel()
+            await task.value
+        }
+    }
+
+    /// Connects, and returns once it listens on the change channel.
+    static func listen(_ configuration: PostgresConnection.Configuration, logger: Logger) async throws -> Listening {
+        let connection = try await PostgresConnection.connect(configuration: configuration, id: 1, logger: logger)
+        let (payloads, heard) = AsyncThrowingStream.makeStream(of: String.self)
+        let (listening, started) = AsyncStream.makeStream(of: Void.self)
+        let task = Task {
+            do {
+                try await connection.listen(on: changeChannel) { notifications in
+                    started.yield()  // LISTEN has been answered
+                    started.finish()
+                    for try await notification in notifications { heard.yield(notification.payload) }
+                }
+                heard.finish()
+            } catch {
+                heard.finish(throwing: error)
+            }
+            started.finish()
+            try? await connection.close()
+        }
+        var answered = listening.makeAsyncIterator()
+        if await answered.next() == nil {
+            // It failed before listening: its error is at the end of the payloads.
+            for try await _ in payloads {}
+            throw ListeningEnded()
+        }
+        return Listening(connection: connection, payloads: payloads, task: task)
+    }
+
     /// Calls `deliver` with what each commit changed until cancelled (see ``SyncStorage/followChanges(_:)``).
     public func followChanges(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async throws {
+        // The first connection has listened since `connect`; any later one follows a gap.
+        var ready = firstListening.withLockedValue { $0.take() }
         var failures = 0
         while !Task.isCancelled {
             do {
-                let connection = try await PostgresConnection.connect(configuration: listenerConfiguration, id: 1, logger: logger)
-                defer { Task { try? await connection.close() } }
-                try await connection.listen(on: Self.changeChannel) { notifications in
-                    // Listening now: whatever committed while nobody listened may have been
-                    // missed, so every stream is told to pull.
-                    failures = 0
-                    deliver([.everything])
-                    for try await notification in notifications { deliver([ChangeSignal(payload: notification.payload)]) }
+                let afterGap = ready == nil
+                let listening: Listening
+                if let ready { listening = ready } else { listening = try await Self.listen(listenerConfiguration, logger: logger) }
+                ready = nil
+                defer { Task { await listening.close() } }
+                // Listening again: whatever committed while nobody listened may have been missed,
+                // so every stream is told to pull.
+                if afterGap { deliver([.everything]) }
+                failures = 0
+                try await withThrowingTaskGroup(of: Void.self) { [logger] group in
+                    group.addTask {
+                        for try await payload in listening.payloads { deliver([ChangeSignal(payload: payload)]) }
+                        throw ListeningEnded()
+                    }
+                    // A connection that stalls without an error (a partition, a frozen backend)
+                    // would hear nothing, silently: a query must come back in time.
+                    group.addTask {
+                        while true {
+                            try await Task.sleep(for: Self.listenerCheckInterval)
+                            try await withTimeLimit(.seconds(5), clock: ContinuousClock()) {
+                                _ = try await listening.connection.query("SELECT 1", logger: logger)
+                            }
+                        }
+                    }
+                    try await group.next()
+                    group.cancelAll()
                 }
             } catch  where Task.isCancelled {
                 return
@@ -50,4 +108,9 @@ extension PostgresSyncStorage {
             try? await Task.sleep(for: delay)
         }
     }
+}
+
+/// The listening connection stopped hearing (its `LISTEN` ended without an error).
+private struct ListeningEnded: Error, CustomStringConvertible {
+    var description: String { "the LISTEN connection ended" }
 }

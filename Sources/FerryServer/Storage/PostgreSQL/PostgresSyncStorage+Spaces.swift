@@ -196,8 +196,10 @@ extension PostgresSyncStorage {
         try await db.query("SELECT pg_advisory_xact_lock(hashtextextended('ferry-memberships:' || \(user), 0))", logger: logger)
     }
 
-    /// Moves the version of each user's memberships (`PullPosition.memberships`).
+    /// Moves the version of each user's memberships (`PullPosition.memberships`), and tells their
+    /// event streams on every process, at the commit (`NOTIFY` in the transaction).
     private static func membershipsChanged(of users: [String], db: PostgresConnection, logger: Logger) async throws {
+        try await notify(users.map { .memberships(user: $0) }, db: db, logger: logger)
         try await db.query(
             """
             INSERT INTO member_versions (user_id, version) SELECT unnest(\(users)::text[]), 1

@@ -37,6 +37,8 @@ public final class PostgresSyncStorage: SyncStorage {
     private let epoch = newEpoch()
     /// How the connection that listens for changes connects (`followChanges`).
     let listenerConfiguration: PostgresConnection.Configuration
+    /// The listening connection made by `connect`, until `followChanges` takes it.
+    let firstListening: NIOLockedValueBox<Listening?>
 
     /// Connects, applies missing migrations, and keeps at most `poolSize` connections open.
     public static func connect(
@@ -94,6 +96,13 @@ public final class PostgresSyncStorage: SyncStorage {
                 ("statement_timeout", "30s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "60s"),
                 ("synchronous_commit", "on"),
             ] + planSettings
+        // Listening before the server answers anything: no commit from then on goes unheard.
+        let listening: Listening
+        do {
+            listening = try await Self.listen(listener, logger: logger)
+        } catch {
+            throw StorageError.unavailable("cannot listen for changes on PostgreSQL at \(location): \(Self.explain(error))")
+        }
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         return PostgresSyncStorage(
             client: client,
@@ -102,7 +111,8 @@ public final class PostgresSyncStorage: SyncStorage {
             logger: logger,
             location: location,
             deadline: deadline,
-            listenerConfiguration: listener
+            listenerConfiguration: listener,
+            listening: listening
         )
     }
 
@@ -126,9 +136,11 @@ public final class PostgresSyncStorage: SyncStorage {
         logger: Logger,
         location: PostgresLocation,
         deadline: Duration,
-        listenerConfiguration: PostgresConnection.Configuration
+        listenerConfiguration: PostgresConnection.Configuration,
+        listening: Listening
     ) {
         self.listenerConfiguration = listenerConfiguration
+        self.firstListening = NIOLockedValueBox(listening)
         self.deadline = deadline
         self.client = client
         self.running = running
@@ -895,6 +907,7 @@ public final class PostgresSyncStorage: SyncStorage {
     /// Stops the pool: its connections close once the requests using them are done.
     public func close() async throws {
         closed.withLockedValue { $0 = true }
+        if let listening = firstListening.withLockedValue({ $0.take() }) { await listening.close() }
         running.cancel()
         await running.value
     }

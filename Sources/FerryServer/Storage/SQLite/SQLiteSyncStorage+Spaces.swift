@@ -26,7 +26,7 @@ extension SQLiteSyncStorage {
                         sql: "INSERT INTO space_members (space_key, user_id, role) VALUES (?, ?, 'admin')",
                         arguments: [key, caller.userID]
                     )
-                    try Self.membershipsChanged(of: [caller.userID], db: db)
+                    try self.membershipsChanged(of: [caller.userID], db: db)
                 }
                 return (membership, true)
             }
@@ -42,7 +42,7 @@ extension SQLiteSyncStorage {
                 try SpaceRules.administers(space, role: role, caller: caller)
                 let partition = SpacePartition.name(key)
                 try db.execute(sql: "UPDATE spaces SET deleted = 1 WHERE key = ?", arguments: [key])
-                try Self.membershipsChanged(
+                try self.membershipsChanged(
                     of: try String.fetchAll(db, sql: "SELECT user_id FROM space_members WHERE space_key = ?", arguments: [key]),
                     db: db
                 )
@@ -98,7 +98,7 @@ extension SQLiteSyncStorage {
                         """,
                     arguments: [key, user, role.rawValue]
                 )
-                try Self.membershipsChanged(of: [user], db: db)
+                try self.membershipsChanged(of: [user], db: db)
                 return SpaceMember(user: user, role: role)
             }
         }
@@ -120,7 +120,7 @@ extension SQLiteSyncStorage {
                 }
                 try SpaceRules.change(space, user: user, from: current, to: nil, admins: members.count { $0.role == .admin })
                 try db.execute(sql: "DELETE FROM space_members WHERE space_key = ? AND user_id = ?", arguments: [key, user])
-                try Self.membershipsChanged(of: [user], db: db)
+                try self.membershipsChanged(of: [user], db: db)
             }
         }
     }
@@ -151,12 +151,16 @@ extension SQLiteSyncStorage {
             .map { SpaceMember(user: $0[0], role: SpaceRole(rawValue: $0[1]) ?? .read) }
     }
 
-    /// Moves the version of each user's memberships (`PullPosition.memberships`).
-    private static func membershipsChanged(of users: [String], db: Database) throws {
+    /// Moves the version of each user's memberships (`PullPosition.memberships`), and tells
+    /// their event streams once the transaction commits (never before: a stream reading them
+    /// again too early would read the old ones).
+    private func membershipsChanged(of users: [String], db: Database) throws {
         let statement = try db.cachedStatement(
             sql: "INSERT INTO member_versions (user_id, version) VALUES (?, 1) ON CONFLICT (user_id) DO UPDATE SET version = version + 1"
         )
         for user in users { try statement.execute(arguments: [user]) }
+        let changes = self.changes
+        db.afterNextTransaction { _ in changes.announce(users.map { .memberships(user: $0) }) }
     }
 
     private static func membershipCount(of user: String, db: Database) throws -> Int {

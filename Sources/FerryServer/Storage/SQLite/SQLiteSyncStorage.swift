@@ -23,7 +23,7 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
     private let epoch = newEpoch()
     /// What each commit changed, for the event streams.
-    private let changes = LocalChangeFeed()
+    let changes = LocalChangeFeed()
 
     /// Opens (creating if needed) the database at `path`, or an in-memory database for `nil`.
     /// `statementObserver` sees the SQL of every statement executed, for tests and diagnostics.
@@ -201,14 +201,30 @@ public final class SQLiteSyncStorage: SyncStorage {
         return response
     }
 
-    /// Hands `signals` to every process's followers (`followChanges`).
-    public func announce(_ signals: [ChangeSignal]) async throws {
-        changes.announce(signals)
-    }
-
     /// Calls `deliver` with what each commit changed until cancelled (see ``SyncStorage/followChanges(_:)``).
     public func followChanges(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async throws {
-        await changes.follow(deliver)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.changes.follow(deliver) }
+            group.addTask { await self.watchOtherProcesses(deliver) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Another `ferry serve` on the same file commits where this process cannot see it: SQLite's
+    /// `data_version` of the writer connection moves only with other connections' commits, and
+    /// this process writes through that one connection. Every half second, one pragma; when it
+    /// moved, every stream is told to pull (what changed is not known here).
+    private func watchOtherProcesses(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async {
+        var last: Int?
+        while true {
+            do { try await Task.sleep(for: .milliseconds(500)) } catch { return }
+            guard let version = try? await writer.writeWithoutTransaction({ db in try Int.fetchOne(db, sql: "PRAGMA data_version") }) else {
+                continue
+            }
+            if let last, version != last { deliver([.everything]) }
+            last = version
+        }
     }
 
     /// The push's transaction; returns its answer and what it changed, for the event streams.
