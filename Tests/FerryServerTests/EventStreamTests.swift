@@ -40,6 +40,9 @@ struct EventStreamTests {
             // Nothing more is owed: a stream that heard Bob's personal push would have one more.
             try await Task.sleep(for: .milliseconds(300))
             #expect(await stream.pending.isEmpty)
+            // Bob deletes the space: every member's memberships changed.
+            #expect(try await server.deleteSpace("team", token: bob).status == 204)
+            #expect(try await stream.next() == .event("change"))
             await stream.close()
         }
     }

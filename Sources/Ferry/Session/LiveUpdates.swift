@@ -24,6 +24,11 @@ actor LiveUpdates {
     private var task: Task<Void, Never>?
     /// Streams opened so far (answered 200), for tests and the journal.
     private(set) var opened = 0
+    /// The current stream said something after `ready`, or lasted `healthyLifetime`.
+    private var lived = false
+    /// A stream open this long was healthy, even if it said nothing after `ready` (a proxy that
+    /// closes idle connections before the 15 s keep-alive).
+    static let healthyLifetime: Duration = .seconds(5)
 
     init(client: FerryClient, scheduler: SyncScheduler, clock: any Clock<Duration>, retry: RetryPolicy) {
         self.client = client
@@ -74,11 +79,12 @@ actor LiveUpdates {
                 switch stream.status {
                 case 200:
                     opened += 1
-                    // Ended (the token expired, the server restarted). A stream that lived (it
-                    // said something after `ready`: a change or a keep-alive) is followed by one
-                    // short pause; one that ends at once counts as a failure, so a proxy that cuts
-                    // every stream after its first bytes is retried ever more slowly.
-                    failures = try await read(stream) ? 1 : failures + 1
+                    lived = false
+                    let opening = ContinuousClock.now
+                    defer { if opening.duration(to: .now) >= Self.healthyLifetime { lived = true } }
+                    try await read(stream)
+                    // Ended (the token expired, the server restarted): see below.
+                    failures += 1
                 case 429, 503:
                     failures += 1
                     let seconds = SyncConnection.serverWait(stream.headers["retry-after"].flatMap { Double($0) } ?? 1)
@@ -95,15 +101,20 @@ actor LiveUpdates {
                 failures += 1
                 logger.debug("the event stream failed", metadata: ["error": "\(error)"])
             }
+            // A stream that lived (it said something after `ready`, or lasted a while) is
+            // followed by one short pause, however it ended; one that ends at once counts as a
+            // failure, so a proxy that cuts every stream after its first bytes is retried ever
+            // more slowly.
+            if lived { failures = 1 }
+            lived = false
             let delay = max(wait ?? .zero, retry.delay(forAttempt: failures, using: &random))
             do { try await clock.sleep(for: delay) } catch { return }
         }
     }
 
-    /// Reads events until the stream ends; returns whether it lived: `ready`, then anything more.
-    private func read(_ stream: TransportStream) async throws -> Bool {
+    /// Reads events until the stream ends, noting whether it lived: `ready`, then anything more.
+    private func read(_ stream: TransportStream) async throws {
         var ready = false
-        var lived = false
         for try await event in ServerSentEvents(chunks: stream.body) {
             if ready { lived = true }
             guard case .event(let name, _) = event else { continue }  // a keep-alive
@@ -117,6 +128,5 @@ actor LiveUpdates {
                 break  // an event a newer server sends: ignored, as the protocol says
             }
         }
-        return lived
     }
 }

@@ -56,14 +56,13 @@ extension PostgresSyncStorage {
             let partition = SpacePartition.name(key)
             _ = try await Self.lockChanges(of: partition, db: db, logger: logger)
             try await db.query("UPDATE spaces SET deleted = true WHERE key = \(key)", logger: logger)
-            try await db.query(
-                """
-                INSERT INTO member_versions (user_id, version) SELECT user_id, 1 FROM space_members WHERE space_key = \(key)
-                ON CONFLICT (user_id) DO UPDATE SET version = member_versions.version + 1
-                """,
-                logger: logger
-            )
-            try await db.query("DELETE FROM space_members WHERE space_key = \(key)", logger: logger)
+            var members: [String] = []
+            for try await user in try await db.query("DELETE FROM space_members WHERE space_key = \(key) RETURNING user_id", logger: logger)
+                .decode(String.self)
+            {
+                members.append(user)
+            }
+            try await Self.membershipsChanged(of: members, db: db, logger: logger)
             try await db.query("DELETE FROM records WHERE user_id = \(partition)", logger: logger)
         }
     }

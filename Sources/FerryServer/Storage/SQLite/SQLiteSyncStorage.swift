@@ -1,6 +1,7 @@
 import FerryProtocol
 import Foundation
 import GRDB
+import NIOConcurrencyHelpers
 
 /// The embedded storage engine: one SQLite file in WAL mode through GRDB.
 ///
@@ -24,6 +25,8 @@ public final class SQLiteSyncStorage: SyncStorage {
     private let epoch = newEpoch()
     /// What each commit changed, for the event streams.
     let changes = LocalChangeFeed()
+    /// The writer connection's `data_version` when last read (`watchOtherProcesses`).
+    private let dataVersion: NIOLockedValueBox<Int?>
 
     /// Opens (creating if needed) the database at `path`, or an in-memory database for `nil`.
     /// `statementObserver` sees the SQL of every statement executed, for tests and diagnostics.
@@ -54,6 +57,8 @@ public final class SQLiteSyncStorage: SyncStorage {
             }
             guard let secret else { throw StorageError.corrupt("server_meta has no cursor_secret") }
             cursors = CursorCodec(secret: secret)
+            // From here on, another process's commit moves it (`watchOtherProcesses`).
+            dataVersion = NIOLockedValueBox(try writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA data_version") })
         } catch let error as DatabaseError {
             throw StorageError.unavailable("cannot open SQLite database at \(path ?? ":memory:"): \(error.message ?? "\(error)")")
         }
@@ -215,15 +220,18 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// `data_version` of the writer connection moves only with other connections' commits, and
     /// this process writes through that one connection. Every half second, one pragma; when it
     /// moved, every stream is told to pull (what changed is not known here).
+    /// Read first when the storage opened, so a commit before the first look is seen too.
     private func watchOtherProcesses(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async {
-        var last: Int?
         while true {
             do { try await Task.sleep(for: .milliseconds(500)) } catch { return }
             guard let version = try? await writer.writeWithoutTransaction({ db in try Int.fetchOne(db, sql: "PRAGMA data_version") }) else {
                 continue
             }
-            if let last, version != last { deliver([.everything]) }
-            last = version
+            let last = dataVersion.withLockedValue { last in
+                defer { last = version }
+                return last
+            }
+            if last != version { deliver([.everything]) }
         }
     }
 
