@@ -79,6 +79,7 @@ struct LiveUpdatesTests {
                 directory: TestDirectory.make("live"),
                 transport: counting,
                 connectivity: ScriptedConnectivity(stream: states),
+                live: true,
                 clock: TestClock()
             )
             try await session.signIn("alice")
@@ -118,6 +119,7 @@ struct LiveUpdatesTests {
                     tokensAsked.withValue { $0 += 1 }
                     return try await TestServer.token(for: user, secret: "another-secret-0123456789abcdef0123456789")
                 },
+                live: true,
                 clock: clock
             )
             try await session.signIn("alice")
@@ -157,7 +159,7 @@ struct LiveUpdatesTests {
                 chunks.onTermination = { _ in reader.cancel() }
                 return TransportStream(status: stream.status, headers: stream.headers, body: body)
             }
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-cut"), transport: transport, clock: clock)
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-cut"), transport: transport, live: true, clock: clock)
             try await session.signIn("alice")
             try await Self.eventually("the first stream") { opened.value >= 1 }
             for _ in 0..<600 {
@@ -173,7 +175,7 @@ struct LiveUpdatesTests {
     func stormIsOneRun() async throws {
         try await TestServer.run { server in
             let clock = TestClock()
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-storm"), clock: clock)
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-storm"), live: true, clock: clock)
             try await session.signIn("alice")
             let engine = try #require(await session.engine)
             let live = try #require(engine.live)
@@ -199,7 +201,7 @@ struct LiveUpdatesTests {
         try await TestServer.run { server in
             let clock = TestClock()
             let counting = CountingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-own"), transport: counting, clock: clock)
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-own"), transport: counting, live: true, clock: clock)
             try await session.signIn("alice")
             let engine = try #require(await session.engine)
             try await Self.eventually("the stream opened") { await engine.live?.opened == 1 }
@@ -231,7 +233,7 @@ struct LiveUpdatesTests {
             } beforeStream: { _ in
                 if down.value { throw URLError(.cannotConnectToHost) }
             }
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-down"), transport: transport, clock: clock)
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-down"), transport: transport, live: true, clock: clock)
             try await session.signIn("alice")
             let engine = try #require(await session.engine)
             try await Self.advance(clock, until: "the launch run") { await Self.idle(engine.scheduler, afterRuns: 1) }

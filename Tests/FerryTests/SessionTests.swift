@@ -44,6 +44,7 @@ struct SessionTests {
         transport: (any SyncTransport)? = nil,
         token: SyncSession.UserTokenProvider? = nil,
         connectivity: (any ConnectivityMonitor)? = nil,
+        live: Bool = false,
         clock: C
     ) -> SyncSession where C.Duration == Duration {
         var configuration = SessionConfiguration(
@@ -52,6 +53,10 @@ struct SessionTests {
             schema: ClientFixture.schema()
         )
         configuration.signOutPolicy = policy
+        // The event stream only where a test is about it: its `ready` arrives in real time, and
+        // may ask for a run after a test clock's advance started the launch run, one more than
+        // a test counting runs and triggers expects (LiveUpdatesTests has that race's rule).
+        configuration.liveUpdates = live
         return SyncSession(
             configuration: configuration,
             transport: transport ?? URLSessionTransport(baseURL: URL(string: server.baseURL)!),
