@@ -159,7 +159,13 @@ struct LiveUpdatesTests {
                 chunks.onTermination = { _ in reader.cancel() }
                 return TransportStream(status: stream.status, headers: stream.headers, body: body)
             }
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-cut"), transport: transport, live: true, clock: clock)
+            let session = SessionTests.session(
+                server: server,
+                directory: TestDirectory.make("live-cut"),
+                transport: transport,
+                live: true,
+                clock: clock
+            )
             try await session.signIn("alice")
             try await Self.eventually("the first stream") { opened.value >= 1 }
             for _ in 0..<600 {
@@ -201,7 +207,13 @@ struct LiveUpdatesTests {
         try await TestServer.run { server in
             let clock = TestClock()
             let counting = CountingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-own"), transport: counting, live: true, clock: clock)
+            let session = SessionTests.session(
+                server: server,
+                directory: TestDirectory.make("live-own"),
+                transport: counting,
+                live: true,
+                clock: clock
+            )
             try await session.signIn("alice")
             let engine = try #require(await session.engine)
             try await Self.eventually("the stream opened") { await engine.live?.opened == 1 }
@@ -233,7 +245,13 @@ struct LiveUpdatesTests {
             } beforeStream: { _ in
                 if down.value { throw URLError(.cannotConnectToHost) }
             }
-            let session = SessionTests.session(server: server, directory: TestDirectory.make("live-down"), transport: transport, live: true, clock: clock)
+            let session = SessionTests.session(
+                server: server,
+                directory: TestDirectory.make("live-down"),
+                transport: transport,
+                live: true,
+                clock: clock
+            )
             try await session.signIn("alice")
             let engine = try #require(await session.engine)
             try await Self.advance(clock, until: "the launch run") { await Self.idle(engine.scheduler, afterRuns: 1) }
