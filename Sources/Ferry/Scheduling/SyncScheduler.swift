@@ -36,7 +36,7 @@ public struct SchedulerConfiguration: Sendable {
 /// follow-up run; nothing is ever dropped, only delayed (settle window, minimum
 /// interval, offline). Every trigger's fate is recorded.
 ///
-/// Its decisions are ``SchedulerStateMachine``'s; the actor carries out the actions it returns
+/// Its decisions are `SchedulerStateMachine`'s (internal); the actor carries out the actions it returns
 /// and keeps the tasks: the run, the timer, the periodic timer and the waiting callers.
 public actor SyncScheduler {
     /// What the scheduler reports as it works; tests and the journal read it.
