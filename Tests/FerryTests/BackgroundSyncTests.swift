@@ -120,7 +120,7 @@ struct BackgroundSyncTests {
             await #expect {
                 try await waiting.value
             } throws: { error in
-                guard case .interrupted = error as? FerryError else { return false }
+                guard (error as? FerryError)?.code == .interrupted else { return false }
                 return true
             }
             guard case .held(let triggers)? = try await Self.schedulerState(session) else {

@@ -96,7 +96,8 @@ struct SessionLifetimeTests {
             await #expect {
                 try await session.sync()
             } throws: { error in
-                guard case .unreachable(let why) = error as? FerryError else { return false }
+                guard let error = error as? FerryError, error.code == .unreachable else { return false }
+                let why = error.message
                 return why.contains("offline")
             }
             let progress = await StartupPipeline(steps: [.signedIn(session), .initialSync(session)]).run()
@@ -178,7 +179,7 @@ struct SessionLifetimeTests {
             await #expect {
                 try await stale.client.sync()
             } throws: { error in
-                guard case .stopped = error as? FerryError else { return false }
+                guard (error as? FerryError)?.code == .stopped else { return false }
                 return true
             }
             var updates = await stale.client.statusUpdates().makeAsyncIterator()
@@ -190,7 +191,7 @@ struct SessionLifetimeTests {
             await #expect {
                 try await stale.scheduler.run(for: .manual)
             } throws: { error in
-                guard case .stopped = error as? FerryError else { return false }
+                guard (error as? FerryError)?.code == .stopped else { return false }
                 return true
             }
         }

@@ -111,7 +111,8 @@ struct StoreTests {
         #expect {
             try FerryStore(path: path, schema: schema, tables: [table])
         } throws: { error in
-            guard case .invalidTable(let why) = error as? FerryError else { return false }
+            guard let error = error as? FerryError, error.code == .invalidTable else { return false }
+            let why = error.message
             return why.contains(reason)
         }
     }

@@ -140,7 +140,7 @@ struct TokenTests {
             await #expect {
                 try await refusedClient.sync()
             } throws: { error in
-                guard case .unauthorized = error as? FerryError else { return false }
+                guard (error as? FerryError)?.code == .unauthorized else { return false }
                 return true
             }
             #expect(alwaysRefused.value == 2, "one renewal per refusal, not the retry budget")

@@ -19,9 +19,9 @@ public struct SchedulerConfiguration: Sendable {
     /// writes makes a few runs, not one per event.
     public var liveMinimumInterval: Duration = .milliseconds(250)
     /// Run periodically while the app is active, at least a second apart; `nil` (the default) for never.
-    /// The timer starts with `SyncScheduler.setActive(true)` (a session calls it for each user it signs in).
+    /// The timer starts with ``SyncScheduler/setActive(_:)`` (a session calls it for each user it signs in).
     public var periodicInterval: Duration?
-    /// Trigger fates kept in `SyncScheduler.history`; older ones are dropped first.
+    /// Trigger fates kept in ``SyncScheduler/history``; older ones are dropped first.
     public var historyCapacity = 1_000
 
     /// The defaults: a 250 ms settle window (none for manual triggers, 20 ms for a server's
@@ -121,7 +121,7 @@ public actor SyncScheduler {
 
     /// Asks for a run like `trigger(_:kind:)` and waits until the run that serves the
     /// trigger has finished; returns that run's number, or throws the run's error:
-    /// `FerryError.stopped` if the scheduler stops first, `FerryError.unreachable` at once while
+    /// ``FerryError/stopped(_:)`` if the scheduler stops first, ``FerryError/unreachable(_:)`` at once while
     /// offline (the trigger still runs when the network returns). Cancelling the caller stops
     /// the wait, not the run.
     @discardableResult
@@ -181,7 +181,7 @@ public actor SyncScheduler {
     }
 
     /// Stops: no new runs, the current one is cancelled and awaited, and callers waiting for a
-    /// run get `FerryError.stopped`.
+    /// run get ``FerryError/stopped(_:)``.
     public func stop() async {
         perform(machine.stop())
         let current = running
@@ -291,7 +291,8 @@ public actor SyncScheduler {
     private func logFailure(_ number: Int, _ error: any Error) {
         let level: Logger.Level =
             switch error {
-            case FerryError.unauthorized, FerryError.protocolViolation, FerryError.invalidTable, FerryError.unreadableStore: .warning
+            case FerryError.Code.unauthorized, FerryError.Code.protocolViolation, FerryError.Code.invalidTable, FerryError.Code.unreadableStore:
+                .warning
             case is DatabaseError: .warning  // the store itself: a full disk, a read-only container, damage
             default: .debug
             }

@@ -54,7 +54,7 @@ extension SyncSession {
     /// When time runs out or the task is cancelled, the run in progress is stopped and awaited
     /// before this returns: the batch on the wire is answered or back in the queue, never left
     /// in flight while the app is suspended (a push the server applied is sent again later and
-    /// applied once). Callers that had joined that run get `FerryError.interrupted`. Then no run
+    /// applied once). Callers that had joined that run get ``FerryError/interrupted(_:)``. Then no run
     /// starts until the app is active again (`setActive(true)`) or something waits for a run
     /// (`sync()`); triggers that arrive meanwhile are kept for then. If the app became active
     /// while the background sync ran (`setActive(true)`), nothing is stopped or held: the run
@@ -88,8 +88,8 @@ extension SyncSession {
                 outcome = .expired
                 stoppedHere = true
             case _ where await scheduler.state == .stopped: outcome = .signedOut  // signed out meanwhile, whatever the error
-            case FerryError.interrupted: outcome = .timeLimitReached  // another background sync's time ran out; it holds
-            case FerryError.unreachable where await scheduler.state.isWaitingForNetwork: outcome = .offline
+            case FerryError.Code.interrupted: outcome = .timeLimitReached  // another background sync's time ran out; it holds
+            case FerryError.Code.unreachable where await scheduler.state.isWaitingForNetwork: outcome = .offline
             case let error as FerryError: outcome = .failed(error.description)
             default: outcome = .failed("\(error)")
             }

@@ -1,49 +1,121 @@
 import FerryProtocol
 
-/// Errors of the client library, each with what to do about it. Cancelling a task that waits on
-/// Ferry surfaces as Swift's `CancellationError`.
-public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// A synced table is missing or does not fit its registration.
-    case invalidTable(String)
-    /// The server refused the credentials; sync stops until a new token is provided.
-    case unauthorized(String)
-    /// The server answered in a way the protocol does not allow (a bug on one side).
-    case protocolViolation(String)
-    /// A request could not be completed and the retry budget ran out.
-    case unreachable(String)
-    /// Another client (another process on the same store) took over this store's sync while
-    /// this run was in progress; nothing was lost, the other client resends what was in flight.
-    case leaseLost(String)
-    /// The store file cannot be used: not a SQLite database, or not one Ferry can read.
-    /// Nothing in it was changed.
-    case unreadableStore(String)
-    /// The engine was stopped (its user signed out, or nobody is signed in): there is nothing
-    /// to sync with it. Ask the session for the signed-in user's.
-    case stopped(String)
-    /// The run was stopped before it finished so that a background task could end in time
-    /// (`SyncSession.backgroundSync(timeLimit:)`): its batch was answered or went back to the
-    /// queue, nothing was lost, and it runs again when the app is active.
-    case interrupted(String)
-    /// A write to a space the store knows it may only read (its role is `read`); nothing was
-    /// captured. The message names the space and the role.
-    case readOnlySpace(String)
-    /// The server refused a space request (PROTOCOL.md, "Spaces"): its error `code`
-    /// (`forbidden`, `not_found`, `space_exists`, `last_admin`, `too_many_spaces`, `bad_request`) and message.
-    case refused(code: String, message: String)
+/// An error of the client library: a stable ``Code`` an app can switch on and keep, a message
+/// saying what to do about it, and the error underneath when there was one.
+///
+/// Two errors are equal when their codes are: compare codes, not sentences. New codes may be
+/// added in later versions, so a `switch` over them has a `default`. Cancelling a task that
+/// waits on Ferry surfaces as Swift's `CancellationError`.
+///
+/// For example:
+///
+/// ```swift
+/// do {
+///     try await session.sync()
+/// } catch let error as FerryError where error.code == .unauthorized {
+///     await signInAgain()
+/// } catch FerryError.Code.unreachable {
+///     showOfflineBanner()
+/// }
+/// ```
+public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What went wrong, by name; its `rawValue` is stable across versions (store it, log it).
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        /// The code's name, as `FerryError.Code.unauthorized.rawValue` is `"unauthorized"`.
+        public let rawValue: String
 
-    /// The error in one line, as logs, the journal and `SyncStatus.lastError` show it.
+        /// A code by name; an unknown name makes a code no error of this version has.
+        public init(rawValue: String) { self.rawValue = rawValue }
+
+        /// A synced table is missing or does not fit its registration.
+        public static let invalidTable = Code(rawValue: "invalidTable")
+        /// The server refused the credentials; sync stops until a new token is provided.
+        public static let unauthorized = Code(rawValue: "unauthorized")
+        /// The server answered in a way the protocol does not allow (a bug on one side).
+        public static let protocolViolation = Code(rawValue: "protocolViolation")
+        /// A request could not be completed and the retry budget ran out.
+        public static let unreachable = Code(rawValue: "unreachable")
+        /// Another client (another process on the same store) took over this store's sync while
+        /// this run was in progress; nothing was lost, the other client resends what was in flight.
+        public static let leaseLost = Code(rawValue: "leaseLost")
+        /// The store file cannot be used: not a SQLite database, or not one Ferry can read.
+        /// Nothing in it was changed.
+        public static let unreadableStore = Code(rawValue: "unreadableStore")
+        /// The engine was stopped (its user signed out, or nobody is signed in): there is nothing
+        /// to sync with it. Ask the session for the signed-in user's.
+        public static let stopped = Code(rawValue: "stopped")
+        /// The run was stopped before it finished so that a background task could end in time
+        /// (``SyncSession/backgroundSync(timeLimit:)``): its batch was answered or went back to
+        /// the queue, nothing was lost, and it runs again when the app is active.
+        public static let interrupted = Code(rawValue: "interrupted")
+        /// A write to a space the store knows it may only read (its role is `read`); nothing was
+        /// captured. The message names the space and the role.
+        public static let readOnlySpace = Code(rawValue: "readOnlySpace")
+        /// The server refused a space request (PROTOCOL.md, "Spaces"); ``FerryError/serverCode``
+        /// holds its code (`forbidden`, `not_found`, `space_exists`, `last_admin`, `too_many_spaces`, `bad_request`).
+        public static let refused = Code(rawValue: "refused")
+
+        /// The code's name.
+        public var description: String { rawValue }
+
+        /// Matches an error of this code, in a `catch` or a `switch`: `catch FerryError.Code.stopped`.
+        public static func ~= (code: Code, error: any Error) -> Bool { (error as? FerryError)?.code == code }
+    }
+
+    /// What went wrong.
+    public let code: Code
+    /// What happened and what to do about it, for people; not for comparing.
+    public let message: String
+    /// The server's error code, for ``Code/refused``; `nil` otherwise.
+    public let serverCode: String?
+    /// The error underneath, when there was one.
+    public let underlying: (any Error)?
+
+    /// An error with `code`; most are made with the static functions named after their code.
+    public init(_ code: Code, _ message: String, serverCode: String? = nil, underlying: (any Error)? = nil) {
+        self.code = code
+        self.message = message
+        self.serverCode = serverCode
+        self.underlying = underlying
+    }
+
+    /// Equal by code: the message may say it differently from one version to the next.
+    public static func == (a: FerryError, b: FerryError) -> Bool { a.code == b.code }
+
+    /// A synced table is missing or does not fit its registration.
+    public static func invalidTable(_ message: String) -> FerryError { FerryError(.invalidTable, message) }
+    /// The server refused the credentials.
+    public static func unauthorized(_ message: String) -> FerryError { FerryError(.unauthorized, message) }
+    /// The server answered in a way the protocol does not allow.
+    public static func protocolViolation(_ message: String) -> FerryError { FerryError(.protocolViolation, message) }
+    /// A request could not be completed and the retry budget ran out.
+    public static func unreachable(_ message: String) -> FerryError { FerryError(.unreachable, message) }
+    /// Another client took over this store's sync.
+    public static func leaseLost(_ message: String) -> FerryError { FerryError(.leaseLost, message) }
+    /// The store file cannot be used.
+    public static func unreadableStore(_ message: String) -> FerryError { FerryError(.unreadableStore, message) }
+    /// The engine was stopped.
+    public static func stopped(_ message: String) -> FerryError { FerryError(.stopped, message) }
+    /// The run was stopped so that a background task could end in time.
+    public static func interrupted(_ message: String) -> FerryError { FerryError(.interrupted, message) }
+    /// A write to a space the store may only read.
+    public static func readOnlySpace(_ message: String) -> FerryError { FerryError(.readOnlySpace, message) }
+    /// The server refused a space request with its error `code` and `message`.
+    public static func refused(code: String, message: String) -> FerryError { FerryError(.refused, message, serverCode: code) }
+
+    /// The error in one line, as logs, the journal and ``SyncStatus/lastError`` show it.
     public var description: String {
-        switch self {
-        case .invalidTable(let why): "synced table: \(why)"
-        case .unauthorized(let why): "the server refused the token: \(why)"
-        case .protocolViolation(let why): "unexpected server response: \(why)"
-        case .unreachable(let why): "server unreachable: \(why)"
-        case .leaseLost(let why): "sync stopped: \(why)"
-        case .unreadableStore(let why): "cannot open the store: \(why)"
-        case .stopped(let why): "not syncing: \(why)"
-        case .interrupted(let why): "sync interrupted: \(why)"
-        case .readOnlySpace(let why): why
-        case .refused(let code, let message): "the server refused the request (\(code)): \(message)"
+        switch code {
+        case .invalidTable: "synced table: \(message)"
+        case .unauthorized: "the server refused the token: \(message)"
+        case .protocolViolation: "unexpected server response: \(message)"
+        case .unreachable: "server unreachable: \(message)"
+        case .leaseLost: "sync stopped: \(message)"
+        case .unreadableStore: "cannot open the store: \(message)"
+        case .stopped: "not syncing: \(message)"
+        case .interrupted: "sync interrupted: \(message)"
+        case .refused: "the server refused the request (\(serverCode ?? "?")): \(message)"
+        default: message
         }
     }
 }

@@ -17,18 +17,13 @@ struct ClientSyncCommand: AsyncParsableCommand {
     @Option(help: "Give up after this many seconds.") var timeout = 300
     @Flag(help: "Print the result as JSON.") var json = false
 
+    func validate() throws {
+        _ = try checkedServer(server, token: token, user: options.user)
+        guard timeout > 0 else { throw ValidationError("--timeout must be a positive number of seconds") }
+    }
+
     func run() async throws {
-        guard let url = URL(string: server), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil else {
-            throw CommandFailure("--server '\(server)' is not an http(s) URL like http://127.0.0.1:8080")
-        }
-        guard timeout > 0 else { throw CommandFailure("--timeout must be a positive number of seconds") }
-        guard let subject = TokenAuthority.unverifiedSubject(of: token) else {
-            throw CommandFailure("--token is not a JWT with a readable sub claim (three base64url parts of JSON)")
-        }
-        // Byte for byte: "zoë" composed and decomposed are two users.
-        guard subject.hasSameBytes(as: options.user) else {
-            throw CommandFailure("the token is for user '\(subject)', not '\(options.user)'; nothing was sent")
-        }
+        let url = try checkedServer(server, token: token, user: options.user)
         let store = try options.open()
         let token = self.token
         let client = FerryClient(store: store, transport: HTTPClientTransport(baseURL: url), token: { token })
@@ -47,7 +42,8 @@ struct ClientSyncCommand: AsyncParsableCommand {
                 }
                 lastError = nil
                 break
-            } catch FerryError.unauthorized(let why) {
+            } catch let error as FerryError where error.code == .unauthorized {
+                let why = error.message
                 watcher.cancel()
                 throw CommandFailure("the server refused the token: \(why)")
             } catch {
