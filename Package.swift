@@ -7,6 +7,9 @@ let package = Package(
     products: [
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
         .library(name: "Ferry", targets: ["Ferry"]),
+        // What a support screen or a terminal shows (the journal's HTML timeline): apart, so an
+        // app that links Ferry does not carry an HTML and SVG renderer.
+        .library(name: "FerryDiagnostics", targets: ["FerryDiagnostics"]),
         .library(name: "FerryServer", targets: ["FerryServer"]),
         .library(name: "FerryTesting", targets: ["FerryTesting"]),
         .executable(name: "ferry", targets: ["FerryCLI"]),
@@ -63,6 +66,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        .target(name: "FerryDiagnostics", dependencies: ["Ferry"]),
         .target(
             name: "FerryTesting",
             dependencies: [
@@ -77,6 +81,7 @@ let package = Package(
             name: "FerryCLI",
             dependencies: [
                 "Ferry",
+                "FerryDiagnostics",
                 "FerryProtocol",
                 "FerryServer",
                 "FerryTesting",
@@ -114,6 +119,7 @@ let package = Package(
             name: "FerryTests",
             dependencies: [
                 "Ferry",
+                "FerryDiagnostics",
                 "FerryProtocol",
                 "FerryServer",
                 "FerryTestSupport",

@@ -1,4 +1,5 @@
 import Ferry
+import FerryDiagnostics
 import FerryProtocol
 import FerryTestSupport
 import Foundation

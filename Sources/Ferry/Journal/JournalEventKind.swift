@@ -1,6 +1,6 @@
 extension JournalEvent {
     /// What kind of thing happened: the name a journal line carries in `kind`. Readers (the
-    /// timeline page, the demo, `QueueSnapshot`) match on these and on `details`, never on a
+    /// timeline page, the demo, ``QueueSnapshot``) match on these and on `details`, never on a
     /// message's words. A kind this version does not know (written by a newer one) still reads.
     public struct Kind: RawRepresentable, Hashable, Sendable, Codable, ExpressibleByStringLiteral, CustomStringConvertible {
         /// The name as the journal stores it: `run.finished`.

@@ -1,4 +1,5 @@
 import Ferry
+import FerryDiagnostics
 import FerryServer
 import FerryTesting
 import Foundation

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Ferry
+import FerryDiagnostics
 import FerryProtocol
 import Foundation
 import GRDB
