@@ -1,33 +1,37 @@
 import Ferry
 import Foundation
 
-/// A transport that passes every exchange to a real one, with a closure run first that may
-/// throw (a fault) or wait (a gate): built from closures, so a test states only what it changes.
+/// The one transport double: every exchange goes through closures that may pass it to the real
+/// transport (`next`), answer it themselves (a proxy's 413), fail it (a reset), wait (a gate), or
+/// lose the answer after the server committed (`try await next(request)`, then throw). A test
+/// states only what it changes; what it counts it keeps in a `LockIsolated` of its own.
 public struct InterceptingTransport: SyncTransport {
-    let base: any SyncTransport
-    let beforeSend: @Sendable (TransportRequest) async throws -> Void
-    let beforeStream: @Sendable (TransportRequest) async throws -> Void
-    let stream: @Sendable (TransportStream) -> TransportStream
+    /// Passes a request on to the real transport.
+    public typealias Next = @Sendable (TransportRequest) async throws -> TransportResponse
+    /// Opens a stream on the real transport.
+    public typealias NextStream = @Sendable (TransportRequest) async throws -> TransportStream
 
+    let base: any SyncTransport
+    let exchange: @Sendable (TransportRequest, Next) async throws -> TransportResponse
+    let streamExchange: @Sendable (TransportRequest, NextStream) async throws -> TransportStream
+
+    /// A transport in front of `base`: `send` handles each request, `stream` each stream opening
+    /// (both pass through by default).
     public init(
         _ base: any SyncTransport,
-        beforeSend: @escaping @Sendable (TransportRequest) async throws -> Void = { _ in },
-        beforeStream: @escaping @Sendable (TransportRequest) async throws -> Void = { _ in },
-        stream: @escaping @Sendable (TransportStream) -> TransportStream = { $0 }
+        send: @escaping @Sendable (TransportRequest, Next) async throws -> TransportResponse = { try await $1($0) },
+        stream: @escaping @Sendable (TransportRequest, NextStream) async throws -> TransportStream = { try await $1($0) }
     ) {
         self.base = base
-        self.beforeSend = beforeSend
-        self.beforeStream = beforeStream
-        self.stream = stream
+        self.exchange = send
+        self.streamExchange = stream
     }
 
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
-        try await beforeSend(request)
-        return try await base.send(request)
+        try await exchange(request) { try await base.send($0) }
     }
 
     public func openStream(_ request: TransportRequest) async throws -> TransportStream {
-        try await beforeStream(request)
-        return stream(try await base.openStream(request))
+        try await streamExchange(request) { try await base.openStream($0) }
     }
 }

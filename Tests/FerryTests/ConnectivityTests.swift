@@ -4,12 +4,6 @@ import FerryTestSupport
 import Foundation
 import Testing
 
-/// A connectivity monitor that reports what the test yields.
-struct ScriptedConnectivity: ConnectivityMonitor {
-    let stream: AsyncStream<Bool>
-    func states() -> AsyncStream<Bool> { stream }
-}
-
 @Suite("Connectivity", .timeLimit(.minutes(1)))
 struct ConnectivityTests {
     @Test("the health probe reports the server reachable first, then unreachable once it is gone")

@@ -106,9 +106,11 @@ struct LiveUpdatesTests {
             let clock = TestClock()
             let attempts = LockIsolated(0)
             let tokensAsked = LockIsolated(0)
-            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { _ in
-            } beforeStream: { _ in
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                try await next(request)
+            } stream: { request, next in
                 attempts.withValue { $0 += 1 }
+                return try await next(request)
             }
             // A token the server refuses (signed with another secret): each attempt is a 401.
             let session = SessionTests.session(
@@ -144,8 +146,10 @@ struct LiveUpdatesTests {
         try await TestServer.run { server in
             let clock = TestClock()
             let opened = LockIsolated(0)
-            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { _ in
-            } stream: { stream in
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                try await next(request)
+            } stream: { request, next in
+                let stream = try await next(request)
                 opened.withValue { $0 += 1 }
                 // Its first chunk (`ready`), then the end.
                 let (body, chunks) = AsyncThrowingStream.makeStream(of: Data.self)
@@ -241,9 +245,11 @@ struct LiveUpdatesTests {
         try await TestServer.run { server in
             let clock = TestClock()
             let down = LockIsolated(true)
-            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { _ in
-            } beforeStream: { _ in
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                try await next(request)
+            } stream: { request, next in
                 if down.value { throw URLError(.cannotConnectToHost) }
+                return try await next(request)
             }
             let session = SessionTests.session(
                 server: server,

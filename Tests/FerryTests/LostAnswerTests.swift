@@ -6,37 +6,6 @@ import Testing
 
 @testable import Ferry
 
-/// Passes requests to a real server, but loses the answer to push number `lostPush` after the
-/// server has committed it; `meanwhile` runs before the client hears anything (another device
-/// writing while the answer is lost).
-final class LostAnswerTransport: SyncTransport, @unchecked Sendable {
-    // @unchecked: `pushes` is only touched under `lock`; the rest is immutable and Sendable.
-    private let base: any SyncTransport
-    private let lostPush: Int
-    private let meanwhile: @Sendable () async throws -> Void
-    private let lock = NSLock()
-    private var pushes = 0
-
-    init(_ base: any SyncTransport, losing lostPush: Int = 1, meanwhile: @escaping @Sendable () async throws -> Void) {
-        self.base = base
-        self.lostPush = lostPush
-        self.meanwhile = meanwhile
-    }
-
-    func send(_ request: TransportRequest) async throws -> TransportResponse {
-        let number =
-            request.path == "/v1/push"
-            ? lock.withLock {
-                pushes += 1
-                return pushes
-            } : 0
-        let response = try await base.send(request)
-        guard number == lostPush else { return response }
-        try await meanwhile()
-        throw URLError(.networkConnectionLost)
-    }
-}
-
 /// DESIGN.md: every device converges to the server's state, including after an answer was
 /// lost while another device wrote the same record.
 @Suite("Lost answers", .timeLimit(.minutes(1)))
@@ -62,7 +31,7 @@ struct LostAnswerTests {
             try await laptopClient.sync()
 
             try await phone.database.write { db in try db.execute(sql: "UPDATE events SET value = 2 WHERE id = 'r'") }
-            let lossy = LostAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
+            let lossy = InterceptingTransport.losingAnswer(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
                 // The server has the phone's edit (version 2); the laptop edits on top of it.
                 try await laptop.database.write { db in try db.execute(sql: "UPDATE events SET value = 3 WHERE id = 'r'") }
                 try await laptopClient.sync()
@@ -91,7 +60,7 @@ struct LostAnswerTests {
 
             // The phone edits over version 1; the server holds version 2: a conflict, whose answer is lost.
             try await phone.database.write { db in try db.execute(sql: "UPDATE notes SET body = 'phone' WHERE id = 'n'") }
-            let lossy = LostAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
+            let lossy = InterceptingTransport.losingAnswer(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
                 try await laptop.database.write { db in try db.execute(sql: "UPDATE notes SET body = 'laptop again' WHERE id = 'n'") }
                 try await laptopClient.sync()
             }
@@ -165,7 +134,7 @@ struct LostAnswerTests {
         try await TestServer.run { server in
             let store = try ClientFixture.openStore(at: ClientFixture.storePath())
             try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES ('r', 1)") }
-            let lossy = LostAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {}
+            let lossy = InterceptingTransport.losingAnswer(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {}
             await #expect(throws: FerryError.self) {
                 try await ClientFixture.client(store: store, server: server, transport: lossy, configuration: Self.givingUp()).sync()
             }
@@ -186,7 +155,7 @@ struct LostAnswerTests {
             try await store.database.write { db in try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n', 'zero')") }
             try await ClientFixture.client(store: store, server: server).sync()
             try await store.database.write { db in try db.execute(sql: "UPDATE notes SET body = 'one' WHERE id = 'n'") }
-            let lossy = LostAnswerTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {}
+            let lossy = InterceptingTransport.losingAnswer(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {}
             await #expect(throws: FerryError.self) {
                 try await ClientFixture.client(store: store, server: server, transport: lossy, configuration: Self.givingUp()).sync()
             }

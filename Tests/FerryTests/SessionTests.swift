@@ -8,33 +8,6 @@ import Testing
 
 @testable import Ferry
 
-/// Holds every push until the test opens the gate, or the task is cancelled.
-final class GatedTransport: SyncTransport, @unchecked Sendable {
-    // @unchecked: `pushes` is only touched under `lock`; the stream is Sendable.
-    private let base: any SyncTransport
-    private let gate: AsyncStream<Void>
-    private let lock = NSLock()
-    private var pushesSeen = 0
-    let opener: AsyncStream<Void>.Continuation
-
-    init(_ base: any SyncTransport) {
-        self.base = base
-        (gate, opener) = AsyncStream.makeStream(of: Void.self)
-    }
-
-    var pushes: Int { lock.withLock { pushesSeen } }
-
-    func send(_ request: TransportRequest) async throws -> TransportResponse {
-        if request.path == "/v1/push" {
-            lock.withLock { pushesSeen += 1 }
-            var iterator = gate.makeAsyncIterator()
-            _ = await iterator.next()  // returns nil at once when the task is cancelled
-            try Task.checkCancellation()
-        }
-        return try await base.send(request)
-    }
-}
-
 @Suite("Session", .timeLimit(.minutes(1)))
 struct SessionTests {
     static func session<C: Clock>(

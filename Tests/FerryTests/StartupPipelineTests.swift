@@ -11,13 +11,6 @@ struct StepFailure: Error, CustomStringConvertible {
     var description: String { "cache server unreachable" }
 }
 
-extension TestClock<Duration> {
-    /// Waits until something sleeps on the clock, so that advancing it is not lost.
-    func untilSomeoneSleeps() async {
-        while (try? await checkSuspension()) != nil { await Task.yield() }
-    }
-}
-
 @Suite("Startup pipeline", .timeLimit(.minutes(1)))
 struct StartupPipelineTests {
     /// Every progress value the pipeline publishes until it finishes.

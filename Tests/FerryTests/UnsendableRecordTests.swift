@@ -5,19 +5,6 @@ import Foundation
 import GRDB
 import Testing
 
-/// A proxy in front of the server that refuses request bodies over `limit` bytes with 413,
-/// as nginx's `client_max_body_size` does; everything else goes through to the real server.
-struct BodyLimitProxy: SyncTransport {
-    let base: any SyncTransport
-    let limit: Int
-
-    func send(_ request: TransportRequest) async throws -> TransportResponse {
-        guard let body = request.body, body.count > limit else { return try await base.send(request) }
-        let envelope = #"{"error":{"code":"batch_too_large","message":"the proxy takes bodies of at most \#(limit) bytes"}}"#
-        return TransportResponse(status: 413, headers: [:], body: Data(envelope.utf8))
-    }
-}
-
 /// One record the protocol or the server cannot take never holds back the records behind it.
 @Suite("Unsendable records", .timeLimit(.minutes(1)))
 struct UnsendableRecordTests {
@@ -58,7 +45,7 @@ struct UnsendableRecordTests {
                     try db.execute(sql: "INSERT INTO events (id, kind) VALUES (?, ?)", arguments: ["e-\(index)", kind])
                 }
             }
-            let proxy = BodyLimitProxy(base: URLSessionTransport(baseURL: URL(string: server.baseURL)!), limit: 64 * 1024)
+            let proxy = InterceptingTransport.bodyLimit(64 * 1024, before: URLSessionTransport(baseURL: URL(string: server.baseURL)!))
             let client = ClientFixture.client(store: store, server: server, transport: proxy)
             let report = try await client.sync()
             #expect(report.upload.deadLettered == 1)

@@ -110,7 +110,7 @@ struct UploadTests {
                 for index in 0..<1000 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, ?)", arguments: ["e-\(index)", index]) }
             }
             // At the third push the app writes 500 more.
-            let transport = HookedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { pushes in
+            let transport = InterceptingTransport.hooked(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { pushes in
                 guard pushes == 3 else { return }
                 try await store.database.write { db in
                     for index in 1000..<1500 {
@@ -411,44 +411,6 @@ struct UploadTests {
     }
 }
 
-/// Calls `hook` with the count of pushes so far before each push goes out.
-final class HookedTransport: SyncTransport, @unchecked Sendable {
-    // @unchecked: `pushes` is only touched under `lock`.
-    private let base: any SyncTransport
-    private let hook: @Sendable (Int) async throws -> Void
-    private let lock = NSLock()
-    private var pushes = 0
-
-    init(_ base: any SyncTransport, hook: @escaping @Sendable (Int) async throws -> Void) {
-        self.base = base
-        self.hook = hook
-    }
-
-    func send(_ request: TransportRequest) async throws -> TransportResponse {
-        if request.path == "/v1/push" {
-            let count = lock.withLock {
-                pushes += 1
-                return pushes
-            }
-            try await hook(count)
-        }
-        return try await base.send(request)
-    }
-}
-
-/// A slow link in front of the real server: a push whose body is over `bytes` is answered 408
-/// (its body would not arrive within the server's body timeout), as the server would.
-struct SlowLinkTransport: SyncTransport {
-    let base: any SyncTransport
-    let bytes: Int
-
-    func send(_ request: TransportRequest) async throws -> TransportResponse {
-        guard request.path.hasPrefix("/v1/push"), (request.body?.count ?? 0) > bytes else { return try await base.send(request) }
-        let envelope = ErrorEnvelope(code: .requestTimeout, message: "the request body did not arrive within 30 s; send the whole body at once")
-        return TransportResponse(status: 408, headers: [:], body: try JSONEncoder().encode(envelope))
-    }
-}
-
 @Suite("A push body too slow for the link", .timeLimit(.minutes(1)))
 struct SlowPushTests {
     @Test("a batch answered 408 is halved until it passes; a lone mutation answered 408 stays queued, never a dead letter")
@@ -465,7 +427,7 @@ struct SlowPushTests {
                 }
             }
             // About 300 KB per request passes: batches of 2 notes.
-            let client = ClientFixture.client(store: store, server: server, transport: SlowLinkTransport(base: real, bytes: 300_000))
+            let client = ClientFixture.client(store: store, server: server, transport: InterceptingTransport.slowLink(passing: 300_000, before: real))
             let report = try await client.sync()
             #expect(report.upload.acknowledged == 12 && report.upload.deadLettered == 0, "\(report.upload)")
             #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).count == 12)
@@ -479,7 +441,7 @@ struct SlowPushTests {
                 PushRequest(clientID: "other", mutations: [.upsert(id: 1, entity: "notes", entityID: "theirs", data: ["body": .string("hi")])]),
                 token: try await TestServer.token(for: "alice")
             )
-            let slow = ClientFixture.client(store: store, server: server, transport: SlowLinkTransport(base: real, bytes: 100_000))
+            let slow = ClientFixture.client(store: store, server: server, transport: InterceptingTransport.slowLink(passing: 100_000, before: real))
             let stuck = try await slow.sync()
             #expect(stuck.upload.acknowledged == 0 && stuck.pull.applied == 1, "\(stuck)")
             let states = try await store.database.read { db in
