@@ -12,7 +12,7 @@ import GRDB
 ///
 /// Every change it makes belongs to a sync run holding the store's `SyncLease`, and confirms
 /// that lease in the same transaction. Changes queued outside a run (the app's writes through
-/// capture, `FerryClient.retryDeadLetters()`) are new entries at the end of the queue, each in
+/// capture, ``FerryClient/retryDeadLetters()``) are new entries at the end of the queue, each in
 /// one transaction, which a run's batch in flight never includes: they need no lease.
 struct Outbox: Sendable {
     let store: FerryStore

@@ -6,7 +6,7 @@ import GRDB
 /// store itself, so it answers for any process: an app, its extension, or `ferry client inspect`
 /// on a store a user sent in.
 public struct QueueSnapshot: Sendable, Equatable {
-    /// Who syncs the store at the moment of the snapshot (`SyncConfiguration.leaseDuration`).
+    /// Who syncs the store at the moment of the snapshot (``SyncConfiguration/leaseDuration``).
     public struct Lease: Sendable, Equatable {
         /// The holding client: its process id and a random suffix.
         public var holder: String
@@ -60,7 +60,7 @@ public struct QueueSnapshot: Sendable, Equatable {
     /// When a run started that has not finished: it is running, or its process ended first.
     public var unfinishedRunStartedAt: Date?
     /// What the signed-in user's scheduler is doing, for a snapshot taken through a session
-    /// (`SyncSession.queueSnapshot()`); `nil` when read from the store alone.
+    /// (``SyncSession/queueSnapshot()``); `nil` when read from the store alone.
     public var scheduler: SchedulerState?
     /// What the client is doing now, for a snapshot taken through a session or a client: a
     /// wait for Retry-After or a backoff shows here with its reason; `nil` from the store alone.
@@ -81,7 +81,7 @@ public struct QueueSnapshot: Sendable, Equatable {
     /// migration, no trigger, nothing created. For a store an app still has open, or one a
     /// user sent in, of any version of Ferry.
     ///
-    /// - Throws: `FerryError.unreadableStore` for a file that is not a Ferry store.
+    /// - Throws: ``FerryError/unreadableStore(_:)`` for a file that is not a Ferry store.
     public static func read(atPath path: String) throws -> QueueSnapshot {
         try FerryStore.readFile(atPath: path, read)
     }

@@ -1,7 +1,7 @@
 import Foundation
 
 /// What a scheduler is doing about the triggers it holds: the in-memory half of "why is it
-/// stuck?" (`QueueSnapshot.scheduler`).
+/// stuck?" (``QueueSnapshot/scheduler``).
 public enum SchedulerState: Sendable, Equatable {
     /// No trigger is waiting and no run is going.
     case idle
@@ -11,10 +11,10 @@ public enum SchedulerState: Sendable, Equatable {
     case waitingForNetwork(triggers: Int)
     /// `triggers` wait for the settle window, which closes at `until`.
     case settling(triggers: Int, until: Date)
-    /// `triggers` wait for the least time between runs (`SchedulerConfiguration.minimumInterval`)
+    /// `triggers` wait for the least time between runs (``SchedulerConfiguration/minimumInterval``)
     /// to pass, at `until`.
     case waitingForMinimumInterval(triggers: Int, until: Date)
-    /// Runs are held since a background task's time ran out (`SyncSession.backgroundSync(timeLimit:)`);
+    /// Runs are held since a background task's time ran out (``SyncSession/backgroundSync(timeLimit:)``);
     /// `triggers` wait until the app is active again (`setActive(true)`) or a caller waits for a run.
     case held(triggers: Int)
     /// The scheduler was stopped (its user signed out).

@@ -11,21 +11,21 @@ public enum SyncTrigger: String, Sendable, Hashable, CaseIterable {
     case localChange
     /// A silent push said the server has something new.
     case remoteNotification
-    /// The periodic timer fired (`SchedulerConfiguration.periodicInterval`, only while active).
+    /// The periodic timer fired (``SchedulerConfiguration/periodicInterval``, only while active).
     case periodic
     /// A person asked (pull to refresh): no settle window.
     case manual
     /// The server's event stream said that something the user reads changed (another device's
     /// write, a member's write to a shared space, a membership), or it opened again after a
-    /// gap (`SyncSession`'s live stream).
+    /// gap (``SyncSession``'s live stream).
     case serverChange
     /// The system woke the app for background work (`BGAppRefreshTask`, `BGProcessingTask`):
-    /// `SyncSession.backgroundSync(timeLimit:)`.
+    /// ``SyncSession/backgroundSync(timeLimit:)``.
     case backgroundTask
 
     /// What the trigger asks for unless told otherwise: incremental, for every trigger. A pull
     /// starts from scratch only when the store is new, the server refuses the cursor, or the
-    /// app asks for it (`SyncSession.sync(full:)`).
+    /// app asks for it (``SyncSession/sync(full:)``).
     public var defaultKind: SyncKind { .incremental }
 
     /// The app is in front of its user: runs held after a background task start again.
@@ -46,9 +46,9 @@ public enum SyncKind: String, Sendable, Hashable, Comparable {
     public static func < (lhs: SyncKind, rhs: SyncKind) -> Bool { lhs == .incremental && rhs == .full }
 }
 
-/// What became of a trigger, as the journal records it; `SyncScheduler.history` keeps every
+/// What became of a trigger, as the journal records it; ``SyncScheduler/history`` keeps every
 /// fate but `ignored` (connectivity reports that change nothing), which only the journal and
-/// `SyncScheduler.eventStream()` show.
+/// ``SyncScheduler/eventStream()`` show.
 public enum TriggerFate: Sendable, Equatable, CustomStringConvertible {
     /// It was the first of the triggers that run `run` served.
     case startedRun(Int)

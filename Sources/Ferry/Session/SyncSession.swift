@@ -48,7 +48,7 @@ public struct SessionConfiguration: Sendable {
 /// another's credentials.
 public actor SyncSession {
     /// The signed-in user's engine. It stops at that user's sign-out: its store closes (a read
-    /// or write then throws GRDB's error), its client's `sync()` throws `FerryError.stopped`
+    /// or write then throws GRDB's error), its client's `sync()` throws ``FerryError/stopped(_:)``
     /// and its status stream ends. Hold the session, not an engine, across sign-ins.
     public struct Engine: Sendable {
         /// The user this engine syncs for.
@@ -59,7 +59,7 @@ public actor SyncSession {
         public let client: FerryClient
         /// The user's scheduler, which starts every run of `client`.
         public let scheduler: SyncScheduler
-        /// The user's event stream; `nil` when `SessionConfiguration.liveUpdates` is off.
+        /// The user's event stream; `nil` when ``SessionConfiguration/liveUpdates`` is off.
         let live: LiveUpdates?
     }
 
@@ -99,7 +99,7 @@ public actor SyncSession {
     /// - Parameters:
     ///   - configuration: where the stores live and how each user's engine is set up.
     ///   - transport: how every user's client reaches the server.
-    ///   - token: the token of a given user; asked as `TokenProvider` says, never per request.
+    ///   - token: the token of a given user; asked as ``TokenProvider`` says, never per request.
     ///   - connectivity: reports that hold runs while offline; without one, the server is taken to be reachable.
     ///   - clock: the clock the schedulers and clients wait on.
     public init<C: Clock>(
@@ -147,7 +147,7 @@ public actor SyncSession {
     /// The signed-in user's client; `nil` while nobody is signed in. It stops at sign-out.
     public var client: FerryClient? { engine?.client }
 
-    /// The signed-in user's status, its counts exact (see `FerryClient.status`); `signedOut`
+    /// The signed-in user's status, its counts exact (see ``FerryClient/status``); `signedOut`
     /// while nobody is signed in.
     public var status: SyncStatus {
         get async {
@@ -170,8 +170,8 @@ public actor SyncSession {
     /// in the store.
     ///
     /// - Parameter full: pull from the beginning instead of the saved cursor.
-    /// - Throws: `FerryError.stopped` when nobody is signed in (after a sign-in or sign-out in
-    ///   progress has finished), or the user signs out first; `FerryError.unreachable` at once
+    /// - Throws: ``FerryError/stopped(_:)`` when nobody is signed in (after a sign-in or sign-out in
+    ///   progress has finished), or the user signs out first; ``FerryError/unreachable(_:)`` at once
     ///   while offline (the sync runs when the network returns); the run's own error when it
     ///   fails. Cancelling the call stops the wait, not the run.
     public func sync(full: Bool = false) async throws {
@@ -416,7 +416,7 @@ public actor SyncSession {
     }
 }
 
-/// What `SyncSession.follow(_:)` did with one value: the `number`th it received.
+/// What ``SyncSession/follow(_:)`` did with one value: the `number`th it received.
 private struct FollowOutcome: Sendable {
     var number: Int
     var userID: String?

@@ -1,4 +1,4 @@
-/// Where a `StartupPipeline` is, in one value that observers receive on every change.
+/// Where a ``StartupPipeline`` is, in one value that observers receive on every change.
 public struct StartupProgress: Sendable, Equatable {
     /// Where the pipeline is in its run.
     public enum Phase: Sendable, Equatable {

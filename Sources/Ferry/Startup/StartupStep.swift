@@ -1,4 +1,4 @@
-/// One step of a `StartupPipeline`.
+/// One step of a ``StartupPipeline``.
 public struct StartupStep: Sendable {
     /// Whether the pipeline can go on without the step.
     public enum Kind: Sendable, Equatable {
@@ -13,13 +13,13 @@ public struct StartupStep: Sendable {
     /// The step's work: it reports through the context, and throwing fails the step (blocking) or skips it (optional).
     public typealias Action = @Sendable (StartupStepContext) async throws -> Void
 
-    /// Shown as the message when the step starts, and in `StartupProgress.outcomes`.
+    /// Shown as the message when the step starts, and in ``StartupProgress/outcomes``.
     public let name: String
     /// Whether the pipeline stops when the step fails.
     public let kind: Kind
     /// This step's share of the progress bar, relative to the other steps' weights.
     public let weight: Double
-    /// How long the step may run before it ends with `StartupStepTimedOut`; `nil` (the default) for no limit.
+    /// How long the step may run before it ends with ``StartupStepTimedOut``; `nil` (the default) for no limit.
     public let timeout: Duration?
     let action: Action
 

@@ -1,6 +1,6 @@
 import Foundation
 
-/// Holds the current `SyncStatus` and pushes every change to its observers.
+/// Holds the current ``SyncStatus`` and pushes every change to its observers.
 actor StatusCenter {
     private(set) var status = SyncStatus()
     private let observers = Broadcast<SyncStatus>()

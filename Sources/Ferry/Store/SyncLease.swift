@@ -18,7 +18,7 @@ import Musl
 /// is safe (the server answers a resent mutation with its first result). While it syncs, the
 /// holder confirms the lease in every transaction that changes the outbox or applies a pull
 /// page, so a holder that lost it (suspended past its expiry) cannot apply a stale answer: its
-/// run stops with `FerryError.leaseLost` and the new holder resends its batch.
+/// run stops with ``FerryError/leaseLost(_:)`` and the new holder resends its batch.
 struct SyncLease: Sendable {
     let store: FerryStore
     /// Names this holder: process id and a random suffix, one per client.

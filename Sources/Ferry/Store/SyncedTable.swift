@@ -28,7 +28,7 @@ public struct SyncedTable: Sendable, Hashable {
     /// How a row maps to a mutation's `data`; `columns` by default.
     public var layout: Layout
     /// Send each upsert with the version this client last saw (`baseVersion`), so a
-    /// concurrent change elsewhere comes back as a conflict for the `ConflictPolicy`
+    /// concurrent change elsewhere comes back as a conflict for the ``ConflictPolicy``
     /// instead of being overwritten (last writer wins).
     public var detectsConflicts: Bool
     /// Columns whose field in a record's `data` has another name, column to field: after an app
@@ -54,7 +54,7 @@ public struct SyncedTable: Sendable, Hashable {
     }
 
     /// A table with its own entity; `entity` defaults to the table's name. Nothing is checked here: opening a
-    /// `FerryStore` throws `FerryError.invalidTable` for a table that does not fit.
+    /// ``FerryStore`` throws ``FerryError/invalidTable(_:)`` for a table that does not fit.
     public init(
         table: String,
         entity: String? = nil,

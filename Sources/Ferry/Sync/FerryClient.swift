@@ -56,7 +56,7 @@ public struct DeadLetter: Sendable, Equatable {
     /// Why it was set aside: the server's message, or what kept it from being sent.
     public var reason: String
 
-    /// A dead letter as `FerryClient.deadLetters()` returns it: for an app's previews and tests.
+    /// A dead letter as ``FerryClient/deadLetters()`` returns it: for an app's previews and tests.
     public init(id: Int64, entity: String, entityID: String, op: MutationOp, reason: String) {
         self.id = id
         self.entity = entity
@@ -89,7 +89,7 @@ public actor FerryClient {
     /// - Parameters:
     ///   - store: the user's store.
     ///   - transport: how requests reach the server.
-    ///   - token: the user's token; asked when the client has none, 30 s before its `exp`, and once after a 401 (see `TokenProvider`).
+    ///   - token: the user's token; asked when the client has none, 30 s before its `exp`, and once after a 401 (see ``TokenProvider``).
     ///   - clock: the clock that backoff, rate-limit and lease waits sleep on (the lease's renewal keeps real time).
     ///   - configuration: batch and page sizes, retries, the conflict policy, the lease and the journal's capacity.
     public init(
@@ -152,7 +152,7 @@ public actor FerryClient {
     }
 
     /// Stops the client for good (its user signed out, its store is about to close): every
-    /// status stream ends, and a later `sync()` throws `FerryError.stopped` instead of
+    /// status stream ends, and a later `sync()` throws ``FerryError/stopped(_:)`` instead of
     /// touching the closed store.
     func stop() async {
         stopped = true
@@ -170,7 +170,7 @@ public actor FerryClient {
     /// instead of starting another (a full call waits for an incremental run, then starts a
     /// full one). Cancelling the call that started a run cancels the run: its batch goes back
     /// to the queue, nothing stays in flight; cancelling a call that joined one ends only its
-    /// own wait. Throws `FerryError.stopped` once the client's user has signed out.
+    /// own wait. Throws ``FerryError/stopped(_:)`` once the client's user has signed out.
     @discardableResult
     public func sync(full: Bool = false) async throws -> SyncReport {
         while let currentRun {
@@ -393,7 +393,7 @@ public actor FerryClient {
 
     // MARK: - Dead letters
 
-    /// What the queue holds and why it is not leaving (`QueueSnapshot.explanation` in words),
+    /// What the queue holds and why it is not leaving (``QueueSnapshot/explanation`` in words),
     /// with this client's status.
     public func queueSnapshot() async throws -> QueueSnapshot {
         var snapshot = try await QueueSnapshot.read(from: store)

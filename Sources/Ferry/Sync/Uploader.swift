@@ -303,7 +303,7 @@ public struct UploadSummary: Sendable, Equatable {
     public var rekeyed = 0
     /// Outbox entries set aside as dead letters, by the server or before they were sent.
     public var deadLettered = 0
-    /// Mutations the server answered `conflict`, each decided by the `ConflictPolicy`.
+    /// Mutations the server answered `conflict`, each decided by the ``ConflictPolicy``.
     public var conflicts = 0
 
     /// Zero totals.

@@ -29,7 +29,7 @@ public struct TransportRequest: Sendable, Equatable {
     }
 }
 
-/// The server's answer to one `TransportRequest`, whatever its status: the client decides what it means.
+/// The server's answer to one ``TransportRequest``, whatever its status: the client decides what it means.
 public struct TransportResponse: Sendable, Equatable {
     /// The HTTP status code.
     public var status: Int
@@ -50,7 +50,7 @@ public struct TransportResponse: Sendable, Equatable {
     }
 }
 
-/// How the client reaches the server. `URLSessionTransport` is the real one; tests wrap
+/// How the client reaches the server. ``URLSessionTransport`` is the real one; tests wrap
 /// it to count requests or inject faults, still talking to a real server.
 public protocol SyncTransport: Sendable {
     /// Performs the exchange. Throws for failures below HTTP (connection refused, reset, timeout).

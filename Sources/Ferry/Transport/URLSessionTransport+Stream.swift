@@ -40,7 +40,7 @@ extension URLSessionTransport {
     static let streamIdleTimeout: TimeInterval = 45
 }
 
-/// Receives one streamed exchange for `URLSessionTransport.openStream`: resumes the opener
+/// Receives one streamed exchange for ``URLSessionTransport/openStream(_:)``: resumes the opener
 /// with the head, then yields the body's chunks.
 private final class StreamReceiver: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     // @unchecked: `opening`, `ended` and `onEnd` are only read and written under `lock`; the

@@ -4,7 +4,7 @@ import Foundation
 import FoundationNetworking
 #endif
 
-/// `SyncTransport` over `URLSession`, on every platform.
+/// ``SyncTransport`` over `URLSession`, on every platform.
 public struct URLSessionTransport: SyncTransport {
     /// The server's address; a path it has is kept as a prefix of every request's path.
     public let baseURL: URL
@@ -19,7 +19,7 @@ public struct URLSessionTransport: SyncTransport {
     /// Sends `request` and returns the server's answer, whatever its status.
     ///
     /// - Throws: the session's `URLError` for failures below HTTP (cancelling the call cancels the request), and
-    ///   `FerryError.protocolViolation` when `request.path` makes no URL or the answer is not HTTP.
+    ///   ``FerryError/protocolViolation(_:)`` when `request.path` makes no URL or the answer is not HTTP.
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
         guard let url = request.url(on: baseURL) else {
             throw FerryError.protocolViolation("cannot build a URL from \(request.path)")

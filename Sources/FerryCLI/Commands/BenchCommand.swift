@@ -12,7 +12,32 @@ struct BenchCommand: AsyncParsableCommand {
         discussion: "Build with -c release for figures worth recording; BENCHMARKS.md says how they were taken."
     )
 
-    static let names = ["capture", "drain", "merge", "sync", "pull", "relaunch", "naive", "launch", "load", "fairness", "spaces", "live"]
+    /// How drain, merge, sync and pull's clients reach the server.
+    enum Transport: String, CaseIterable, ExpressibleByArgument {
+        /// AsyncHTTPClient, as the CLI talks.
+        case nio
+        /// `URLSessionTransport`, as apps do.
+        case urlsession
+    }
+
+    /// The benchmarks, by name.
+    enum Benchmark: String, CaseIterable {
+        case capture, drain, merge, sync, pull, relaunch, naive, launch, load, fairness, spaces, live
+    }
+
+    /// `--only`: benchmark names, comma-separated; anything else is refused as the option is parsed.
+    struct Selection: ExpressibleByArgument {
+        var benchmarks: [Benchmark]
+
+        init?(argument: String) {
+            let names = argument.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            let benchmarks = names.compactMap(Benchmark.init(rawValue:))
+            guard !names.isEmpty, benchmarks.count == names.count else { return nil }
+            self.benchmarks = benchmarks
+        }
+
+        static var allValueStrings: [String] { Benchmark.allCases.map(\.rawValue) }
+    }
 
     @Option(
         help:
@@ -29,24 +54,19 @@ struct BenchCommand: AsyncParsableCommand {
         help:
             "drain, merge, sync, pull: how clients reach the server: nio (AsyncHTTPClient, as the CLI talks) or urlsession (URLSessionTransport, as apps do)."
     )
-    var transport = "nio"
+    var transport = Transport.nio
     @Option(help: "load: ferry serve processes sharing the database, requests sent to each in turn.") var servers = 1
     @Option(help: "load: concurrent clients, five devices to a user, each pushing a batch of 50 then pulling.") var clients = 50
     @Option(help: "load: requests in all.") var requests = 20_000
     @Option(help: "load: spaces the clients share (every user a writer of each); 0: personal records only.") var spaces = 0
-    @Option(help: "Run only these benchmarks, comma-separated: \(Self.names.joined(separator: ", ")).") var only: String?
+    @Option(help: "Run only these benchmarks, comma-separated.") var only: Selection?
     @Flag(help: "Print one JSON object instead of the table.") var json = false
 
     func validate() throws {
         _ = try sizes()
-        guard !selected.isEmpty else { throw ValidationError("--only names no benchmark; choose from \(Self.names.joined(separator: ", "))") }
-        for name in selected where !Self.names.contains(name) {
-            throw ValidationError("unknown benchmark '\(name)'; choose from \(Self.names.joined(separator: ", "))")
-        }
         guard (0...100_000_000).contains(otherRecords) else {
             throw ValidationError("--other-records must be from 0 to 100000000, got \(otherRecords)")
         }
-        guard ["nio", "urlsession"].contains(transport) else { throw ValidationError("--transport must be nio or urlsession, got '\(transport)'") }
         guard (1...16).contains(servers) else { throw ValidationError("--servers must be from 1 to 16, got \(servers)") }
         guard (1...1000).contains(clients) else { throw ValidationError("--clients must be from 1 to 1000, got \(clients)") }
         guard (1...10_000_000).contains(requests) else { throw ValidationError("--requests must be from 1 to 10000000, got \(requests)") }
@@ -75,7 +95,7 @@ struct BenchCommand: AsyncParsableCommand {
     }
 
     private var selected: [String] {
-        only.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } } ?? Self.names
+        (only?.benchmarks ?? Benchmark.allCases).map(\.rawValue)
     }
 
     func run() async throws {
@@ -93,7 +113,7 @@ struct BenchCommand: AsyncParsableCommand {
         var scaling: [(records: Int, results: [BenchResult])] = []
         let wanted = Set(selected)
         var benchmarks = Benchmarks(root: root, records: sizes[0], postgres: postgres, postgresURL: database, otherRecords: otherRecords)
-        if transport == "urlsession" { benchmarks.transport = { URLSessionTransport(baseURL: $0) } }
+        if transport == .urlsession { benchmarks.transport = { URLSessionTransport(baseURL: $0) } }
         for (index, size) in sizes.enumerated() {
             benchmarks.records = size
             benchmarks.root = root.appendingPathComponent("\(index + 1)-\(size)-records")
@@ -194,7 +214,7 @@ struct BenchCommand: AsyncParsableCommand {
         printNow("")
         printNow("| benchmark | records | Ferry | rate | floor | vs floor | time vs the size before (work: ×) |")
         printNow("| --- | --- | --- | --- | --- | --- | --- |")
-        for name in Self.names {
+        for name in Benchmark.allCases.map(\.rawValue) {
             var previous: (records: Int, seconds: Double)?
             for (records, results) in scaling {
                 guard let result = results.first(where: { $0.name == name }) else { continue }

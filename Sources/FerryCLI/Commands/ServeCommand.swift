@@ -47,52 +47,68 @@ struct ServeCommand: AsyncParsableCommand {
     )
     var retentionDays = "30"
 
+    /// Every option checked before anything starts (exit 64, with the usage).
+    func validate() throws {
+        guard (0...65_535).contains(port) else { throw ValidationError("--port must be from 0 to 65535, got \(port)") }
+        guard (1...3600).contains(idleTimeout) else {
+            throw ValidationError("--idle-timeout must be from 1 to 3600 seconds, got \(idleTimeout)")
+        }
+        guard (1...3600).contains(bodyTimeout) else {
+            throw ValidationError("--body-timeout must be from 1 to 3600 seconds, got \(bodyTimeout)")
+        }
+        _ = try retention()
+        guard (1...1000).contains(maxRequestsPerUser) else {
+            throw ValidationError("--max-requests-per-user must be from 1 to 1000, got \(maxRequestsPerUser)")
+        }
+        _ = try rateLimitPolicy()
+        switch try databaseURL() {
+        case .sqlite:
+            guard poolSize == nil else {
+                throw ValidationError("--pool-size applies to a postgres:// database; SQLite has one writer and needs no pool")
+            }
+        case .postgres:
+            if let poolSize, !(1...1000).contains(poolSize) { throw ValidationError("--pool-size must be from 1 to 1000, got \(poolSize)") }
+        }
+    }
+
+    /// `--retention-days`: `nil` for `off`.
+    private func retention() throws -> Duration? {
+        guard retentionDays != "off" else { return nil }
+        guard let days = Int(retentionDays), (1...3650).contains(days) else {
+            throw ValidationError("--retention-days must be a whole number of days from 1 to 3650, or off; got '\(retentionDays)'")
+        }
+        return .seconds(days * 86_400)
+    }
+
+    private func rateLimitPolicy() throws -> RateLimitPolicy? {
+        do {
+            return try RateLimitPolicy.parse(rateLimit)
+        } catch {
+            throw ValidationError("--rate-limit: \(error)")
+        }
+    }
+
+    private func databaseURL() throws -> DatabaseURL {
+        do {
+            return try DatabaseURL(parsing: database)
+        } catch {
+            throw ValidationError("--database \(error)")
+        }
+    }
+
     func run() async throws {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .info
             return handler
         }
-        guard (0...65_535).contains(port) else {
-            throw CommandFailure("--port must be from 0 to 65535, got \(port)")
-        }
-        guard (1...3600).contains(idleTimeout) else {
-            throw CommandFailure("--idle-timeout must be from 1 to 3600 seconds, got \(idleTimeout)")
-        }
-        guard (1...3600).contains(bodyTimeout) else {
-            throw CommandFailure("--body-timeout must be from 1 to 3600 seconds, got \(bodyTimeout)")
-        }
-        let retention: Duration?
-        switch retentionDays {
-        case "off": retention = nil
-        case let text:
-            guard let days = Int(text), (1...3650).contains(days) else {
-                throw CommandFailure("--retention-days must be a whole number of days from 1 to 3650, or off; got '\(text)'")
-            }
-            retention = .seconds(days * 86_400)
-        }
-        guard (1...1000).contains(maxRequestsPerUser) else {
-            throw CommandFailure("--max-requests-per-user must be from 1 to 1000, got \(maxRequestsPerUser)")
-        }
-        let policy: RateLimitPolicy?
-        do {
-            policy = try RateLimitPolicy.parse(rateLimit)
-        } catch {
-            throw CommandFailure("--rate-limit: \(error)")
-        }
-        let location: DatabaseURL
-        do {
-            location = try DatabaseURL(parsing: database)
-        } catch {
-            throw CommandFailure("--database \(error)")
-        }
+        let retention = try retention()
+        let policy = try rateLimitPolicy()
+        let location = try databaseURL()
         let storage: any SyncStorage
         var rateLimiter: (any RateLimiter)?
         switch location {
         case .sqlite(let path):
-            guard poolSize == nil else {
-                throw CommandFailure("--pool-size applies to a postgres:// database; SQLite has one writer and needs no pool")
-            }
             do {
                 storage = try SQLiteSyncStorage(path: path)
             } catch {
@@ -100,7 +116,6 @@ struct ServeCommand: AsyncParsableCommand {
             }
         case .postgres(let postgres):
             let poolSize = self.poolSize ?? 10
-            guard (1...1000).contains(poolSize) else { throw CommandFailure("--pool-size must be from 1 to 1000, got \(poolSize)") }
             let postgresStorage: PostgresSyncStorage
             do {
                 postgresStorage = try await PostgresSyncStorage.connect(to: postgres, poolSize: poolSize, logger: Logger(label: "ferry.postgres"))

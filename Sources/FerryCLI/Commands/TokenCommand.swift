@@ -20,9 +20,12 @@ struct TokenCommand: AsyncParsableCommand {
     @Flag(help: "A service token (\"ferry_admin\": true): an app's backend, admin of every space and member of none.")
     var admin = false
 
+    func validate() throws {
+        guard !user.isEmpty else { throw ValidationError("--user must not be empty") }
+        guard ttl > 0 else { throw ValidationError("--ttl must be a positive number of seconds, got \(ttl)") }
+    }
+
     func run() async throws {
-        guard !user.isEmpty else { throw CommandFailure("--user must not be empty") }
-        guard ttl > 0 else { throw CommandFailure("--ttl must be a positive number of seconds, got \(ttl)") }
         guard let secret = secret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"], !secret.isEmpty else {
             throw CommandFailure("no secret: pass --secret S or set FERRY_JWT_SECRET to the server's secret")
         }

@@ -3,7 +3,7 @@ import Foundation
 
 /// What one commit changed, as the event streams need it: whose data, and who wrote it. A
 /// storage announces its commits with these (`SyncStorage/followChanges(_:)`); the streams of
-/// the users who may read the data are woken (`LiveChanges`).
+/// the users who may read the data are woken (``LiveChanges``).
 public enum ChangeSignal: Sendable, Hashable, Codable {
     /// Records of `user`'s personal space changed.
     case personal(user: String, writer: Writer?)

@@ -3,7 +3,7 @@ import Logging
 import PostgresNIO
 
 /// A per-user token bucket kept in PostgreSQL, so that every server process on the database
-/// draws from the same quota: the same refill rule as `TokenBucketRateLimiter`, decided by
+/// draws from the same quota: the same refill rule as ``TokenBucketRateLimiter``, decided by
 /// `ferry_take_token` under the bucket's row lock.
 ///
 /// Time is the database's clock, which every process shares; a test passes `now` (seconds

@@ -217,7 +217,7 @@ struct StoredRecord: Sendable, Equatable {
     /// When its last change was made (`RecordState.changedAt`); `nil` for rows older than the column.
     var changedAt: Int64? = nil
     /// The client whose mutation wrote this state, that mutation's id, and the position it was
-    /// written at: a pull leaves the state out for that client once it was answered (`OwnWrites`).
+    /// written at: a pull leaves the state out for that client once it was answered (``OwnWrites``).
     var writtenBy: String? = nil
     var writtenMutation: Int64? = nil
     var writtenSeq: Int64? = nil

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Ferry
 import FerryProtocol
+import FerryServer
 import Foundation
 import GRDB
 
@@ -91,6 +92,22 @@ struct StoreOptions: ParsableArguments {
         }
         return schema
     }
+}
+
+/// `--server` as a URL, and `--token` as a token for `user`, checked before anything is sent
+/// (commands call it from `validate()`): a `ValidationError` saying which is wrong.
+func checkedServer(_ server: String, token: String, user: String) throws -> URL {
+    guard let url = URL(string: server), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil else {
+        throw ValidationError("--server '\(server)' is not an http(s) URL like http://127.0.0.1:8080")
+    }
+    guard let subject = TokenAuthority.unverifiedSubject(of: token) else {
+        throw ValidationError("--token is not a JWT with a readable sub claim (three base64url parts of JSON)")
+    }
+    // Byte for byte: "zoë" composed and decomposed are two users.
+    guard subject.hasSameBytes(as: user) else {
+        throw ValidationError("the token is for user '\(subject)', not '\(user)'; nothing was sent")
+    }
+    return url
 }
 
 /// Checks a `--space` before anything is written or sent.

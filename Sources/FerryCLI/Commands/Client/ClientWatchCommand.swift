@@ -22,21 +22,7 @@ struct ClientWatchCommand: AsyncParsableCommand {
     @Option(help: "A token for --user.") var token: String
 
     func validate() throws {
-        _ = try serverURL()
-        guard let subject = TokenAuthority.unverifiedSubject(of: token) else {
-            throw ValidationError("--token is not a JWT with a readable sub claim (three base64url parts of JSON)")
-        }
-        // Byte for byte: "zoë" composed and decomposed are two users.
-        guard subject.hasSameBytes(as: options.user) else {
-            throw ValidationError("the token is for user '\(subject)', not '\(options.user)'; nothing was sent")
-        }
-    }
-
-    private func serverURL() throws -> URL {
-        guard let url = URL(string: server), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil else {
-            throw ValidationError("--server '\(server)' is not an http(s) URL like http://127.0.0.1:8080")
-        }
-        return url
+        _ = try checkedServer(server, token: token, user: options.user)
     }
 
     func run() async throws {
@@ -49,7 +35,11 @@ struct ClientWatchCommand: AsyncParsableCommand {
         )
         configuration.otherProcessCheckInterval = .seconds(1)
         let token = self.token
-        let session = SyncSession(configuration: configuration, transport: HTTPClientTransport(baseURL: try serverURL()), token: { _ in token })
+        let session = SyncSession(
+            configuration: configuration,
+            transport: HTTPClientTransport(baseURL: try checkedServer(server, token: token, user: options.user)),
+            token: { _ in token }
+        )
         try await session.signIn(options.user)
         guard let engine = await session.engine else { throw CommandFailure("could not sign in \(options.user)") }
         let printer = Task { await Self.printRuns(of: engine) }

@@ -9,6 +9,6 @@ enum SpacePartition {
 
     /// Who wrote a record state of a space: the client id and the user, since two users' clients
     /// may have the same id and one's answered writes must never hide the other's
-    /// (`OwnWrites`). Client ids hold no space, so the pair reads back unambiguously.
+    /// (``OwnWrites``). Client ids hold no space, so the pair reads back unambiguously.
     static func writer(clientID: String, userID: String) -> String { clientID + " " + userID }
 }
