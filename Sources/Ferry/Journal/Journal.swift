@@ -37,7 +37,8 @@ extension JournalEvent {
 }
 
 /// The store's journal: structured events kept in the database and exported as JSON lines.
-/// It keeps the latest `capacity` events; older ones are dropped as new ones come.
+/// It keeps the latest `capacity` events; older ones are dropped as new ones come. The
+/// `FerryDiagnostics` product draws them as an HTML page (`JournalTimeline`) for a support screen.
 public struct Journal: Sendable {
     let database: DatabasePool
     /// How many events are kept; at least 1.

@@ -172,7 +172,8 @@ struct Benchmarks {
 
         if wanted.contains("merge") {
             // Another device of the drain's user holds the same samples under ids of its own.
-            let copy = try await device("drain-3", of: drainUser)
+            // Named apart from the pull's fresh devices (drain-2…drain-6): this store already holds the records.
+            let copy = try await device("merge-1", of: drainUser)
             try await Self.writeEvents(records, into: copy.store.database, prefix: "m")
             let merge = try await measure {
                 let summary = try await copy.push()
