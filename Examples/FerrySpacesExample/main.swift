@@ -42,7 +42,7 @@ try FileManager.default.createDirectory(at: folder, withIntermediateDirectories:
 let backend = try device("backend")
 try await backend.createSpace("company")
 for user in ["alice", "bob"] { try await backend.setRole(.read, of: user, in: "company") }
-try await backend.store.database.write { db in
+try backend.store.database.write { db in
     for index in 1...200 {
         try db.execute(sql: "INSERT INTO aliases (id, street) VALUES (?, ?)", arguments: ["a-\(index)", "\(index) Harbour Road"])
     }
@@ -55,35 +55,35 @@ let alice = try device("alice")
 let bob = try device("bob")
 try await alice.createSpace(team)
 try await alice.setRole(.write, of: "bob", in: team)
-try await alice.store.database.write { db in
+try alice.store.database.write { db in
     try db.execute(sql: "INSERT INTO projects (id, team_id, title, status) VALUES ('roof', ?, 'Roof', 'open')", arguments: [team])
 }
 try await alice.sync()
 try await bob.sync()
-let bobsAliases = try await bob.store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM aliases") ?? 0 }
+let bobsAliases = try bob.store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM aliases") ?? 0 }
 print("bob: \(bobsAliases) aliases, member of \((await bob.status.spaces).map { "\($0.space) (\($0.role.rawValue))" })")
 
 // 4. Bob edits the shared project; Alice gets it. A write to the read-only space fails at once.
-try await bob.store.database.write { db in try db.execute(sql: "UPDATE projects SET status = 'done' WHERE id = 'roof'") }
+try bob.store.database.write { db in try db.execute(sql: "UPDATE projects SET status = 'done' WHERE id = 'roof'") }
 try await bob.sync()
 try await alice.sync()
-let status = try await alice.store.database.read { db in try String.fetchOne(db, sql: "SELECT status FROM projects WHERE id = 'roof'") }
+let status = try alice.store.database.read { db in try String.fetchOne(db, sql: "SELECT status FROM projects WHERE id = 'roof'") }
 print("alice sees the roof: \(status ?? "-")")
 do {
-    try await bob.store.database.write { db in try db.execute(sql: "DELETE FROM aliases WHERE id = 'a-1'") }
+    try bob.store.database.write { db in try db.execute(sql: "DELETE FROM aliases WHERE id = 'a-1'") }
 } catch {
     print("bob cannot change the company's aliases: \(error)")
 }
 
 // 5. Alice removes Bob: his next sync drops the team's rows; what he had queued for the team
 //    becomes a dead letter with the reason; his own notes and the aliases stay.
-try await bob.store.database.write { db in
+try bob.store.database.write { db in
     try db.execute(sql: "UPDATE projects SET title = 'Roof, north' WHERE id = 'roof'")
     try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n1', 'ladder in the van')")
 }
 try await alice.removeMember("bob", from: team)
 try await bob.sync()
-let (projects, notes) = try await bob.store.database.read { db in
+let (projects, notes) = try bob.store.database.read { db in
     (try Int.fetchOne(db, sql: "SELECT count(*) FROM projects") ?? 0, try Int.fetchOne(db, sql: "SELECT count(*) FROM notes") ?? 0)
 }
 let deadLetters = try await bob.deadLetters()

@@ -269,6 +269,21 @@ struct ClientCommandTests {
         }
     }
 
+    @Test("ferry token refuses a missing or short secret with a message, and prints no token")
+    func tokenFlags() async throws {
+        for (arguments, message) in [
+            (["token", "--user", "alice", "--secret", "hunter2"], "--secret: the JWT secret is 7 bytes; HS256 needs at least 32"),
+            (["token", "--user", "alice", "--secret", ""], "no secret: pass --secret S or set FERRY_JWT_SECRET"),
+            (["token", "--user", "", "--secret", TestServer.secret], "--user must not be empty"),
+        ] {
+            let run = try await Self.ferry(arguments)
+            #expect(run.status == 64, "\(arguments)")
+            #expect(run.error.contains(message) && run.output.isEmpty, "\(arguments): \(run.error)")
+        }
+        let good = try await Self.ferry(["token", "--user", "alice", "--secret", TestServer.secret])
+        #expect(good.status == 0 && good.output.split(separator: ".").count == 3, "\(good.error)")
+    }
+
     @Test("ferry serve refuses an idle timeout or port out of range with a message, before it creates a database")
     func serveFlags() async throws {
         try #require(FileManager.default.isExecutableFile(atPath: Self.binary.path), "build the ferry executable first (swift build)")
@@ -283,6 +298,9 @@ struct ClientCommandTests {
             #expect(run.status != 0, "\(flag) \(value)")
             #expect(run.error.contains(message), "\(flag) \(value): \(run.error)")
         }
+        let short = try await Self.ferry(["serve", "--database", "sqlite:\(database)", "--jwt-secret", "hunter2"])
+        #expect(short.status == 64)
+        #expect(short.error.contains("--jwt-secret / FERRY_JWT_SECRET: the JWT secret is 7 bytes; HS256 needs at least 32"), "\(short.error)")
         #expect(!FileManager.default.fileExists(atPath: database), "nothing was created")
         for (url, message) in [
             ("mysql://x@y/z", "is not a database URL Ferry knows"),

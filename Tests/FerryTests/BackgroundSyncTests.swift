@@ -7,42 +7,6 @@ import Testing
 
 @testable import Ferry
 
-/// Passes requests through, except the first push: it reaches the server, which applies it,
-/// and its answer is withheld until the task sending it is cancelled, as when the system
-/// suspends an app with a request on the wire.
-final class WithheldAnswerTransport: SyncTransport, @unchecked Sendable {
-    // @unchecked: `pushesSeen` is only touched under `lock`; the streams are Sendable.
-    private let base: any SyncTransport
-    private let lock = NSLock()
-    private var pushesSeen = 0
-    private let (appliedSignal, applied) = AsyncStream.makeStream(of: Void.self)
-
-    init(_ base: any SyncTransport) { self.base = base }
-
-    var pushes: Int { lock.withLock { pushesSeen } }
-
-    /// Returns once the server has applied the push whose answer is withheld.
-    func serverApplied() async {
-        var iterator = appliedSignal.makeAsyncIterator()
-        _ = await iterator.next()
-    }
-
-    func send(_ request: TransportRequest) async throws -> TransportResponse {
-        guard request.path == "/v1/push" else { return try await base.send(request) }
-        let first = lock.withLock {
-            pushesSeen += 1
-            return pushesSeen == 1
-        }
-        let response = try await base.send(request)
-        guard first else { return response }
-        applied.yield()
-        let (never, _) = AsyncStream.makeStream(of: Void.self)
-        var iterator = never.makeAsyncIterator()
-        _ = await iterator.next()  // returns nil once the task is cancelled
-        throw CancellationError()
-    }
-}
-
 @Suite("Background sync", .timeLimit(.minutes(1)))
 struct BackgroundSyncTests {
     static func write(_ count: Int, from start: Int = 0, in session: SyncSession) async throws {

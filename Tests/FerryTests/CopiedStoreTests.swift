@@ -120,15 +120,6 @@ struct CopiedStoreTests {
         }
     }
 
-    /// Refuses every push before it leaves, as a dead link does.
-    struct NoPushes: SyncTransport {
-        let base: any SyncTransport
-        func send(_ request: TransportRequest) async throws -> TransportResponse {
-            guard request.path != "/v1/push" else { throw URLError(.notConnectedToInternet) }
-            return try await base.send(request)
-        }
-    }
-
     @Test(
         "changes the copy sent once into a dead link, whose ids the original then used: answered duplicate, they are no acknowledgement and reach the server"
     )
@@ -139,7 +130,7 @@ struct CopiedStoreTests {
             try await ClientFixture.client(store: phone, server: server).sync()
             let copy = try ClientFixture.openStore(at: try Self.copy(of: phone))
             try await Self.insert(["copy-1", "copy-2", "copy-3"], into: copy, value: 2)
-            let dead = NoPushes(base: URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let dead = InterceptingTransport.noPushes(before: URLSessionTransport(baseURL: URL(string: server.baseURL)!))
             await #expect(throws: (any Error).self) {
                 try await ClientFixture.client(store: copy, server: server, transport: dead, configuration: LostAnswerTests.givingUp()).sync()
             }

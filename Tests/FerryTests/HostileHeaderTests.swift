@@ -5,40 +5,6 @@ import Testing
 
 @testable import Ferry
 
-/// Answers the first request to `path` with `status` and `headers` of its own, then lets every
-/// request through to the real server: a proxy or a server that asks for absurd waits.
-final class HeaderRewritingTransport: SyncTransport, @unchecked Sendable {
-    // @unchecked: `answered` is only touched under `lock`; the rest is immutable.
-    private let base: any SyncTransport
-    private let path: String
-    private let status: Int?
-    private let headers: [String: String]
-    private let lock = NSLock()
-    private var answered = false
-
-    /// `status` nil: the real answer, with `headers` added to it.
-    init(_ base: any SyncTransport, path: String, status: Int?, headers: [String: String]) {
-        self.base = base
-        self.path = path
-        self.status = status
-        self.headers = headers
-    }
-
-    func send(_ request: TransportRequest) async throws -> TransportResponse {
-        let first =
-            request.path.hasPrefix(path)
-            && lock.withLock { () -> Bool in
-                defer { answered = true }
-                return !answered
-            }
-        guard first else { return try await base.send(request) }
-        if let status { return TransportResponse(status: status, headers: headers, body: Data()) }
-        var response = try await base.send(request)
-        response.headers.merge(headers) { $1 }
-        return response
-    }
-}
-
 @Suite("Hostile headers", .timeLimit(.minutes(1)))
 struct HostileHeaderTests {
     static let huge = "\(Int.max)"
@@ -55,7 +21,7 @@ struct HostileHeaderTests {
         try await TestServer.run { server in
             let store = try ClientFixture.openStore(at: ClientFixture.storePath())
             try await store.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES ('e-1', 1)") }
-            let transport = HeaderRewritingTransport(
+            let transport = InterceptingTransport.rewritingHeaders(
                 URLSessionTransport(baseURL: URL(string: server.baseURL)!),
                 path: "/v1/push",
                 status: status,

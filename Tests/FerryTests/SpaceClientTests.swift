@@ -145,7 +145,7 @@ struct SpaceClientTests {
             try await dispatcher.removeMember("worker", from: "team-1")
             // The worker edits p1 and writes a note while the run's upload is done and its pull
             // is on its way: the revocation finds the edit queued.
-            let edit = OnFirstPull(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
+            let edit = InterceptingTransport.onFirstPull(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
                 try await store.database.write { db in
                     try db.execute(sql: "UPDATE projects SET name = 'Roof, done' WHERE id = 'p1'")
                     try db.execute(sql: "INSERT INTO notes (id, body) VALUES ('n1', 'mine')")
@@ -259,7 +259,7 @@ struct SpaceClientTests {
                 try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('x', 'crew', 'ladder'), ('y', 'crew', 'rope')")
             }
             // The push goes out; before the run's pull, Bob deletes x.
-            let bobDeletes = OnFirstPull(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
+            let bobDeletes = InterceptingTransport.onFirstPull(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
                 _ = try await server.pushOK(
                     PushRequest(clientID: "bob", mutations: [Mutation(id: 1, entity: "projects", entityID: "x", op: .delete, space: "crew")]),
                     token: try await TestServer.token(for: "bob")
@@ -275,25 +275,6 @@ struct SpaceClientTests {
             let rows = try await store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM projects ORDER BY id") }
             #expect(rows == ["y"], "x was deleted by Bob before this device's pull joined the space")
             #expect(try await client.sync().pull.received == 0)
-        }
-    }
-
-    /// Runs `action` once, before the first pull request goes out.
-    actor OnFirstPull: SyncTransport {
-        let inner: any SyncTransport
-        var action: (@Sendable () async throws -> Void)?
-
-        init(_ inner: any SyncTransport, _ action: @escaping @Sendable () async throws -> Void) {
-            self.inner = inner
-            self.action = action
-        }
-
-        func send(_ request: TransportRequest) async throws -> TransportResponse {
-            if request.path.hasPrefix("/v1/pull"), let action {
-                self.action = nil
-                try await action()
-            }
-            return try await inner.send(request)
         }
     }
 }

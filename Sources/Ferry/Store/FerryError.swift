@@ -68,7 +68,8 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     public let message: String
     /// The server's error code, for ``Code/refused``; `nil` otherwise.
     public let serverCode: String?
-    /// The error underneath, when there was one.
+    /// The error underneath, when there was one: the last network error behind ``Code/unreachable``,
+    /// SQLite's behind ``Code/unreadableStore``, what an answer failed to decode with behind ``Code/protocolViolation``.
     public let underlying: (any Error)?
 
     /// An error with `code`; most are made with the static functions named after their code.
@@ -86,14 +87,20 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func invalidTable(_ message: String) -> FerryError { FerryError(.invalidTable, message) }
     /// The server refused the credentials.
     public static func unauthorized(_ message: String) -> FerryError { FerryError(.unauthorized, message) }
-    /// The server answered in a way the protocol does not allow.
-    public static func protocolViolation(_ message: String) -> FerryError { FerryError(.protocolViolation, message) }
-    /// A request could not be completed and the retry budget ran out.
-    public static func unreachable(_ message: String) -> FerryError { FerryError(.unreachable, message) }
+    /// The server answered in a way the protocol does not allow; `underlying` is what its answer failed to decode with, if any.
+    public static func protocolViolation(_ message: String, underlying: (any Error)? = nil) -> FerryError {
+        FerryError(.protocolViolation, message, underlying: underlying)
+    }
+    /// A request could not be completed and the retry budget ran out; `underlying` is the last network error, if any.
+    public static func unreachable(_ message: String, underlying: (any Error)? = nil) -> FerryError {
+        FerryError(.unreachable, message, underlying: underlying)
+    }
     /// Another client took over this store's sync.
     public static func leaseLost(_ message: String) -> FerryError { FerryError(.leaseLost, message) }
-    /// The store file cannot be used.
-    public static func unreadableStore(_ message: String) -> FerryError { FerryError(.unreadableStore, message) }
+    /// The store file cannot be used; `underlying` is SQLite's error, if any.
+    public static func unreadableStore(_ message: String, underlying: (any Error)? = nil) -> FerryError {
+        FerryError(.unreadableStore, message, underlying: underlying)
+    }
     /// The engine was stopped.
     public static func stopped(_ message: String) -> FerryError { FerryError(.stopped, message) }
     /// The run was stopped so that a background task could end in time.

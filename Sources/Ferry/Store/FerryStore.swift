@@ -58,7 +58,7 @@ public final class FerryStore: Sendable {
             database = try DatabasePool(path: path, configuration: configuration)
             try Self.migrate(database)
         } catch let error as DatabaseError {
-            throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed")
+            throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed", underlying: error)
         }
         self.tables = tables
         self.path = path
@@ -385,7 +385,7 @@ public final class FerryStore: Sendable {
                 return try read(db)
             }
         } catch let error as DatabaseError {
-            throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed")
+            throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed", underlying: error)
         }
     }
 }

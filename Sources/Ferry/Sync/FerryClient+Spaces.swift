@@ -60,7 +60,7 @@ extension FerryClient {
         do {
             return try JSONDecoder().decode(Answer.self, from: response.body)
         } catch {
-            throw FerryError.protocolViolation("\(method) \(path) answered a body that is not \(Answer.self): \(error)")
+            throw FerryError.protocolViolation("\(method) \(path) answered a body that is not \(Answer.self): \(error)", underlying: error)
         }
     }
 

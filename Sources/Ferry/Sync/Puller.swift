@@ -177,7 +177,7 @@ struct Puller: Sendable {
         do {
             return .page(try PullResponse.decode(from: response.body))
         } catch {
-            throw FerryError.protocolViolation("pull response is not valid: \(error)")
+            throw FerryError.protocolViolation("pull response is not valid: \(error)", underlying: error)
         }
     }
 

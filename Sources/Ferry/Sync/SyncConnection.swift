@@ -78,7 +78,7 @@ actor SyncConnection {
                         ]
                     )
                 )
-                try await backOff(attempt: attempt, reason: "network error: \(error)")
+                try await backOff(attempt: attempt, reason: "network error: \(error)", underlying: error)
                 continue
             }
             let milliseconds = started.duration(to: .now).milliseconds
@@ -180,9 +180,9 @@ actor SyncConnection {
         return max(1, Int(seconds.rounded(.up)))
     }
 
-    private func backOff(attempt: Int, reason: String) async throws {
+    private func backOff(attempt: Int, reason: String, underlying: (any Error)? = nil) async throws {
         guard attempt < retry.maximumAttempts else {
-            throw FerryError.unreachable("\(reason), after \(attempt) attempts")
+            throw FerryError.unreachable("\(reason), after \(attempt) attempts", underlying: underlying)
         }
         try await wait(retry.delay(forAttempt: attempt, using: &random), reason: "backing off after \(reason)")
     }

@@ -49,7 +49,7 @@ struct Uploader: Sendable {
                     push = try PushResponse.decode(from: response.body)
                 } catch {
                     await returnToQueue(batch, next)
-                    throw FerryError.protocolViolation("push response is not valid: \(error)")
+                    throw FerryError.protocolViolation("push response is not valid: \(error)", underlying: error)
                 }
                 // Back to full size in a few steps after the batch was split.
                 batchSize = min(maximumBatchSize, batchSize * 2)

@@ -25,15 +25,17 @@ struct BenchCommand: AsyncParsableCommand {
         case capture, drain, merge, sync, pull, relaunch, naive, launch, load, fairness, spaces, live
     }
 
-    /// `--only`: benchmark names, comma-separated; anything else is refused as the option is parsed.
+    /// `--only`: benchmark names, comma-separated; a name it does not know is refused by
+    /// `validate()`, which can say which one (the parser's own message cannot).
     struct Selection: ExpressibleByArgument {
         var benchmarks: [Benchmark]
+        var unknown: [String]
 
         init?(argument: String) {
             let names = argument.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            let benchmarks = names.compactMap(Benchmark.init(rawValue:))
-            guard !names.isEmpty, benchmarks.count == names.count else { return nil }
-            self.benchmarks = benchmarks
+            guard !names.isEmpty else { return nil }
+            benchmarks = names.compactMap(Benchmark.init(rawValue:))
+            unknown = names.filter { Benchmark(rawValue: $0) == nil }
         }
 
         static var allValueStrings: [String] { Benchmark.allCases.map(\.rawValue) }
@@ -63,6 +65,11 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object instead of the table.") var json = false
 
     func validate() throws {
+        if let name = only?.unknown.first {
+            throw ValidationError(
+                "--only: unknown benchmark '\(name)'; choose from \(Benchmark.allCases.map(\.rawValue).joined(separator: ", ")), comma-separated"
+            )
+        }
         _ = try sizes()
         guard (0...100_000_000).contains(otherRecords) else {
             throw ValidationError("--other-records must be from 0 to 100000000, got \(otherRecords)")

@@ -61,6 +61,9 @@ struct ServeCommand: AsyncParsableCommand {
             throw ValidationError("--max-requests-per-user must be from 1 to 1000, got \(maxRequestsPerUser)")
         }
         _ = try rateLimitPolicy()
+        if let secret = configuredSecret {
+            do { try TokenAuthority.check(secret: secret) } catch { throw ValidationError("--jwt-secret / FERRY_JWT_SECRET: \(error)") }
+        }
         switch try databaseURL() {
         case .sqlite:
             guard poolSize == nil else {
@@ -70,6 +73,9 @@ struct ServeCommand: AsyncParsableCommand {
             if let poolSize, !(1...1000).contains(poolSize) { throw ValidationError("--pool-size must be from 1 to 1000, got \(poolSize)") }
         }
     }
+
+    /// `--jwt-secret`, else `FERRY_JWT_SECRET`; `nil` when neither is set (a secret is generated).
+    private var configuredSecret: String? { jwtSecret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"] }
 
     /// `--retention-days`: `nil` for `off`.
     private func retention() throws -> Duration? {
@@ -162,14 +168,7 @@ struct ServeCommand: AsyncParsableCommand {
 extension ServeCommand {
     /// The configured secret, or a generated one with a token for the `demo` user.
     private func resolveSecret() async throws -> (secret: String, demoToken: String?) {
-        if let secret = jwtSecret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"] {
-            do {
-                _ = try await TokenAuthority(secret: secret)
-            } catch {
-                throw CommandFailure("--jwt-secret / FERRY_JWT_SECRET: \(error)")
-            }
-            return (secret, nil)
-        }
+        if let secret = configuredSecret { return (secret, nil) }  // checked by validate()
         let generated = TokenAuthority.randomSecret()
         return (generated, try await TokenAuthority(secret: generated).issue(userID: "demo", ttl: .seconds(86_400)))
     }

@@ -23,18 +23,17 @@ struct TokenCommand: AsyncParsableCommand {
     func validate() throws {
         guard !user.isEmpty else { throw ValidationError("--user must not be empty") }
         guard ttl > 0 else { throw ValidationError("--ttl must be a positive number of seconds, got \(ttl)") }
+        guard let secret = configuredSecret, !secret.isEmpty else {
+            throw ValidationError("no secret: pass --secret S or set FERRY_JWT_SECRET to the server's secret")
+        }
+        do { try TokenAuthority.check(secret: secret) } catch { throw ValidationError("--secret: \(error)") }
     }
 
+    /// `--secret`, else `FERRY_JWT_SECRET`.
+    private var configuredSecret: String? { secret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"] }
+
     func run() async throws {
-        guard let secret = secret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"], !secret.isEmpty else {
-            throw CommandFailure("no secret: pass --secret S or set FERRY_JWT_SECRET to the server's secret")
-        }
-        let authority: TokenAuthority
-        do {
-            authority = try await TokenAuthority(secret: secret)
-        } catch {
-            throw CommandFailure("--secret: \(error)")
-        }
+        let authority = try await TokenAuthority(secret: configuredSecret ?? "")
         print(try await authority.issue(userID: user, ttl: .seconds(ttl), service: admin))
     }
 }

@@ -16,10 +16,16 @@ public struct TokenAuthority: Sendable {
     /// An authority that signs and verifies with `secret`. Throws ``TokenSecretTooShort`` when `secret` has fewer
     /// than ``TokenAuthority/minimumSecretBytes`` UTF-8 bytes.
     public init(secret: String) async throws(TokenSecretTooShort) {
-        guard secret.utf8.count >= Self.minimumSecretBytes else { throw TokenSecretTooShort(length: secret.utf8.count) }
+        try Self.check(secret: secret)
         let keys = JWTKeyCollection()
         await keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
         self.keys = keys
+    }
+
+    /// Throws ``TokenSecretTooShort`` when `secret` cannot sign: what ``TokenAuthority/init(secret:)`` checks, for a
+    /// command that checks its input before it does anything.
+    public static func check(secret: String) throws(TokenSecretTooShort) {
+        guard secret.utf8.count >= minimumSecretBytes else { throw TokenSecretTooShort(length: secret.utf8.count) }
     }
 
     /// A new random secret of 32 bytes, as 64 hexadecimal characters: for a server that is given none.

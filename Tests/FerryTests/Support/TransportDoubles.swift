@@ -64,6 +64,94 @@ extension InterceptingTransport {
             throw URLError(.networkConnectionLost)
         }
     }
+
+    /// Refuses every push before it leaves, as a dead link does.
+    static func noPushes(before base: any SyncTransport) -> InterceptingTransport {
+        InterceptingTransport(base) { request, next in
+            guard request.path != "/v1/push" else { throw URLError(.notConnectedToInternet) }
+            return try await next(request)
+        }
+    }
+
+    /// Runs `action` once, before the first pull request goes out.
+    static func onFirstPull(_ base: any SyncTransport, _ action: @escaping @Sendable () async throws -> Void) -> InterceptingTransport {
+        let pulled = LockIsolated(false)
+        return InterceptingTransport(base) { request, next in
+            if request.path.hasPrefix("/v1/pull"), pulled.isFirstTime() { try await action() }
+            return try await next(request)
+        }
+    }
+
+    /// Answers the first request to `path` with `status` and `headers` of its own (`status` nil:
+    /// the real answer, with `headers` added), then lets every request through: a proxy or a
+    /// server that asks for absurd waits.
+    static func rewritingHeaders(
+        _ base: any SyncTransport,
+        path: String,
+        status: Int?,
+        headers: [String: String]
+    ) -> InterceptingTransport {
+        let answered = LockIsolated(false)
+        return InterceptingTransport(base) { request, next in
+            guard request.path.hasPrefix(path), answered.isFirstTime() else { return try await next(request) }
+            if let status { return TransportResponse(status: status, headers: headers, body: Data()) }
+            var response = try await next(request)
+            response.headers.merge(headers) { $1 }
+            return response
+        }
+    }
+}
+
+extension LockIsolated where Value == Bool {
+    /// True the first time it is asked, false ever after.
+    func isFirstTime() -> Bool {
+        withValue { asked in
+            defer { asked = true }
+            return !asked
+        }
+    }
+}
+
+/// Passes requests through, except the first push: it reaches the server, which applies it,
+/// and its answer is withheld until the task sending it is cancelled, as when the system
+/// suspends an app with a request on the wire.
+struct WithheldAnswerTransport: SyncTransport {
+    private let seen = LockIsolated(0)
+    private let appliedSignal: AsyncStream<Void>
+    private let transport: InterceptingTransport
+
+    init(_ base: any SyncTransport) {
+        let (appliedSignal, applied) = AsyncStream.makeStream(of: Void.self)
+        self.appliedSignal = appliedSignal
+        let seen = self.seen
+        transport = InterceptingTransport(base) { request, next in
+            guard request.path == "/v1/push" else { return try await next(request) }
+            let first = seen.withValue { count in
+                count += 1
+                return count == 1
+            }
+            let response = try await next(request)
+            guard first else { return response }
+            applied.yield()
+            let (never, _) = AsyncStream.makeStream(of: Void.self)
+            var iterator = never.makeAsyncIterator()
+            _ = await iterator.next()  // returns nil once the task is cancelled
+            throw CancellationError()
+        }
+    }
+
+    /// Pushes sent so far.
+    var pushes: Int { seen.value }
+
+    /// Returns once the server has applied the push whose answer is withheld.
+    func serverApplied() async {
+        var iterator = appliedSignal.makeAsyncIterator()
+        _ = await iterator.next()
+    }
+
+    func send(_ request: TransportRequest) async throws -> TransportResponse {
+        try await transport.send(request)
+    }
 }
 
 /// Holds every push until the test opens the gate (`opener`), or the task is cancelled.
