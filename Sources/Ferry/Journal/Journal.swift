@@ -70,7 +70,7 @@ public struct Journal: Sendable {
     /// The most recent `limit` events of the store file at `path`, in the order they happened,
     /// read without changing a byte of it (see ``QueueSnapshot/read(from:)``).
     ///
-    /// - Throws: ``FerryError/unreadableStore(_:)`` for a file that is not a Ferry store.
+    /// - Throws: ``FerryError/unreadableStore(_:underlying:)`` for a file that is not a Ferry store.
     public static func events(atPath path: String, limit: Int = 10_000) throws -> [JournalEvent] {
         try FerryStore.readFile(atPath: path) { db in try events(limit: limit, db: db) }
     }

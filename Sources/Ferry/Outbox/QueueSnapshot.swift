@@ -81,7 +81,7 @@ public struct QueueSnapshot: Sendable, Equatable {
     /// migration, no trigger, nothing created. For a store an app still has open, or one a
     /// user sent in, of any version of Ferry.
     ///
-    /// - Throws: ``FerryError/unreadableStore(_:)`` for a file that is not a Ferry store.
+    /// - Throws: ``FerryError/unreadableStore(_:underlying:)`` for a file that is not a Ferry store.
     public static func read(atPath path: String) throws -> QueueSnapshot {
         try FerryStore.readFile(atPath: path, read)
     }

@@ -121,7 +121,7 @@ public actor SyncScheduler {
 
     /// Asks for a run like `trigger(_:kind:)` and waits until the run that serves the
     /// trigger has finished; returns that run's number, or throws the run's error:
-    /// ``FerryError/stopped(_:)`` if the scheduler stops first, ``FerryError/unreachable(_:)`` at once while
+    /// ``FerryError/stopped(_:)`` if the scheduler stops first, ``FerryError/unreachable(_:underlying:)`` at once while
     /// offline (the trigger still runs when the network returns). Cancelling the caller stops
     /// the wait, not the run.
     @discardableResult

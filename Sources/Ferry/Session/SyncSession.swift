@@ -171,7 +171,7 @@ public actor SyncSession {
     ///
     /// - Parameter full: pull from the beginning instead of the saved cursor.
     /// - Throws: ``FerryError/stopped(_:)`` when nobody is signed in (after a sign-in or sign-out in
-    ///   progress has finished), or the user signs out first; ``FerryError/unreachable(_:)`` at once
+    ///   progress has finished), or the user signs out first; ``FerryError/unreachable(_:underlying:)`` at once
     ///   while offline (the sync runs when the network returns); the run's own error when it
     ///   fails. Cancelling the call stops the wait, not the run.
     public func sync(full: Bool = false) async throws {

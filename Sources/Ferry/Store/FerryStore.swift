@@ -36,7 +36,7 @@ public final class FerryStore: Sendable {
     ///   - path: the store's file, created if it does not exist; its folder must exist.
     ///   - schema: the app's own migrations, run before the synced tables are checked.
     ///   - tables: the tables to sync; each must exist with a TEXT primary key column.
-    /// - Throws: ``FerryError/unreadableStore(_:)`` for a file that is not a Ferry store (nothing in
+    /// - Throws: ``FerryError/unreadableStore(_:underlying:)`` for a file that is not a Ferry store (nothing in
     ///   it is changed), ``FerryError/invalidTable(_:)`` for a table that does not fit, and the
     ///   app's migrations' own errors.
     public init(path: String, schema: DatabaseMigrator? = nil, tables: [SyncedTable]) throws {
@@ -369,7 +369,7 @@ public final class FerryStore: Sendable {
     /// Reads the store file at `path` without changing a byte of it (no migration, no
     /// trigger, nothing created), for tools that look at a store an app may have open.
     ///
-    /// - Throws: ``FerryError/unreadableStore(_:)`` for a file that is not a Ferry store or cannot be read.
+    /// - Throws: ``FerryError/unreadableStore(_:underlying:)`` for a file that is not a Ferry store or cannot be read.
     static func readFile<T>(atPath path: String, _ read: (Database) throws -> T) throws -> T {
         var configuration = Configuration()
         configuration.readonly = true

@@ -19,7 +19,7 @@ public struct URLSessionTransport: SyncTransport {
     /// Sends `request` and returns the server's answer, whatever its status.
     ///
     /// - Throws: the session's `URLError` for failures below HTTP (cancelling the call cancels the request), and
-    ///   ``FerryError/protocolViolation(_:)`` when `request.path` makes no URL or the answer is not HTTP.
+    ///   ``FerryError/protocolViolation(_:underlying:)`` when `request.path` makes no URL or the answer is not HTTP.
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
         guard let url = request.url(on: baseURL) else {
             throw FerryError.protocolViolation("cannot build a URL from \(request.path)")
