@@ -32,12 +32,7 @@ extension InterceptingTransport {
         let pushes = LockIsolated(0)
         return InterceptingTransport(base) { request, next in
             if request.path == "/v1/push" {
-                try await hook(
-                    pushes.withValue { count in
-                        count += 1
-                        return count
-                    }
-                )
+                try await hook(pushes.increment())
             }
             return try await next(request)
         }
@@ -52,12 +47,7 @@ extension InterceptingTransport {
     ) -> InterceptingTransport {
         let pushes = LockIsolated(0)
         return InterceptingTransport(base) { request, next in
-            let number =
-                request.path == "/v1/push"
-                ? pushes.withValue { count in
-                    count += 1
-                    return count
-                } : 0
+            let number = request.path == "/v1/push" ? pushes.increment() : 0
             let response = try await next(request)
             guard number == lostPush else { return response }
             try await meanwhile()
@@ -102,6 +92,17 @@ extension InterceptingTransport {
     }
 }
 
+extension LockIsolated where Value == Int {
+    /// Adds one and returns the new count: the doubles number the pushes they see this way.
+    @discardableResult
+    func increment() -> Int {
+        withValue { count in
+            count += 1
+            return count
+        }
+    }
+}
+
 extension LockIsolated where Value == Bool {
     /// True the first time it is asked, false ever after.
     func isFirstTime() -> Bool {
@@ -126,10 +127,7 @@ struct WithheldAnswerTransport: SyncTransport {
         let seen = self.seen
         transport = InterceptingTransport(base) { request, next in
             guard request.path == "/v1/push" else { return try await next(request) }
-            let first = seen.withValue { count in
-                count += 1
-                return count == 1
-            }
+            let first = seen.increment() == 1
             let response = try await next(request)
             guard first else { return response }
             applied.yield()
@@ -166,7 +164,7 @@ struct GatedTransport: SyncTransport {
         let seen = self.seen
         transport = InterceptingTransport(base) { request, next in
             if request.path == "/v1/push" {
-                seen.withValue { $0 += 1 }
+                seen.increment()
                 var iterator = gate.makeAsyncIterator()
                 _ = await iterator.next()  // returns nil at once when the task is cancelled
                 try Task.checkCancellation()
