@@ -171,6 +171,32 @@ struct EventStreamTests {
         }
     }
 
+    @Test(
+        "a client that resets the connection right after asking for a stream gives its slot back: 300 resets later the user still opens streams",
+        arguments: StorageBackend.allCases
+    )
+    func resetsReleaseTheirSlots(backend: StorageBackend) async throws {
+        var live = LiveChanges.Configuration()
+        live.maxStreamsPerUser = 4
+        try await TestServer.run(backend: backend, live: live) { server in
+            let alice = try await TestServer.token(for: "alice")
+            let port = HostileClientTests.port(of: server)
+            for _ in 1...300 {
+                let connection = try HostileClientTests.RawConnection(port: port)
+                connection.send("GET /v1/events HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer \(alice)\r\nAccept: text/event-stream\r\n\r\n")
+                connection.reset()
+            }
+            // Every reset's slot is back once the server has seen it go: four streams open.
+            var opened: [EventStreamProbe] = []
+            for _ in 1...500 where opened.count < 4 {
+                let stream = try await EventStreamProbe.open(server.baseURL, token: alice)
+                if stream.status == 200 { opened.append(stream) } else { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            #expect(opened.count == 4)
+            for stream in opened { await stream.close() }
+        }
+    }
+
     @Test("opening a stream counts as one request for the rate limit")
     func countsForTheRateLimit() async throws {
         try await TestServer.run(rateLimit: RateLimitPolicy(requests: 2, window: .seconds(60))) { server in
@@ -243,5 +269,27 @@ struct LiveChangesTests {
         #expect(live.take(first.id) == LiveChanges.Wake())
         live.close(second.id)
         #expect(live.open(user: "alice", client: nil, spaces: [], expiresAt: now.addingTimeInterval(60)) != nil)
+    }
+
+    @Test("users are told apart by their bytes: a composed and a decomposed 'zoë' have a cap each and never wake each other")
+    func usersByBytes() throws {
+        var configuration = LiveChanges.Configuration()
+        configuration.maxStreamsPerUser = 1
+        let live = LiveChanges(configuration: configuration)
+        let far = Date().addingTimeInterval(3600)
+        let composed = "zo\u{EB}"
+        let decomposed = "zoe\u{308}"
+        #expect(composed == decomposed, "Swift calls them equal; the database does not")
+        let first = try #require(live.open(user: composed, client: nil, spaces: [], expiresAt: far))
+        let second = try #require(live.open(user: decomposed, client: nil, spaces: [], expiresAt: far), "a cap of its own")
+        live.publish([.personal(user: composed, writer: nil)])
+        #expect(live.take(first.id).change)
+        #expect(live.take(second.id) == LiveChanges.Wake())
+        live.publish([.memberships(user: decomposed)])
+        #expect(live.take(first.id) == LiveChanges.Wake())
+        #expect(live.take(second.id).memberships)
+        live.close(first.id)
+        live.close(second.id)
+        #expect(live.openStreams == 0)
     }
 }

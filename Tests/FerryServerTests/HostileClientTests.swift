@@ -34,6 +34,12 @@ struct HostileClientTests {
 
         deinit { close(socket) }
 
+        /// Makes the close at `deinit` a reset (RST) rather than an orderly FIN.
+        func reset() {
+            var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+            setsockopt(socket, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+        }
+
         func send(_ text: String) { _ = text.withCString { Glibc.send(socket, $0, strlen($0), Int32(MSG_NOSIGNAL)) } }
 
         /// `readUntilClosed()` on a dispatch queue: a blocked Swift concurrency thread could be

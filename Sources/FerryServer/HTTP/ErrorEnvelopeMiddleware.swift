@@ -16,7 +16,7 @@ struct ErrorEnvelopeMiddleware: RouterMiddleware {
         } catch {
             var httpError = FerryHTTPError(error, context: context)
             // A 404 of a handler (a space not revealed) keeps its message; the router's says the path is unknown.
-            if httpError.code == .notFound, !(error is ProtocolViolation) {
+            if httpError.noRoute {
                 httpError = notFound(request)
             }
             response = try httpError.response(from: request, context: context)

@@ -11,6 +11,10 @@ struct FerryHTTPError: Error, HTTPResponseError {
     var code: ErrorCode
     var message: String
     var headers: HTTPFields = [:]
+    /// The router found no route for the request (as opposed to a handler's `404`, a space not
+    /// revealed): `ErrorEnvelopeMiddleware` tells 404 from 405 for these only. It survives the
+    /// middlewares that classify an error on its way out (`RateLimitMiddleware`).
+    var noRoute = false
 
     init(_ code: ErrorCode, _ message: String) {
         self.code = code
@@ -40,6 +44,7 @@ struct FerryHTTPError: Error, HTTPResponseError {
             self.init(.batchTooLarge, Self.batchTooLargeMessage)
         case let error as any HTTPResponseError where error.status == .notFound:
             self.init(.notFound, "no such endpoint")
+            noRoute = true
         case let error as any HTTPResponseError where (400..<500).contains(error.status.code):
             self.init(.badRequest, "\(error.status.reasonPhrase)")
         default:

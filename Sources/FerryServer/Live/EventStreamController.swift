@@ -39,22 +39,44 @@ struct EventStreamController: Sendable {
         headers[.contentType] = "text/event-stream"
         headers[.cacheControl] = "no-store"
         let stream = StreamLoop(storage: storage, live: live, userID: userID, isService: context.isService, subscription: subscription)
+        // The slot is released however the response ends, also when its body never runs (a
+        // client that resets the connection before the head is written): the body's closure
+        // owns it, and a dropped response drops the closure.
+        let slot = StreamSlot(live: live, id: subscription.id)
         return Response(
             status: .ok,
             headers: headers,
-            body: ResponseBody { [live] writer in
+            body: ResponseBody { writer in
                 // A client that goes away ends its stream at once, not at the next keep-alive's failed write.
                 try await request.body.consumeWithInboundCloseHandler { _ in
                     try await stream.run(&writer)
                 } onInboundClosed: {
-                    live.close(subscription.id)
+                    slot.release()
                 }
+                slot.release()
             }
         )
     }
 
     /// How long a client refused for too many streams waits before it tries again.
     static let retryAfterSeconds = 30
+}
+
+/// A stream's place in the hub's count of the user's streams, given back when the stream ends
+/// or when the response that would have carried it is dropped unsent.
+private final class StreamSlot: Sendable {
+    let live: LiveChanges
+    let id: UInt64
+
+    init(live: LiveChanges, id: UInt64) {
+        self.live = live
+        self.id = id
+    }
+
+    /// Closes the stream; closing it again does nothing.
+    func release() { live.close(id) }
+
+    deinit { live.close(id) }
 }
 
 /// One stream's task: `ready`, then an event for each wake, until the token expires, the server

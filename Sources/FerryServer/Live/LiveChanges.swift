@@ -56,7 +56,8 @@ public final class LiveChanges: Sendable {
     private struct State {
         var nextID: UInt64 = 0
         var streams: [UInt64: Stream] = [:]
-        var byUser: [String: Set<UInt64>] = [:]
+        /// By the user's bytes (`ExactKey`): ids that differ only in normalization are two users.
+        var byUser: [ExactKey: Set<UInt64>] = [:]
         var bySpace: [String: Set<UInt64>] = [:]
     }
 
@@ -77,7 +78,7 @@ public final class LiveChanges: Sendable {
     func open(user: String, client: String?, spaces: some Sequence<String>, expiresAt: Date) -> Subscription? {
         let (wakes, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         return state.withLockedValue { state in
-            guard state.byUser[user, default: []].count < configuration.maxStreamsPerUser else { return nil }
+            guard state.byUser[ExactKey(user), default: []].count < configuration.maxStreamsPerUser else { return nil }
             state.nextID += 1
             let id = state.nextID
             let stream = Stream(
@@ -89,7 +90,7 @@ public final class LiveChanges: Sendable {
                 continuation: continuation
             )
             state.streams[id] = stream
-            state.byUser[user, default: []].insert(id)
+            state.byUser[ExactKey(user), default: []].insert(id)
             for space in stream.spaces { state.bySpace[space, default: []].insert(id) }
             return Subscription(id: id, wakes: wakes)
         }
@@ -99,8 +100,8 @@ public final class LiveChanges: Sendable {
     func close(_ id: UInt64) {
         state.withLockedValue { state in
             guard let stream = state.streams.removeValue(forKey: id) else { return }
-            state.byUser[stream.user]?.remove(id)
-            if state.byUser[stream.user]?.isEmpty == true { state.byUser[stream.user] = nil }
+            state.byUser[ExactKey(stream.user)]?.remove(id)
+            if state.byUser[ExactKey(stream.user)]?.isEmpty == true { state.byUser[ExactKey(stream.user)] = nil }
             for space in stream.spaces { Self.remove(id, from: space, in: &state) }
             stream.continuation.finish()
         }
@@ -139,11 +140,11 @@ public final class LiveChanges: Sendable {
             for signal in signals {
                 switch signal {
                 case .personal(let user, let writer):
-                    for id in state.byUser[user] ?? [] { Self.mark(id, in: &state, unlessWrittenBy: writer) { $0.change = true } }
+                    for id in state.byUser[ExactKey(user)] ?? [] { Self.mark(id, in: &state, unlessWrittenBy: writer) { $0.change = true } }
                 case .space(let space, let writer):
                     for id in state.bySpace[space] ?? [] { Self.mark(id, in: &state, unlessWrittenBy: writer) { $0.change = true } }
                 case .memberships(let user):
-                    for id in state.byUser[user] ?? [] {
+                    for id in state.byUser[ExactKey(user)] ?? [] {
                         Self.mark(id, in: &state, unlessWrittenBy: nil) {
                             $0.change = true
                             $0.memberships = true
