@@ -1,3 +1,4 @@
+import ConcurrencyExtras
 import FerryProtocol
 import FerryServer
 import FerryTestSupport
@@ -9,6 +10,63 @@ import Testing
 /// other members' pushes fall between a pull's pages (PROTOCOL.md, "Spaces").
 @Suite("Space interleavings", .timeLimit(.minutes(5)))
 struct SpaceInterleavingTests {
+    /// PROTOCOL.md, "Spaces": the memberships a page reports and the rows it returns are one
+    /// view. Bob's pull of three spaces is paused after it read his memberships; meanwhile Alice
+    /// removes him from one (answered 204) and then writes a secret into it. Whatever the page
+    /// says of his memberships, it must not carry the secret, and the next pull reports the space
+    /// revoked. (Seen failing on PostgreSQL with each statement of the pull in its own snapshot.)
+    @Test(
+        "a member removed while a pull reads, then the space written, never receives what was written after the removal",
+        arguments: StorageBackend.allCases
+    )
+    func removalDuringAPull(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let alice = try await TestServer.token(for: "alice")
+            let bob = try await TestServer.token(for: "bob")
+            for space in ["s1", "s2", "s3"] { try await server.makeSpace(space, admin: "alice", members: ["bob": .read]) }
+            let first = try await server.pullOK(token: bob)
+            // Something moved in a space, so the next pull reads the spaces one by one.
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "alice-phone",
+                    mutations: [Mutation(id: 1, entity: "items", entityID: "open", op: .upsert, data: .value(1), space: "s1")]
+                ),
+                token: alice
+            )
+            let paused = LockIsolated(false)
+            let removed = LockIsolated<[Int]>([])
+            server.pullInterleaving.set {
+                let first = paused.withValue { wasPaused in
+                    defer { wasPaused = true }
+                    return !wasPaused
+                }
+                guard first else { return }
+                let done = DispatchSemaphore(value: 0)
+                Task {
+                    defer { done.signal() }
+                    let removal = try await server.removeMember("bob", from: "s2", token: alice)
+                    let secret = try await server.push(
+                        PushRequest(
+                            clientID: "alice-phone",
+                            mutations: [Mutation(id: 2, entity: "items", entityID: "secret", op: .upsert, data: .value(2), space: "s2")]
+                        ),
+                        token: alice
+                    )
+                    removed.withValue { $0 = [removal.status, secret.status] }
+                }
+                done.wait()
+            }
+            let page = try await server.pullOK(token: bob, cursor: first.cursor)
+            server.pullInterleaving.set(nil)
+            #expect(paused.value, "the pull read the spaces one by one")
+            #expect(removed.value == [204, 200])
+            #expect(page.changes.map(\.entityID) == ["open"], "\(page.changes.map { "\($0.space ?? "-"):\($0.entityID)" })")
+            let next = try await server.pullOK(token: bob, cursor: page.cursor)
+            #expect(next.changes.isEmpty)
+            #expect(next.revoked == ["s2"] || page.revoked == ["s2"])
+        }
+    }
+
     /// One device of Bob's, paging three changes at a time, with a seeded event between every
     /// two pages: Alice writes, updates or deletes in one of five spaces, Bob is granted or
     /// removed, a space is deleted and created again. Bob's store applies each page as a client

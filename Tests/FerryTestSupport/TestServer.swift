@@ -26,6 +26,15 @@ public struct TestServer: HTTPServerEndpoint {
         }
     }
 
+    /// Where this server's storage pauses a pull between its memberships and its spaces' rows.
+    package var pullInterleaving: PullInterleaving {
+        switch storage {
+        case let storage as SQLiteSyncStorage: storage.interleaving
+        case let storage as PostgresSyncStorage: storage.interleaving
+        default: fatalError("no storage engine of this kind")
+        }
+    }
+
     /// Runs `body` against a fresh server on a fresh database of `backend`. Pass `database` to
     /// reopen an existing one.
     ///

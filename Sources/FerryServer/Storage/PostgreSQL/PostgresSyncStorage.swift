@@ -35,6 +35,8 @@ public final class PostgresSyncStorage: SyncStorage {
     private let pushes = UserPushQueue()
     /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
     private let epoch = newEpoch()
+    /// Where a test pauses a pull between its memberships and its spaces' rows.
+    package let interleaving = PullInterleaving()
     /// How the connection that listens for changes connects (`followChanges`).
     let listenerConfiguration: PostgresConnection.Configuration
     /// The listening connection made by `connect`, until `followChanges` takes it.
@@ -579,43 +581,65 @@ public final class PostgresSyncStorage: SyncStorage {
 
     /// Reads up to `limit` records changed after `cursor`, leaving out `ownWrites` and stopping
     /// at the page's data budget (`PullPage.Builder`): the personal history in one statement (one
-    /// snapshot), then, for a user in spaces, the spaces' heads in one more, and each space with
-    /// something to read in one of its own while the page has room (`SpacedPage`). A space's
-    /// statement may see later commits than its head's; each space's changes commit in order of
-    /// position (its change lock), so what it reads is all of the space up to its last row, and
-    /// the cursor never passes the head the earlier statement saw unless a row was read past it.
+    /// snapshot), then, for a user in spaces, the memberships with the spaces' heads and each
+    /// space with something to read while the page has room (`SpacedPage`), all in one
+    /// `REPEATABLE READ` transaction: the memberships the page reports and the rows it returns
+    /// are one view, so a member removed and the space written while the pull reads is never
+    /// sent what was written after the removal. Each space's changes commit in order of position
+    /// (its change lock), so what the snapshot holds of a space is all of it up to its last row.
     /// Throws `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
         let scan = PullPage.scanLimit(limit, leavingOut: ownWrites)
         if let from, let page = try await continuing(from, userID: userID, limit: limit, ownWrites: ownWrites) { return page }
-        let first = try await rows(
-            of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan, entries: from?.spaces ?? [:])
-        )
-        var personal = PullPage.Builder(after: from?.personal.position ?? 0, limit: limit, leavingOut: ownWrites)
-        Self.offer(first.rows, to: &personal)
-        // The head was read in the statement's snapshot, with the rows: a cursor it refuses
-        // is refused before any of them is sent.
-        let start = try first.head.start(from: from?.personal, naming: ownWrites)
-        var page = SpacedPage(
-            from: from,
-            personal: personal,
-            head: first.head,
-            start: start,
-            limit: limit,
-            ownWrites: ownWrites,
-            userID: userID
-        )
-        // The statement also said whether any space needs a look (`pullQuery`'s `entries`).
-        if first.version == (from?.memberships ?? 0), first.spaces == (from?.spaces.count ?? 0), first.moved == 0 {
-            return page.pageWithSpacesUnchanged(cursors: cursors, cursor: cursor)
+        return try await withDatabase { [self] db in
+            let first = try await Self.rows(
+                of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan, entries: from?.spaces ?? [:]),
+                on: db,
+                logger: logger
+            )
+            var personal = PullPage.Builder(after: from?.personal.position ?? 0, limit: limit, leavingOut: ownWrites)
+            Self.offer(first.rows, to: &personal)
+            // The head was read in the statement's snapshot, with the rows: a cursor it refuses
+            // is refused before any of them is sent.
+            let start = try first.head.start(from: from?.personal, naming: ownWrites)
+            let page = SpacedPage(
+                from: from,
+                personal: personal,
+                head: first.head,
+                start: start,
+                limit: limit,
+                ownWrites: ownWrites,
+                userID: userID
+            )
+            // The statement also said whether any space needs a look (`pullQuery`'s `entries`).
+            if first.version == (from?.memberships ?? 0), first.spaces == (from?.spaces.count ?? 0), first.moved == 0 {
+                return page.pageWithSpacesUnchanged(cursors: cursors, cursor: cursor)
+            }
+            return try await Self.snapshot(db, logger: logger) { db in
+                try await readSpaces(page, version: first.version, userID: userID, ownWrites: ownWrites, db: db)
+            }
         }
-        let spaces = try await readableSpaces(of: userID)
+    }
+
+    /// The rest of a page after the personal history, in the caller's snapshot: the spaces the
+    /// user reads, then each, in order of key, then the ids of those the cursor named that the
+    /// user reads no more.
+    private func readSpaces(
+        _ page: SpacedPage,
+        version: Int64,
+        userID: String,
+        ownWrites: OwnWrites?,
+        db: PostgresConnection
+    ) async throws -> PullPage {
+        var page = page
+        let spaces = try await Self.readableSpaces(of: userID, on: db, logger: logger)
+        await interleaving.reachedAsync()
         for space in spaces {
             let start = try page.start(of: space)
             guard page.needsRead(space, from: start) else { continue }
             var builder = page.builder(for: space, from: start)
-            let readHistory = try await rows(
+            let readHistory = try await Self.rows(
                 of: Self.pullQuery(
                     userID: userID,
                     partition: SpacePartition.name(space.key),
@@ -623,11 +647,11 @@ public final class PostgresSyncStorage: SyncStorage {
                     scan: PullPage.scanLimit(builder.limit, leavingOut: ownWrites),
                     budget: builder.budget,
                     takesFirst: builder.takesFirst
-                )
+                ),
+                on: db,
+                logger: logger
             )
             Self.offer(readHistory.rows, to: &builder)
-            // The cursor takes the head this statement read with the rows, not the earlier one:
-            // another process may have written, under its own epoch, in between.
             var read = space
             read.head = readHistory.head
             page.add(builder, of: read, from: start)
@@ -635,17 +659,32 @@ public final class PostgresSyncStorage: SyncStorage {
         let revokedKeys = page.revoked(readable: spaces)
         var revoked: [String] = []
         if !revokedKeys.isEmpty {
-            revoked = try await withDatabase { [logger] db in
-                var ids: [String] = []
-                for try await id in try await db.query("SELECT id FROM spaces WHERE key = ANY(\(revokedKeys)::int8[]) ORDER BY id", logger: logger)
-                    .decode(String.self)
-                {
-                    ids.append(id)
-                }
-                return ids
+            for try await id in try await db.query("SELECT id FROM spaces WHERE key = ANY(\(revokedKeys)::int8[]) ORDER BY id", logger: logger)
+                .decode(String.self)
+            {
+                revoked.append(id)
             }
         }
-        return page.page(cursors: cursors, spaces: spaces, version: first.version, revoked: revoked)
+        return page.page(cursors: cursors, spaces: spaces, version: version, revoked: revoked)
+    }
+
+    /// `body` in a read-only `REPEATABLE READ` transaction on `connection`: every statement of
+    /// it reads the snapshot its first statement took.
+    static func snapshot<T: Sendable>(
+        _ connection: PostgresConnection,
+        logger: Logger,
+        _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        try await connection.query("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", logger: logger)
+        let value: T
+        do {
+            value = try await body(connection)
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+        try await connection.query("COMMIT", logger: logger)
+        return value
     }
 
     /// A space's first download one statement a page: when the cursor stopped in a space
@@ -662,7 +701,7 @@ public final class PostgresSyncStorage: SyncStorage {
             scan: PullPage.scanLimit(limit, leavingOut: ownWrites),
             member: key
         )
-        let read = try await rows(of: query)
+        let read = try await withDatabase { [logger] db in try await Self.rows(of: query, on: db, logger: logger) }
         guard read.version == from.memberships, let id = read.member else { return nil }
         let space = ReadableSpace(key: key, id: id, role: .read, head: read.head, last: read.head.position)
         let start = try space.head.start(from: entry)
@@ -692,46 +731,44 @@ public final class PostgresSyncStorage: SyncStorage {
         var rows: [PulledRow] = []
     }
 
-    /// Runs a `pullQuery`.
-    private func rows(of query: PostgresQuery) async throws -> PulledHistory {
-        try await withDatabase { [logger] db in
-            var pulled = PulledHistory()
-            for try await row in try await db.query(query, logger: logger) {
-                let (
-                    position, epoch, epochBase, purgedThrough, lastMutationID, memberships, spaceCount, moved, member, entity, entityID, version,
-                    deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
-                ) = try row.decode(
-                    (
-                        Int64, Int64, Int64, Int64, Int64?, Int64?, Int, Int, String?, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?,
-                        Int64?, String?, Int64?, Int64?, Int?, Bool?
-                    ).self
-                )
-                pulled.member = member
-                pulled.head = ChangeHead(
-                    position: position,
-                    epoch: epoch,
-                    epochBase: epochBase,
-                    purgedThrough: purgedThrough,
-                    lastMutationID: lastMutationID ?? 0
-                )
-                (pulled.version, pulled.spaces, pulled.moved) = (memberships ?? 0, spaceCount, moved)
-                // The head alone: no change after the cursor.
-                guard let entity, let entityID, let version, let deleted, let seq, let size, let fits else { break }
-                let record = StoredRecord(
-                    entity: entity,
-                    entityID: entityID,
-                    version: version,
-                    deleted: deleted,
-                    naturalKey: naturalKey,
-                    changedAt: changedAt,
-                    writtenBy: writtenBy,
-                    writtenMutation: writtenMutation,
-                    writtenSeq: writtenSeq
-                )
-                pulled.rows.append((record, seq, size, fits, data))
-            }
-            return pulled
+    /// Runs a `pullQuery` on `db`.
+    private static func rows(of query: PostgresQuery, on db: PostgresConnection, logger: Logger) async throws -> PulledHistory {
+        var pulled = PulledHistory()
+        for try await row in try await db.query(query, logger: logger) {
+            let (
+                position, epoch, epochBase, purgedThrough, lastMutationID, memberships, spaceCount, moved, member, entity, entityID, version,
+                deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
+            ) = try row.decode(
+                (
+                    Int64, Int64, Int64, Int64, Int64?, Int64?, Int, Int, String?, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?,
+                    Int64?, String?, Int64?, Int64?, Int?, Bool?
+                ).self
+            )
+            pulled.member = member
+            pulled.head = ChangeHead(
+                position: position,
+                epoch: epoch,
+                epochBase: epochBase,
+                purgedThrough: purgedThrough,
+                lastMutationID: lastMutationID ?? 0
+            )
+            (pulled.version, pulled.spaces, pulled.moved) = (memberships ?? 0, spaceCount, moved)
+            // The head alone: no change after the cursor.
+            guard let entity, let entityID, let version, let deleted, let seq, let size, let fits else { break }
+            let record = StoredRecord(
+                entity: entity,
+                entityID: entityID,
+                version: version,
+                deleted: deleted,
+                naturalKey: naturalKey,
+                changedAt: changedAt,
+                writtenBy: writtenBy,
+                writtenMutation: writtenMutation,
+                writtenSeq: writtenSeq
+            )
+            pulled.rows.append((record, seq, size, fits, data))
         }
+        return pulled
     }
 
     /// Offers a statement's rows to `builder` in change order: the statement has no ORDER BY of
@@ -745,24 +782,22 @@ public final class PostgresSyncStorage: SyncStorage {
     }
 
     /// The spaces `userID` reads, in order of key, with the heads of their histories.
-    private func readableSpaces(of userID: String) async throws -> [ReadableSpace] {
-        try await withDatabase { [logger] db in
-            var spaces: [ReadableSpace] = []
-            for try await (key, id, role, position, epoch, epochBase, purgedThrough) in try await db.query(
-                """
-                SELECT m.space_key, s.id, m.role, coalesce(h.position, 0), coalesce(h.epoch, 0), coalesce(h.epoch_base, 0),
-                    coalesce(h.purged_through, 0)
-                FROM space_members m JOIN spaces s ON s.key = m.space_key
-                LEFT JOIN user_changes h ON h.user_id = (chr(1) || m.space_key::text) COLLATE "C"
-                WHERE m.user_id = \(userID) ORDER BY m.space_key
-                """,
-                logger: logger
-            ).decode((Int64, String, String, Int64, Int64, Int64, Int64).self) {
-                let head = ChangeHead(position: position, epoch: epoch, epochBase: epochBase, purgedThrough: purgedThrough)
-                spaces.append(ReadableSpace(key: key, id: id, role: SpaceRole(rawValue: role) ?? .read, head: head, last: position))
-            }
-            return spaces
+    private static func readableSpaces(of userID: String, on db: PostgresConnection, logger: Logger) async throws -> [ReadableSpace] {
+        var spaces: [ReadableSpace] = []
+        for try await (key, id, role, position, epoch, epochBase, purgedThrough) in try await db.query(
+            """
+            SELECT m.space_key, s.id, m.role, coalesce(h.position, 0), coalesce(h.epoch, 0), coalesce(h.epoch_base, 0),
+                coalesce(h.purged_through, 0)
+            FROM space_members m JOIN spaces s ON s.key = m.space_key
+            LEFT JOIN user_changes h ON h.user_id = (chr(1) || m.space_key::text) COLLATE "C"
+            WHERE m.user_id = \(userID) ORDER BY m.space_key
+            """,
+            logger: logger
+        ).decode((Int64, String, String, Int64, Int64, Int64, Int64).self) {
+            let head = ChangeHead(position: position, epoch: epoch, epochBase: epochBase, purgedThrough: purgedThrough)
+            spaces.append(ReadableSpace(key: key, id: id, role: SpaceRole(rawValue: role) ?? .read, head: head, last: position))
         }
+        return spaces
     }
 
     /// A pull page's statement over one history (the user's, or a space's `partition`), one

@@ -18,6 +18,8 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// Internal, not private: tests read the connections' settings through it.
     let writer: any DatabaseWriter
     private let cursors: CursorCodec
+    /// Where a test pauses a pull between its memberships and its spaces' rows.
+    package let interleaving = PullInterleaving()
     /// One push per user at a time reaches the writer: a user's burst of large pushes waits here,
     /// in memory, so another user's push waits behind at most one of them, not all.
     private let pushes = UserPushQueue()
@@ -433,7 +435,7 @@ public final class SQLiteSyncStorage: SyncStorage {
     /// (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
-        let codec = cursors
+        let (codec, interleaving) = (cursors, interleaving)
         return try await mapErrors {
             try await writer.read { db in
                 let row = try Row.fetchOne(
@@ -486,7 +488,16 @@ public final class SQLiteSyncStorage: SyncStorage {
                 ) {
                     return page.pageWithSpacesUnchanged(cursors: codec, cursor: cursor)
                 }
-                return try Self.readSpaces(page, version: version, head: head, userID: userID, ownWrites: ownWrites, cursors: codec, db: db)
+                return try Self.readSpaces(
+                    page,
+                    version: version,
+                    head: head,
+                    userID: userID,
+                    ownWrites: ownWrites,
+                    cursors: codec,
+                    interleaving: interleaving,
+                    db: db
+                )
             }
         }
     }
@@ -499,6 +510,7 @@ public final class SQLiteSyncStorage: SyncStorage {
         userID: String,
         ownWrites: OwnWrites?,
         cursors: CursorCodec,
+        interleaving: PullInterleaving,
         db: Database
     ) throws -> PullPage {
         var page = page
@@ -525,6 +537,8 @@ public final class SQLiteSyncStorage: SyncStorage {
                 last: row[3] ?? 0
             )
         }
+        // The read transaction holds its snapshot: what commits from here on is not in this page.
+        interleaving.reached()
         for space in spaces {
             let start = try page.start(of: space)
             guard page.needsRead(space, from: start) else { continue }
