@@ -15,6 +15,9 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     case forbidden
     /// 409: the space id belongs to a space someone else created.
     case spaceExists = "space_exists"
+    /// A mutation's code only (`rejected`): the space it was made in (its `spaceIncarnation`) was
+    /// deleted; a space created since under the same id is another space, and gets nothing of it.
+    case spaceDeleted = "space_deleted"
     /// 409: the space's last admin cannot leave or be demoted.
     case lastAdmin = "last_admin"
     /// 409: the user is already a member of ``ProtocolLimits/maxSpacesPerUser`` spaces.
@@ -47,7 +50,7 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
         case .requestTimeout: 408
         case .cursorExpired: 410
         case .tooManyClients, .forbidden: 403
-        case .spaceExists, .lastAdmin, .tooManySpaces: 409
+        case .spaceExists, .spaceDeleted, .lastAdmin, .tooManySpaces: 409
         case .batchTooLarge: 413
         case .rateLimited: 429
         case .internal: 500

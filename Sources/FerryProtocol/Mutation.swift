@@ -28,6 +28,11 @@ public struct Mutation: Sendable, Codable, Hashable {
     public var changedAt: Int64?
     /// The space the record lives in (PROTOCOL.md, "Spaces"); `nil` for the user's personal space.
     public var space: String?
+    /// Which space of that id the change was made in: the `incarnation` of the membership the
+    /// device knew when it made it. A space deleted and created again under the same id is
+    /// another space: a mutation naming an incarnation that is not the space's current one is
+    /// `rejected` with `space_deleted`. Optional: without it the space's current one is meant.
+    public var spaceIncarnation: String?
 
     /// A mutation from its fields, unchecked: `upsert` and `delete` build the shapes PROTOCOL.md allows.
     public init(
@@ -39,7 +44,8 @@ public struct Mutation: Sendable, Codable, Hashable {
         naturalKey: String? = nil,
         baseVersion: Int64? = nil,
         changedAt: Int64? = nil,
-        space: String? = nil
+        space: String? = nil,
+        spaceIncarnation: String? = nil
     ) {
         self.id = id
         self.entity = entity
@@ -50,6 +56,7 @@ public struct Mutation: Sendable, Codable, Hashable {
         self.baseVersion = baseVersion
         self.changedAt = changedAt
         self.space = space
+        self.spaceIncarnation = spaceIncarnation
     }
 
     /// A mutation that creates the record or replaces its data, optionally matched by `naturalKey` and guarded by

@@ -107,6 +107,12 @@ extension Mutation {
         if let problem = ProtocolValidation.entityProblem(entity) { return problem }
         if let problem = ProtocolValidation.entityIDProblem(entityID) { return problem }
         if let space, let problem = ProtocolValidation.spaceIDProblem(space) { return problem }
+        if let spaceIncarnation {
+            guard space != nil else { return "spaceIncarnation is only allowed with space" }
+            guard (1...64).contains(spaceIncarnation.utf8.count) else {
+                return "spaceIncarnation must be 1 to 64 bytes, as a membership's incarnation is, got \(spaceIncarnation.utf8.count)"
+            }
+        }
         if let changedAt, !(0...ProtocolLimits.maxMutationID).contains(changedAt) {
             return "changedAt must be milliseconds since 1970, 0 to 2^53-1, got \(changedAt)"
         }

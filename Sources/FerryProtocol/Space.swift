@@ -28,11 +28,15 @@ public struct Membership: Sendable, Codable, Hashable {
     public var space: String
     /// The user's role in it.
     public var role: SpaceRole
+    /// Which space of that id it is: a space deleted and created again under the same id is
+    /// another space, with another incarnation. Opaque; `nil` from a server that does not say.
+    public var incarnation: String?
 
     /// A membership from its fields.
-    public init(space: String, role: SpaceRole) {
+    public init(space: String, role: SpaceRole, incarnation: String? = nil) {
         self.space = space
         self.role = role
+        self.incarnation = incarnation
     }
 }
 

@@ -54,7 +54,8 @@ extension Mutation {
             naturalKey: try fields.optional("naturalKey", JSONFields.string),
             baseVersion: try fields.optional("baseVersion", JSONFields.integer),
             changedAt: try fields.optional("changedAt", JSONFields.integer),
-            space: try fields.optional("space", JSONFields.string)
+            space: try fields.optional("space", JSONFields.string),
+            spaceIncarnation: try fields.optional("spaceIncarnation", JSONFields.string)
         )
     }
 }
@@ -103,7 +104,8 @@ extension Membership {
     init(_ fields: JSONFields) throws(JSONShapeError) {
         self.init(
             space: try fields.required("space", JSONFields.string),
-            role: try fields.required("role", JSONFields.enumeration(SpaceRole.self))
+            role: try fields.required("role", JSONFields.enumeration(SpaceRole.self)),
+            incarnation: try fields.optional("incarnation", JSONFields.string)
         )
     }
 }

@@ -23,7 +23,11 @@ struct SpaceCommandTests {
             run = try await Self.ferry(["space", "members", "team-1"] + bob)
             #expect(run.output == "alice\tadmin\nbob\twrite\n", "\(run.output)")
             run = try await Self.ferry(["space", "list", "--json"] + bob)
-            #expect(try JSONDecoder().decode(SpaceList.self, from: Data(run.output.utf8)).spaces == [Membership(space: "team-1", role: .write)])
+            #expect(
+                try JSONDecoder().decode(SpaceList.self, from: Data(run.output.utf8)).spaces.withoutIncarnations == [
+                    Membership(space: "team-1", role: .write)
+                ]
+            )
             // Refusals: the server's code and message, exit 1.
             run = try await Self.ferry(["space", "delete", "team-1"] + bob)
             #expect(run.status == 1 && run.error.contains("403 forbidden") && run.error.contains("admin"), "\(run.error)")

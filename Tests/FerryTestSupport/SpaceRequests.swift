@@ -47,3 +47,13 @@ extension ServerEndpoint {
         text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-_.~"))) ?? text
     }
 }
+
+extension Membership {
+    /// The membership without its incarnation, for comparing with one written in a test.
+    public var withoutIncarnation: Membership { Membership(space: space, role: role) }
+}
+
+extension [Membership] {
+    /// The memberships without their incarnations, for comparing with ones written in a test.
+    public var withoutIncarnations: [Membership] { map(\.withoutIncarnation) }
+}

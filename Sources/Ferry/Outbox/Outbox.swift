@@ -67,7 +67,8 @@ struct Outbox: Sendable {
             var rows = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, coalesce(changed_at, queued_at), space FROM ferry_outbox
+                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, coalesce(changed_at, queued_at), space, space_incarnation
+                    FROM ferry_outbox
                     WHERE state = ? ORDER BY id LIMIT ?
                     """,
                 arguments: [OutboxState.pending.rawValue, limit]
@@ -136,6 +137,7 @@ struct Outbox: Sendable {
                 var mutation = OutgoingMutation(id: row[0], entity: record.entity, entityID: record.entityID, op: op)
                 mutation.changedAt = OutgoingMutation.milliseconds(row[8])
                 mutation.space = row[9]
+                mutation.spaceIncarnation = row[10]
                 if op == .upsert {
                     mutation.dataText = row[4]
                     mutation.naturalKey = row[5]
@@ -449,15 +451,16 @@ struct Outbox: Sendable {
         naturalKey: String?,
         queuedAt: Double? = nil,
         space: String? = nil,
+        spaceIncarnation: String? = nil,
         db: Database
     ) throws {
         try db.cachedStatement(
             sql: """
-                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space)
-                VALUES (?, ?, ?, ?, ?, coalesce(?, \(OutboxState.nowSQL)), ?)
+                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation)
+                VALUES (?, ?, ?, ?, ?, coalesce(?, \(OutboxState.nowSQL)), ?, ?)
                 """
         )
-        .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey, queuedAt, space])
+        .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey, queuedAt, space, spaceIncarnation])
     }
 
     /// Local rows take the server's state of records the server reported as they are now,
@@ -699,6 +702,7 @@ struct Outbox: Sendable {
                 naturalKey: data == nil ? nil : mutation.naturalKey ?? current?.naturalKey,
                 queuedAt: changedAt.map { Double($0) / 1000 },
                 space: mutation.space,
+                spaceIncarnation: mutation.spaceIncarnation,
                 db: db
             )
             later.add(db.lastInsertedRowID, of: record)  // a merge into this record later in the batch must see it

@@ -17,6 +17,8 @@ struct OutgoingMutation: Sendable {
     var changedAt: Int64?
     /// The space of the record; `nil` for the personal space.
     var space: String?
+    /// The incarnation of `space` the store knew when the change was made (`Mutation.spaceIncarnation`).
+    var spaceIncarnation: String?
 
     /// A mutation's share of a request body besides its data, id and natural key: field names,
     /// punctuation, the entity, numbers (an upper bound, for `Outbox.bodyBudget`).
@@ -45,7 +47,8 @@ struct OutgoingMutation: Sendable {
             naturalKey: naturalKey,
             baseVersion: baseVersion,
             changedAt: changedAt,
-            space: space
+            space: space,
+            spaceIncarnation: spaceIncarnation
         )
         // Text of up to 32 KiB cannot exceed 256 KiB once the server encodes it (its numbers
         // may be a few digits longer than SQLite's); larger data is measured exactly.
@@ -96,6 +99,10 @@ struct OutgoingMutation: Sendable {
         if let space {
             json.raw(",\"space\":")
             json.string(space)
+        }
+        if let spaceIncarnation {
+            json.raw(",\"spaceIncarnation\":")
+            json.string(spaceIncarnation)
         }
         json.raw("}")
     }

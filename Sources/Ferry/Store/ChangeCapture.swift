@@ -30,12 +30,12 @@ enum ChangeCapture {
                 BEGIN \(sql.upsert("NEW")) END;
                 CREATE TRIGGER \("ferry_capture_\(name)_update".quotedDatabaseIdentifier) AFTER UPDATE ON \(quoted) WHEN \(capturing)
                 BEGIN
-                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at, space) SELECT \(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL), \(sql.space("OLD")) WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"));
+                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at, space, space_incarnation) SELECT \(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL), \(sql.space("OLD")), \(sql.incarnation("OLD")) WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"));
                     \(sql.upsert("NEW"))
                 END;
                 CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
                 BEGIN
-                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at, space) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL), \(sql.space("OLD")));
+                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at, space, space_incarnation) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL), \(sql.space("OLD")), \(sql.incarnation("OLD")));
                     DELETE FROM ferry_extras WHERE entity = \(sql.entity("OLD")) AND entity_id = OLD.\(sql.pk);
                 END;
                 """
@@ -95,8 +95,8 @@ enum ChangeCapture {
         let sql = try Expressions(table: table, db: db)
         try db.execute(
             sql: """
-                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space)
-                SELECT \(sql.entity("NEW")), NEW.\(sql.pk), 'upsert', \(sql.data("NEW")), \(sql.naturalKey("NEW")), \(OutboxState.nowSQL), \(sql.space("NEW"))
+                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation)
+                SELECT \(sql.entity("NEW")), NEW.\(sql.pk), 'upsert', \(sql.data("NEW")), \(sql.naturalKey("NEW")), \(OutboxState.nowSQL), \(sql.space("NEW")), \(sql.incarnation("NEW"))
                 FROM \(table.table.quotedDatabaseIdentifier) AS NEW\(condition.map { " WHERE \($0)" } ?? "")
                 """,
             arguments: arguments
@@ -181,6 +181,16 @@ private struct Expressions {
         }
     }
 
+    /// The incarnation of the row's space the store knows (`ferry_spaces`): the change is bound
+    /// to that space, not to whichever space holds its id when it is sent. NULL for the personal
+    /// space, and for a space the store has not pulled yet (the server's current one is meant).
+    func incarnation(_ row: String) -> String {
+        switch table.space {
+        case .personal: "NULL"
+        default: "(SELECT incarnation FROM ferry_spaces WHERE space = \(space(row)))"
+        }
+    }
+
     func naturalKey(_ row: String) -> String {
         table.naturalKey.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? "NULL"
     }
@@ -211,7 +221,7 @@ private struct Expressions {
     }
 
     func upsert(_ row: String) -> String {
-        "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)), \(OutboxState.nowSQL), \(space(row)));"
+        "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)), \(OutboxState.nowSQL), \(space(row)), \(incarnation(row)));"
     }
 }
 

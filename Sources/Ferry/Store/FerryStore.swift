@@ -306,6 +306,24 @@ public final class FerryStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("ferry-v13") { db in
+            // A space deleted and created again under its id is another space: the store keeps
+            // each membership's incarnation, and each change queued for a space the incarnation
+            // it was made in, which the server checks (`Mutation.spaceIncarnation`).
+            // A join's sweep considers only the rows the store held, with no change queued, when
+            // the join began, at the version it knew then (`SpaceMemberships`): never a row this
+            // device wrote or pushed since.
+            try db.execute(
+                sql: """
+                    ALTER TABLE ferry_spaces ADD COLUMN incarnation TEXT;
+                    ALTER TABLE ferry_outbox ADD COLUMN space_incarnation TEXT;
+                    CREATE TABLE ferry_join_candidates (
+                        space TEXT NOT NULL, entity TEXT NOT NULL, entity_id TEXT NOT NULL, version INTEGER,
+                        PRIMARY KEY (space, entity, entity_id)
+                    ) WITHOUT ROWID;
+                    """
+            )
+        }
         return migrator
     }
 
@@ -336,8 +354,10 @@ public final class FerryStore: Sendable {
                 throw FerryError.readOnlySpace(SpaceGuard.message(space: space, role: role))
             }
             try db.execute(
-                sql:
-                    "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space) VALUES (?, ?, ?, ?, ?, \(OutboxState.nowSQL), ?)",
+                sql: """
+                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation)
+                    VALUES (?1, ?2, ?3, ?4, ?5, \(OutboxState.nowSQL), ?6, (SELECT incarnation FROM ferry_spaces WHERE space = ?6))
+                    """,
                 arguments: [entity, entityID, op.rawValue, text, naturalKey, space]
             )
         }

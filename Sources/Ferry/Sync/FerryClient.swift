@@ -444,8 +444,9 @@ public actor FerryClient {
             )
             try db.execute(
                 sql: """
-                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, changed_at, space)
-                    SELECT entity, entity_id, op, data, natural_key, queued_at, changed_at, space FROM ferry_outbox WHERE state = ? ORDER BY id
+                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, changed_at, space, space_incarnation)
+                    SELECT entity, entity_id, op, data, natural_key, queued_at, changed_at, space, space_incarnation FROM ferry_outbox
+                    WHERE state = ? ORDER BY id
                     """,
                 arguments: [dead]
             )

@@ -12,40 +12,50 @@ enum SpaceMemberships {
 
     /// The memberships the store last saw, sorted by space.
     static func read(_ db: Database) throws -> [Membership] {
-        try Row.fetchAll(db, sql: "SELECT space, role FROM ferry_spaces ORDER BY space").map {
-            Membership(space: $0[0], role: SpaceRole(rawValue: $0[1]) ?? .read)
+        try Row.fetchAll(db, sql: "SELECT space, role, incarnation FROM ferry_spaces ORDER BY space").map {
+            Membership(space: $0[0], role: SpaceRole(rawValue: $0[1]) ?? .read, incarnation: $0[2])
         }
     }
 
     /// Applies a page's `revoked` and `spaces`, before its changes, in its transaction: each
     /// revoked space's rows leave the store without capture (with their versions, kept fields
     /// and set-aside copies), and its changes still queued (not in flight: those get the
-    /// server's answer) become dead letters with the reason, never silently dropped. Then the
-    /// memberships are the page's, which the guard triggers read.
+    /// server's answer) become dead letters with the reason, never silently dropped. A space
+    /// the page names with another incarnation than the store's was deleted and created again
+    /// under its id: it is another space, so the old one is revoked and the new one joined, even
+    /// when the page's cursor did not name the old one. Then the memberships are the page's,
+    /// which the guard triggers read.
     static func apply(_ page: PullResponse, store: FerryStore, db: Database) throws -> Changes {
         var changes = Changes()
-        let before = Dictionary(try read(db).map { ($0.space, $0.role) }, uniquingKeysWith: { $1 })
-        for space in page.revoked {
+        let before = Dictionary(try read(db).map { ($0.space, $0) }, uniquingKeysWith: { $1 })
+        var revoked = page.revoked
+        for membership in page.spaces ?? [] {
+            guard let known = before[membership.space]?.incarnation, let incarnation = membership.incarnation, known != incarnation,
+                !revoked.contains(membership.space)
+            else { continue }
+            revoked.append(membership.space)
+        }
+        for space in revoked {
             changes.revoked.append(try revoke(space, store: store, db: db))
         }
         // Left out: the memberships the cursor was read with, which the store keeps.
         guard let spaces = page.spaces else { return changes }
         try db.execute(sql: "DELETE FROM ferry_spaces")
-        let insert = try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_spaces (space, role) VALUES (?, ?)")
+        let insert = try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_spaces (space, role, incarnation) VALUES (?, ?, ?)")
         for membership in spaces {
-            try insert.execute(arguments: [membership.space, membership.role.rawValue])
-            if before[membership.space] == nil {
+            try insert.execute(arguments: [membership.space, membership.role.rawValue, membership.incarnation])
+            if before[membership.space] == nil || revoked.contains(membership.space) {
                 changes.joined.append(membership)
                 // A join sends no tombstones: rows the store holds of the space already (written
                 // here before the join) are checked against what the join brings (`noteJoins`,
                 // `finishJoins`).
-                if try holdsRows(of: membership.space, store: store, db: db) {
+                if try noteCandidates(of: membership.space, store: store, db: db) {
                     try db.execute(sql: "INSERT OR IGNORE INTO ferry_joins (space) VALUES (?)", arguments: [membership.space])
                 }
             }
         }
         // The guards name the read-only spaces in their messages.
-        if Dictionary(spaces.map { ($0.space, $0.role) }, uniquingKeysWith: { $1 }) != before {
+        if Dictionary(spaces.map { ($0.space, $0.role) }, uniquingKeysWith: { $1 }) != before.mapValues(\.role) {
             try ChangeCapture.reinstallGuards(for: store.tables, in: db)
         }
         return changes
@@ -68,8 +78,11 @@ enum SpaceMemberships {
 
     /// Ends the joins of a pull that is caught up: the rows of each joined space that the join
     /// did not bring (deleted by another member before this device joined, whose tombstones a
-    /// join does not send) leave the store uncaptured, with their versions, except those with
-    /// changes queued or set aside as dead letters. Returns how many left.
+    /// join does not send) leave the store uncaptured, with their versions. Only the join's
+    /// candidates (`noteCandidates`) may leave, and of those not one with changes queued or set
+    /// aside as dead letters, nor one whose version the store learned since (a push of this
+    /// device answered: the server leaves such writes out of a pull once its cursor has joined
+    /// the space). Returns how many left.
     static func finishJoins(store: FerryStore, db: Database) throws -> Int {
         let spaces = try String.fetchAll(db, sql: "SELECT space FROM ferry_joins")
         var removed = 0
@@ -79,22 +92,32 @@ enum SpaceMemberships {
                     let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
                     let key = "CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
                     let unseen = """
-                        \(condition) AND NOT EXISTS (SELECT 1 FROM ferry_join_seen s WHERE s.space = \(space.sqlLiteral)
+                        \(condition) AND EXISTS (SELECT 1 FROM ferry_join_candidates c WHERE c.space = \(space.sqlLiteral)
+                            AND c.entity = \(entity) AND c.entity_id = \(key)
+                            AND c.version IS (SELECT v.version FROM ferry_versions v WHERE v.entity = c.entity AND v.entity_id = c.entity_id))
+                        AND NOT EXISTS (SELECT 1 FROM ferry_join_seen s WHERE s.space = \(space.sqlLiteral)
                             AND s.entity = \(entity) AND s.entity_id = \(key))
                         AND NOT EXISTS (SELECT 1 FROM ferry_outbox o WHERE o.entity = \(entity) AND o.entity_id = \(key)
                             AND o.state != \(OutboxState.highWaterMark.rawValue))
                         """
                     let quoted = table.table.quotedDatabaseIdentifier
-                    try db.execute(
-                        sql: "DELETE FROM ferry_versions WHERE (entity, entity_id) IN (SELECT \(entity), \(key) FROM \(quoted) WHERE \(unseen))",
-                        arguments: arguments
+                    // Chosen first: the condition reads the versions that leave with the rows.
+                    let gone = try Row.fetchAll(db, sql: "SELECT \(entity), \(key) FROM \(quoted) WHERE \(unseen)", arguments: arguments)
+                    let forget = try db.cachedStatement(sql: "DELETE FROM ferry_versions WHERE entity = ? AND entity_id = ?")
+                    let delete = try db.makeStatement(
+                        sql: "DELETE FROM \(quoted) WHERE \(entity) = ? AND CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT) = ?"
                     )
-                    try db.execute(sql: "DELETE FROM \(quoted) WHERE \(unseen)", arguments: arguments)
-                    removed += db.changesCount
+                    for row in gone {
+                        let (entity, id): (String, String) = (row[0], row[1])
+                        try forget.execute(arguments: [entity, id])
+                        try delete.execute(arguments: [entity, id])
+                        removed += db.changesCount
+                    }
                 }
             }
         }
         try db.execute(sql: "DELETE FROM ferry_join_seen")
+        try db.execute(sql: "DELETE FROM ferry_join_candidates")
         try db.execute(sql: "DELETE FROM ferry_joins")
         return removed
     }
@@ -110,17 +133,28 @@ enum SpaceMemberships {
         }
     }
 
-    /// Whether the store holds rows of `space`.
-    private static func holdsRows(of space: String, store: FerryStore, db: Database) throws -> Bool {
-        for (table, condition, arguments) in rows(of: space, in: store)
-        where try Bool.fetchOne(
-            db,
-            sql: "SELECT EXISTS (SELECT 1 FROM \(table.table.quotedDatabaseIdentifier) WHERE \(condition))",
-            arguments: arguments
-        ) == true {
-            return true
+    /// Notes, as a join of `space` begins, the rows the store holds of it with no change queued,
+    /// each with the version the store knows: what the join's sweep may remove if the join does
+    /// not bring it (`finishJoins`). Returns whether there are any.
+    private static func noteCandidates(of space: String, store: FerryStore, db: Database) throws -> Bool {
+        var noted = 0
+        for (table, condition, arguments) in rows(of: space, in: store) {
+            let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
+            let key = "CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
+            try db.execute(
+                sql: """
+                    INSERT OR REPLACE INTO ferry_join_candidates (space, entity, entity_id, version)
+                    SELECT \(space.sqlLiteral), \(entity), \(key),
+                        (SELECT v.version FROM ferry_versions v WHERE v.entity = \(entity) AND v.entity_id = \(key))
+                    FROM \(table.table.quotedDatabaseIdentifier) WHERE \(condition)
+                        AND NOT EXISTS (SELECT 1 FROM ferry_outbox o WHERE o.entity = \(entity) AND o.entity_id = \(key)
+                            AND o.state != \(OutboxState.highWaterMark.rawValue))
+                    """,
+                arguments: arguments
+            )
+            noted += db.changesCount
         }
-        return false
+        return noted > 0
     }
 
     private static func revoke(_ space: String, store: FerryStore, db: Database) throws -> (space: String, removed: Int, deadLettered: Int) {
@@ -150,6 +184,7 @@ enum SpaceMemberships {
         try db.execute(sql: "DELETE FROM ferry_set_aside WHERE space = ?", arguments: [space])
         try db.execute(sql: "DELETE FROM ferry_joins WHERE space = ?", arguments: [space])
         try db.execute(sql: "DELETE FROM ferry_join_seen WHERE space = ?", arguments: [space])
+        try db.execute(sql: "DELETE FROM ferry_join_candidates WHERE space = ?", arguments: [space])
         // Records of the space whose rows the app already deleted have no row above, only their
         // changes: their versions go too, or a grant that brings the space whole again would
         // find them known at the version it sends and skip them.

@@ -148,6 +148,10 @@ public struct PullPage: Sendable {
                 body.string(membership.space)
                 body.raw(",\"role\":")
                 body.string(membership.role.rawValue)
+                if let incarnation = membership.incarnation {
+                    body.raw(",\"incarnation\":")
+                    body.string(incarnation)
+                }
                 body.raw("}")
             }
             body.raw("]")

@@ -153,6 +153,8 @@ enum RecentResults {
         add(incoming.encodedData ?? Data())
         // Only a mutation into a space says one: personal mutations keep the fingerprints they had.
         if let space = mutation.space { add(space.utf8) }
+        // Likewise its incarnation: mutations without one keep theirs.
+        if let incarnation = mutation.spaceIncarnation { add(incarnation.utf8) }
         return Int64(bitPattern: hash)
     }
 }

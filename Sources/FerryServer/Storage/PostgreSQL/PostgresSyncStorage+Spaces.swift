@@ -12,12 +12,12 @@ extension PostgresSyncStorage {
     public func createSpace(_ space: String, by caller: Caller) async throws -> (membership: Membership, created: Bool) {
         try SpaceRequest.check(space: space)
         return try await inTransaction { db, logger in
-            let membership = Membership(space: space, role: .admin)
+            let membership = { (key: Int64) in Membership(space: space, role: .admin, incarnation: SpaceRules.incarnation(of: key)) }
             if !caller.isService { try await Self.lockMemberships(of: caller.userID, db: db, logger: logger) }
             for attempt in 0..<2 {
-                if let (_, role) = try await Self.space(space, caller: caller, locking: false, db: db, logger: logger) {
+                if let (key, role) = try await Self.space(space, caller: caller, locking: false, db: db, logger: logger) {
                     guard caller.isService || role == .admin else { throw SpaceRules.exists(space) }
-                    return (membership, false)
+                    return (membership(key), false)
                 }
                 if !caller.isService {
                     try SpaceRules.joins(
@@ -39,7 +39,7 @@ extension PostgresSyncStorage {
                         )
                         try await Self.membershipsChanged(of: [caller.userID], db: db, logger: logger)
                     }
-                    return (membership, true)
+                    return (membership(key), true)
                 }
                 if attempt == 1 { break }
             }
@@ -71,11 +71,11 @@ extension PostgresSyncStorage {
     public func memberships(of userID: String) async throws -> [Membership] {
         try await withDatabase { [logger] db in
             var memberships: [Membership] = []
-            for try await (space, role) in try await db.query(
-                "SELECT s.id, m.role FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = \(userID) ORDER BY s.id",
+            for try await (space, role, key) in try await db.query(
+                "SELECT s.id, m.role, s.key FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = \(userID) ORDER BY s.id",
                 logger: logger
-            ).decode((String, String).self) {
-                memberships.append(Membership(space: space, role: SpaceRole(rawValue: role) ?? .read))
+            ).decode((String, String, Int64).self) {
+                memberships.append(Membership(space: space, role: SpaceRole(rawValue: role) ?? .read, incarnation: SpaceRules.incarnation(of: key)))
             }
             return memberships
         }

@@ -10,10 +10,10 @@ extension SQLiteSyncStorage {
         try SpaceRequest.check(space: space)
         return try await mapErrors {
             try await writer.write { db in
-                let membership = Membership(space: space, role: .admin)
-                if let (_, role) = try Self.space(space, caller: caller, db: db) {
+                let membership = { (key: Int64) in Membership(space: space, role: .admin, incarnation: SpaceRules.incarnation(of: key)) }
+                if let (key, role) = try Self.space(space, caller: caller, db: db) {
                     guard caller.isService || role == .admin else { throw SpaceRules.exists(space) }
-                    return (membership, false)
+                    return (membership(key), false)
                 }
                 if !caller.isService {
                     try SpaceRules.joins(space, user: caller.userID, memberships: try Self.membershipCount(of: caller.userID, db: db))
@@ -28,7 +28,7 @@ extension SQLiteSyncStorage {
                     )
                     try self.membershipsChanged(of: [caller.userID], db: db)
                 }
-                return (membership, true)
+                return (membership(key), true)
             }
         }
     }
@@ -59,9 +59,9 @@ extension SQLiteSyncStorage {
             try await writer.read { db in
                 try Row.fetchAll(
                     db,
-                    sql: "SELECT s.id, m.role FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = ? ORDER BY s.id",
+                    sql: "SELECT s.id, m.role, s.key FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = ? ORDER BY s.id",
                     arguments: [userID]
-                ).map { Membership(space: $0[0], role: SpaceRole(rawValue: $0[1]) ?? .read) }
+                ).map { Membership(space: $0[0], role: SpaceRole(rawValue: $0[1]) ?? .read, incarnation: SpaceRules.incarnation(of: $0[2])) }
             }
         }
     }

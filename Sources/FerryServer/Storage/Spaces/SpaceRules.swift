@@ -55,6 +55,23 @@ enum SpaceRules {
         ProtocolViolation(.spaceExists, "space '\(space)' already exists and you do not administer it; choose another id")
     }
 
+    /// The incarnation of the space with `key`, as memberships carry it: the key, which is never
+    /// reused (`SpacePartition`).
+    static func incarnation(of key: Int64) -> String { String(key) }
+
+    /// The answer to mutation `id` made in an incarnation of `space` that was deleted.
+    static func deletedSpaceWrite(id: Int64, space: String) -> PushResult {
+        PushResult(
+            id: id,
+            status: .rejected,
+            entityID: nil,
+            version: nil,
+            error: "the space '\(space)' this change was made in was deleted; a space created since under that id is another space, "
+                + "and gets nothing of it",
+            code: ErrorCode.spaceDeleted.rawValue
+        )
+    }
+
     /// The answer to mutation `id` into a space the caller may not write (`role`: theirs, if any).
     static func refusedWrite(id: Int64, space: String, role: SpaceRole?) -> PushResult {
         PushResult(

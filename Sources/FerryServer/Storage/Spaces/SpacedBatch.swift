@@ -49,10 +49,14 @@ struct SpacedBatch {
                 continue
             }
             let target = targets[space]
-            if let target, caller.isService || target.role?.canWrite == true {
+            // A change made in a space since deleted never lands in one created later under its id.
+            let sameSpace = incoming.mutation.spaceIncarnation.map { $0 == target.map { SpaceRules.incarnation(of: $0.key) } } ?? true
+            if let target, sameSpace, caller.isService || target.role?.canWrite == true {
                 bySpace[target.key, default: []].append(incoming)
             } else if incoming.mutation.id <= lastMutationID, let kept = replays[incoming.mutation.id], kept.answers(incoming) {
                 refused[incoming.mutation.id] = kept.result(for: incoming.mutation)
+            } else if !sameSpace {
+                refused[incoming.mutation.id] = SpaceRules.deletedSpaceWrite(id: incoming.mutation.id, space: space)
             } else {
                 refused[incoming.mutation.id] = SpaceRules.refusedWrite(id: incoming.mutation.id, space: space, role: target?.role)
             }

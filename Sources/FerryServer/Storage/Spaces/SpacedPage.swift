@@ -119,7 +119,10 @@ struct SpacedPage {
             cursor: cursors.encode(next, userID: userID),
             hasMore: stopped,
             spaces: from.map { $0.memberships == version } == true
-                ? nil : spaces.map { Membership(space: $0.id, role: $0.role) }.sorted { $0.space < $1.space },
+                ? nil
+                : spaces.map { Membership(space: $0.id, role: $0.role, incarnation: SpaceRules.incarnation(of: $0.key)) }.sorted {
+                    $0.space < $1.space
+                },
             revoked: revoked
         )
     }

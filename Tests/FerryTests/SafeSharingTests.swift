@@ -1,0 +1,157 @@
+import Clocks
+import ConcurrencyExtras
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import GRDB
+import Testing
+
+@testable import Ferry
+
+/// A team's life without leaks, losses or wedges (issue "Safe to share"): spaces deleted and
+/// their ids reused, a creator's first sync, members removed and added back, the app's own
+/// foreign keys.
+@Suite("Safe to share", .timeLimit(.minutes(2)))
+struct SafeSharingTests {
+    static func client(_ store: FerryStore, _ server: TestServer, user: String) -> FerryClient {
+        SpaceClientTests.client(store, server, user: user)
+    }
+
+    static func ids(_ store: FerryStore, _ table: String = "projects") async throws -> [String] {
+        try await store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM \(table) ORDER BY id") }
+    }
+
+    @Test("the creator of a space keeps the rows they wrote into it, on their first sync and on a store that synced before")
+    func creatorKeepsItsRows() async throws {
+        try await TestServer.run { server in
+            for synced in [false, true] {
+                let store = try SpaceClientTests.openStore("creator-\(synced)")
+                let creator = Self.client(store, server, user: "creator-\(synced)")
+                if synced { try await creator.sync() }
+                try await creator.createSpace("site-\(synced)")
+                try await store.database.write { db in
+                    for n in 1...5 {
+                        try db.execute(
+                            sql: "INSERT INTO projects (id, team_id, name) VALUES (?, ?, ?)",
+                            arguments: ["p\(n)", "site-\(synced)", "job \(n)"]
+                        )
+                    }
+                }
+                try await creator.sync()
+                #expect(try await Self.ids(store) == ["p1", "p2", "p3", "p4", "p5"], "synced before: \(synced)")
+                try await creator.sync()
+                #expect(try await Self.ids(store) == ["p1", "p2", "p3", "p4", "p5"], "synced before: \(synced)")
+            }
+        }
+    }
+
+    @Test(
+        "a space deleted and created again under its id is another space: queued edits made in the old one become dead letters, never land in the new one"
+    )
+    func reusedSpaceIDGetsNothingOfTheOld() async throws {
+        try await TestServer.run { server in
+            let alice = Self.client(try SpaceClientTests.openStore("alice"), server, user: "alice")
+            try await alice.createSpace("acme")
+            try await alice.setRole(.write, of: "bob", in: "acme")
+            try await alice.store.database.write { db in
+                try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p1', 'acme', 'Roof'), ('p2', 'acme', 'Wall')")
+            }
+            try await alice.sync()
+            let bobStore = try SpaceClientTests.openStore("bob")
+            let bob = Self.client(bobStore, server, user: "bob")
+            try await bob.sync()
+            #expect(try await Self.ids(bobStore) == ["p1", "p2"])
+            // Bob, offline, edits the team's records, private text included.
+            try await bobStore.database.write { db in
+                try db.execute(sql: "UPDATE projects SET name = 'private: door code 4711' WHERE id = 'p1'")
+                try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p3', 'acme', 'private: salary notes')")
+                try db.execute(sql: "DELETE FROM projects WHERE id = 'p2'")
+            }
+            // Alice deletes acme; Mallory creates a new acme and adds Bob as a writer.
+            try await alice.deleteSpace("acme")
+            let mallory = try await TestServer.token(for: "mallory")
+            #expect(try await server.createSpace("acme", token: mallory).status == 201)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "mallory",
+                    mutations: [Mutation(id: 1, entity: "projects", entityID: "m1", op: .upsert, data: ["name": .string("bait")], space: "acme")]
+                ),
+                token: mallory
+            )
+            #expect(try await server.grant(.write, to: "bob", in: "acme", token: mallory).status == 200)
+            try await bob.sync()
+            // Nothing of Bob's reached Mallory's space.
+            let mallorys = try await server.pullAll(token: mallory)
+            #expect(mallorys.keys.sorted() == ["acme:projects/m1"], "\(mallorys.keys.sorted())")
+            // Each queued change is a dead letter saying why.
+            let dead = try await bob.deadLetters()
+            #expect(Set(dead.map(\.entityID)) == ["p1", "p2", "p3"], "\(dead)")
+            #expect(dead.allSatisfy { $0.reason.contains("deleted") || $0.reason.contains("revoked") }, "\(dead.map(\.reason))")
+            // Bob's device holds the new acme only: the old one's rows are gone.
+            #expect(try await Self.ids(bobStore) == ["m1"])
+            #expect(await bob.status.spaces.map(\.space) == ["acme"])
+            #expect(try await bob.queueSnapshot().queued == 0)
+            // Retrying the dead letters sends them again, and the server refuses them again.
+            #expect(try await bob.retryDeadLetters() == 3)
+            try await bob.sync()
+            #expect(try await server.pullAll(token: mallory).keys.sorted() == ["acme:projects/m1"])
+            // (p2's delete is not sent again: the store no longer knows a version of it to delete.)
+            #expect(Set(try await bob.deadLetters().map(\.entityID)).isSuperset(of: ["p1", "p3"]))
+        }
+    }
+
+    @Test(
+        "a join begun while the creator's rows were still queued, whose run then failed, does not sweep those rows once they are pushed"
+    )
+    func interruptedJoinKeepsOwnRows() async throws {
+        try await TestServer.run { server in
+            let store = try SpaceClientTests.openStore("creator")
+            let token = { @Sendable in try await TestServer.token(for: "creator") }
+            let direct = Self.client(store, server, user: "creator")
+            try await direct.createSpace("site")
+            // A space created after it (read in a pull after it) whose records fill pages after the one that joins.
+            try await server.makeSpace("zz", admin: "alice", members: ["creator": .read])
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "alice",
+                    mutations: (1...3).map {
+                        Mutation(id: $0, entity: "projects", entityID: "z\($0)", op: .upsert, data: ["name": .string("x")], space: "zz")
+                    }
+                ),
+                token: try await TestServer.token(for: "alice")
+            )
+            // Run 1: the app writes its rows after the upload, before the pull; the pull's first page
+            // joins the space (its rows still queued), and every later page fails.
+            let pulls = LockIsolated(0)
+            let healed = LockIsolated(false)
+            let flaky = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                guard request.path.hasPrefix("/v1/pull"), !healed.value else { return try await next(request) }
+                let count = pulls.withValue {
+                    $0 += 1
+                    return $0
+                }
+                if count == 1 {
+                    try await store.database.write { db in
+                        for n in 1...5 {
+                            try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES (?, 'site', ?)", arguments: ["p\(n)", "job \(n)"])
+                        }
+                    }
+                    return try await next(request)
+                }
+                throw URLError(.networkConnectionLost)
+            }
+            var configuration = SyncConfiguration()
+            configuration.pullPageSize = 1
+            let creator = FerryClient(store: store, transport: flaky, token: token, clock: ImmediateClock(), configuration: configuration)
+            await #expect(throws: FerryError.self) { try await creator.sync() }
+            healed.setValue(true)
+            // Run 2 pushes the rows; the pull goes on from the cursor, which has joined the space.
+            try await creator.sync()
+            let all = ["p1", "p2", "p3", "p4", "p5", "z1", "z2", "z3"]
+            #expect(try await Self.ids(store) == all)
+            try await creator.sync()
+            #expect(try await Self.ids(store) == all)
+            #expect(try await server.pullAll(token: try await token()).keys.filter { $0.hasPrefix("site:") }.count == 5)
+        }
+    }
+}
