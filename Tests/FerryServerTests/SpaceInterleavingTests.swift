@@ -25,11 +25,11 @@ struct SpaceInterleavingTests {
             let bob = try await TestServer.token(for: "bob")
             for space in ["s1", "s2", "s3"] { try await server.makeSpace(space, admin: "alice", members: ["bob": .read]) }
             let first = try await server.pullOK(token: bob)
-            // Something moved in a space, so the next pull reads the spaces one by one.
+            // Something moved in the space Bob is about to leave, so the next pull reads it.
             _ = try await server.pushOK(
                 PushRequest(
                     clientID: "alice-phone",
-                    mutations: [Mutation(id: 1, entity: "items", entityID: "open", op: .upsert, data: .value(1), space: "s1")]
+                    mutations: [Mutation(id: 1, entity: "items", entityID: "open", op: .upsert, data: .value(1), space: "s2")]
                 ),
                 token: alice
             )
