@@ -27,6 +27,10 @@ public struct RecordState: Sendable, Codable, Hashable {
     /// `nil` for a record last written before servers kept it.
     public var changedAt: Int64?
 
+    /// What a rejection of a readable record carries when the server holds no such record:
+    /// a tombstone at version 0 (the device removes its row, and forgets its version).
+    public static let absent = RecordState(version: 0, deleted: true, data: nil)
+
     /// A record state from its fields.
     public init(version: Int64, deleted: Bool, data: JSONObject?, naturalKey: String? = nil, changedAt: Int64? = nil) {
         self.version = version

@@ -276,7 +276,7 @@ struct Outbox: Sendable {
             var children = ForeignKeyChildren()
             var finished: [Int64] = []
             var rekeys: [(record: RecordRef, canonical: String)] = []
-            var serverStates: [(record: RecordRef, state: RecordState)] = []
+            var serverStates: [ServerState] = []
             var later = try LaterChanges(for: zip(batch.mutations, response.results), db: db)
             // Saved once at the end; nothing in between reads them.
             var versions = KnownVersions()
@@ -320,7 +320,13 @@ struct Outbox: Sendable {
                             versions.set(version, of: RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID))
                         }
                         if result.status == .duplicate, let current = result.current {
-                            serverStates.append((RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID), current))
+                            serverStates.append(
+                                ServerState(
+                                    record: RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID),
+                                    state: current,
+                                    space: mutation.space
+                                )
+                            )
                         }
                         finished += entryIDs
                         outcome.acknowledgedEntries += entryIDs.count
@@ -328,6 +334,11 @@ struct Outbox: Sendable {
                     case .rejected:
                         try Self.deadLetter(entryIDs, reason: result.error ?? "rejected", db: db)
                         outcome.deadLettered += entryIDs.count
+                        // A refused change of a record the user may still read: the dead letter holds
+                        // what was attempted, and the row shows what the server holds again.
+                        if let current = result.current {
+                            serverStates.append(ServerState(record: own, state: current, space: mutation.space))
+                        }
                     case .conflict:
                         finished += entryIDs
                         outcome.acknowledgedEntries += entryIDs.count
@@ -463,22 +474,35 @@ struct Outbox: Sendable {
         .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey, queuedAt, space, spaceIncarnation])
     }
 
+    /// A record as the server reported it now, in the space the change named.
+    private struct ServerState {
+        var record: RecordRef
+        var state: RecordState
+        var space: String?
+    }
+
     /// Local rows take the server's state of records the server reported as they are now,
     /// except rows with local changes still queued (those reach the server later and win or
-    /// conflict there), as a pull would.
-    private func adopt(_ states: [(record: RecordRef, state: RecordState)], versions: inout KnownVersions, db: Database) throws {
+    /// conflict there), as a pull would. A state at version 0 is no record: the row goes, and
+    /// the store forgets the record's version.
+    private func adopt(_ states: [ServerState], versions: inout KnownVersions, db: Database) throws {
         guard !states.isEmpty else { return }
         let queued = try Self.queuedRecords(among: states.map(\.record), db: db)
         var writer = RecordWriter(store: store)
-        for (record, state) in states where !queued.contains(record) {
+        for server in states where !queued.contains(server.record) {
             try writer.write(
-                entity: record.entity,
-                entityID: record.entityID,
-                data: state.deleted ? nil : (state.data ?? [:]),
-                naturalKey: state.naturalKey,
+                entity: server.record.entity,
+                entityID: server.record.entityID,
+                data: server.state.deleted ? nil : (server.state.data ?? [:]),
+                naturalKey: server.state.naturalKey,
+                space: .some(server.space),
                 db: db
             )
-            versions.set(state.version, of: record)
+            if server.state.version == 0 {
+                try versions.forget(server.record, db: db)
+            } else {
+                versions.set(server.state.version, of: server.record)
+            }
         }
     }
 

@@ -41,6 +41,14 @@ struct KnownVersions {
         learned[record] = version
     }
 
+    /// Forgets the version of `record`: the server holds no such record.
+    mutating func forget(_ record: RecordRef, db: Database) throws {
+        learned[record] = nil
+        try db.cachedStatement(sql: "DELETE FROM ferry_versions WHERE entity = ? AND entity_id = ?").execute(arguments: [
+            record.entity, record.entityID,
+        ])
+    }
+
     /// Writes what was learned, in one statement, and forgets it.
     mutating func save(db: Database) throws {
         guard !learned.isEmpty else { return }

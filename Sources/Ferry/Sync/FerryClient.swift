@@ -430,10 +430,14 @@ public actor FerryClient {
     /// A local change like the app's own writes, in one transaction: safe while this client or
     /// another process on the store syncs, so it takes no sync lease. A run in progress sends
     /// the queued changes if its queue reaches them, else the next run does.
+    ///
+    /// Each retried change is also made to its row again (uncaptured), as the app's own write
+    /// was: the row may show the server's state meanwhile (a refusal restores it, a re-granted
+    /// space comes back whole), and once the server takes the change the store holds it.
     @discardableResult
     public func retryDeadLetters() async throws -> Int {
         let dead = OutboxState.deadLettered.rawValue
-        let queued = try await store.database.write { db in
+        let queued = try await store.database.write { [store] db in
             try db.execute(
                 sql: """
                     DELETE FROM ferry_outbox AS d WHERE d.state = ? AND EXISTS (
@@ -442,6 +446,20 @@ public actor FerryClient {
                     """,
                 arguments: [dead]
             )
+            var writer = RecordWriter(store: store)
+            try FerryStore.withoutCapture(db) {
+                for row in try Row.fetchAll(
+                    db,
+                    sql: "SELECT entity, entity_id, op, data, natural_key, space FROM ferry_outbox WHERE state = ? ORDER BY id",
+                    arguments: [dead]
+                ) {
+                    let data: JSONObject? =
+                        MutationOp(rawValue: row[2]) == .delete
+                        ? nil : (try? JSONDecoder().decode(JSONObject.self, from: Data(((row[3] as String?) ?? "{}").utf8))) ?? [:]
+                    // A row the schema refuses now (another space's row holds its id) keeps what it shows.
+                    try? writer.write(entity: row[0], entityID: row[1], data: data, naturalKey: row[4], space: .some(row[5]), db: db)
+                }
+            }
             try db.execute(
                 sql: """
                     INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, changed_at, space, space_incarnation)

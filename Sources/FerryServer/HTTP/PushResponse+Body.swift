@@ -25,7 +25,7 @@ extension PushResponse {
             if let entityID = result.entityID { json.string(entityID) } else { json.raw("null") }
             json.raw(",\"version\":")
             if let version = result.version { json.integer(version) } else { json.raw("null") }
-            if result.status == .conflict || result.status == .duplicate {
+            if result.status == .conflict || result.status == .duplicate || (result.status == .rejected && result.current != nil) {
                 json.raw(",\"current\":")
                 // Written as stored data is (`JSONTextWriter.value`), not by `JSONEncoder`, which
                 // writes 8000.0 as 8000: a REAL column's value reached the conflict policy as an integer.

@@ -61,7 +61,7 @@ enum RecentResults {
                     entityID: entityID,
                     error: result.error,
                     fingerprint: fingerprint(of: incoming),
-                    code: result.code == ErrorCode.forbidden.rawValue ? result.code : nil
+                    code: [ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue].contains(result.code) ? result.code : nil
                 )
             } else if let replayed = replays[result.id], replayed.status != .duplicate {
                 kept = replayed

@@ -268,7 +268,28 @@ public final class PostgresSyncStorage: SyncStorage {
                 targets = try await Self.targets(of: batch, caller: caller, db: db, logger: logger)
             }
         }
-        let (groups, refused) = batch.groups(caller: caller, clientID: clientID, targets: targets, lastMutationID: lastMutationID, replays: replays)
+        var (groups, refused) = batch.groups(caller: caller, clientID: clientID, targets: targets, lastMutationID: lastMutationID, replays: replays)
+        for refusal in batch.readableRefusals(refused, targets: targets) {
+            var current = RecordState.absent
+            for try await (version, deleted, naturalKey, data, changedAt) in try await db.query(
+                """
+                SELECT version, deleted, natural_key, data, changed_at FROM records
+                WHERE user_id = \(refusal.partition) AND entity = \(refusal.entity) AND entity_id = \(refusal.entityID)
+                """,
+                logger: logger
+            ).decode((Int64, Bool, String?, ByteBuffer?, Int64?).self) {
+                current = try StoredRecord(
+                    entity: refusal.entity,
+                    entityID: refusal.entityID,
+                    version: version,
+                    deleted: deleted,
+                    naturalKey: naturalKey,
+                    data: data.map { Data($0.readableBytesView) },
+                    changedAt: changedAt
+                ).state()
+            }
+            refused[refusal.id]?.current = current
+        }
         var responses: [PushResponse] = []
         for group in groups {
             guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }

@@ -313,13 +313,33 @@ public final class SQLiteSyncStorage: SyncStorage {
                 targets[row[0]] = SpacedBatch.Target(key: row[1], role: (row[2] as String?).flatMap(SpaceRole.init(rawValue:)))
             }
         }
-        let (groups, refused) = batch.groups(
+        var (groups, refused) = batch.groups(
             caller: caller,
             clientID: clientID,
             targets: targets,
             lastMutationID: lastMutationID,
             replays: replays
         )
+        for refusal in batch.readableRefusals(refused, targets: targets) {
+            let row = try Row.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT version, deleted, natural_key, data, changed_at FROM records WHERE user_id = ? AND entity = ? AND entity_id = ?"
+                ),
+                arguments: [refusal.partition, refusal.entity, refusal.entityID]
+            )
+            refused[refusal.id]?.current =
+                try row.map {
+                    try StoredRecord(
+                        entity: refusal.entity,
+                        entityID: refusal.entityID,
+                        version: $0[0],
+                        deleted: $0[1],
+                        naturalKey: $0[2],
+                        data: $0[3],
+                        changedAt: $0[4]
+                    ).state()
+                } ?? .absent
+        }
         return batch.response(lastMutationID: lastMutationID, groups: try groups.map(apply), refused: refused)
     }
 

@@ -69,6 +69,31 @@ struct SpacedBatch {
         return (groups, refused)
     }
 
+    /// A refused mutation of a record the caller may still read (a reader of its space): its
+    /// rejection carries the record as the server holds it, which the device shows again
+    /// instead of its refused change (PROTOCOL.md, "Spaces").
+    struct ReadableRefusal {
+        var id: Int64
+        /// The `user_id` of the space's rows (`SpacePartition`).
+        var partition: String
+        var entity: String
+        var entityID: String
+    }
+
+    /// The refusals in `refused` that the caller may read the record of: a member, without the
+    /// role to write, of the space that holds the id now (for a change made in a space since
+    /// deleted, the one created after it: the record as that space holds it, or none).
+    func readableRefusals(_ refused: [Int64: PushResult], targets: [String: Target]) -> [ReadableRefusal] {
+        let codes = [ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue]
+        return mutations.compactMap { incoming in
+            let mutation = incoming.mutation
+            guard let code = refused[mutation.id]?.code, codes.contains(code), let space = mutation.space, let target = targets[space],
+                target.role != nil
+            else { return nil }
+            return ReadableRefusal(id: mutation.id, partition: SpacePartition.name(target.key), entity: mutation.entity, entityID: mutation.entityID)
+        }
+    }
+
     /// The batch's response from each group's and the refused mutations' results, in request order.
     func response(lastMutationID: Int64, groups: [PushResponse], refused: [Int64: PushResult]) -> PushResponse {
         let last = max(lastMutationID, mutations.last?.mutation.id ?? 0)
