@@ -235,4 +235,91 @@ struct SafeSharingTests {
             #expect(try await Self.names(store) == ["p1": "Roof", "p2": "Wall"])
         }
     }
+
+    /// A field app's schema with its own foreign keys: `notes` and `jobs` of a team's space
+    /// (`notes.job_id REFERENCES jobs`, no cascade) and the user's personal `timesheets`, which
+    /// reference the team's jobs.
+    static func fieldStore(_ name: String) throws -> FerryStore {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE jobs (id TEXT PRIMARY KEY NOT NULL, team TEXT, title TEXT);
+                    CREATE TABLE notes (id TEXT PRIMARY KEY NOT NULL, team TEXT, job_id TEXT REFERENCES jobs(id), body TEXT);
+                    CREATE TABLE timesheets (id TEXT PRIMARY KEY NOT NULL, job_id TEXT REFERENCES jobs(id), hours INTEGER);
+                    """
+            )
+        }
+        let path = TestDirectory.make("fk").appendingPathComponent("\(name).sqlite").path
+        return try FerryStore(
+            path: path,
+            schema: migrator,
+            tables: [
+                SyncedTable(table: "notes", space: .column("team")), SyncedTable(table: "jobs", space: .column("team")),
+                SyncedTable(table: "timesheets"),
+            ]
+        )
+    }
+
+    static func count(_ store: FerryStore, _ table: String) async throws -> Int {
+        try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM \(table)") ?? 0 }
+    }
+
+    @Test(
+        "the app's own foreign keys never wedge a revocation: the space's rows leave children first, a personal row referencing them is set aside and comes back with a re-grant"
+    )
+    func foreignKeysAcrossARevocation() async throws {
+        try await TestServer.run { server in
+            let dispatcher = Self.client(try Self.fieldStore("dispatcher"), server, user: "dispatcher")
+            try await dispatcher.createSpace("crew")
+            try await dispatcher.setRole(.write, of: "worker", in: "crew")
+            try await dispatcher.store.database.write { db in
+                for job in 1...50 {
+                    try db.execute(sql: "INSERT INTO jobs (id, team, title) VALUES (?, 'crew', ?)", arguments: ["j\(job)", "job \(job)"])
+                }
+                for note in 1...30 {
+                    try db.execute(
+                        sql: "INSERT INTO notes (id, team, job_id, body) VALUES (?, 'crew', ?, 'careful')",
+                        arguments: ["n\(note)", "j\(note)"]
+                    )
+                }
+            }
+            try await dispatcher.sync()
+            let store = try Self.fieldStore("worker")
+            let worker = Self.client(store, server, user: "worker")
+            try await worker.sync()
+            #expect(try await Self.count(store, "jobs") == 50)
+            #expect(try await Self.count(store, "notes") == 30)
+            try await store.database.write { db in
+                try db.execute(sql: "INSERT INTO timesheets (id, job_id, hours) VALUES ('t1', 'j1', 8), ('t2', NULL, 2)")
+            }
+            try await worker.sync()
+            try await dispatcher.removeMember("worker", from: "crew")
+            // The worker's own record written after the removal still goes up and comes down elsewhere.
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO timesheets (id, job_id, hours) VALUES ('t3', NULL, 1)") }
+            try await worker.sync()
+            #expect(try await Self.count(store, "jobs") == 0)
+            #expect(try await Self.count(store, "notes") == 0)
+            #expect(try await Self.ids(store, "timesheets") == ["t2", "t3"], "t1 references a revoked job: set aside, not lost")
+            let journal = try await worker.journal.events()
+            let revoked = journal.last { $0.kind == .spaceRevoked }
+            #expect(revoked?.details["removed"] == "81", "50 jobs, 30 notes and the timesheet set aside: \(revoked?.message ?? "none")")
+            // Another device of the worker's gets everything of the worker's own: t1 waits set aside
+            // there, its job unreadable, until the job arrives.
+            let laptop = try Self.fieldStore("worker-laptop")
+            let laptopClient = Self.client(laptop, server, user: "worker")
+            try await laptopClient.sync()
+            #expect(try await Self.ids(laptop, "timesheets") == ["t2", "t3"])
+            #expect(try await laptopClient.queueSnapshot().setAside.map(\.entityID) == ["t1"])
+            // Access returns: the space comes back whole, and the timesheet with it.
+            try await dispatcher.setRole(.read, of: "worker", in: "crew")
+            try await worker.sync()
+            #expect(try await Self.count(store, "jobs") == 50)
+            #expect(try await Self.count(store, "notes") == 30)
+            #expect(try await Self.ids(store, "timesheets") == ["t1", "t2", "t3"])
+            try await laptopClient.sync()
+            #expect(try await Self.ids(laptop, "timesheets") == ["t1", "t2", "t3"])
+            #expect(try await store.database.read { db in try Row.fetchAll(db, sql: "PRAGMA foreign_key_check") }.isEmpty)
+        }
+    }
 }

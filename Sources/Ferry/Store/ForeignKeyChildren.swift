@@ -8,6 +8,8 @@ struct ForeignKeyChildren {
     struct Reference {
         var table: String
         var column: String
+        /// The parent's column it references; empty for the parent's primary key.
+        var parentColumn = ""
     }
 
     /// By parent table and referenced column (empty: the parent's primary key), lowercased;
@@ -26,13 +28,20 @@ struct ForeignKeyChildren {
                 for row in try Row.fetchAll(db, sql: "SELECT \"table\", \"from\", \"to\" FROM pragma_foreign_key_list(?)", arguments: [child]) {
                     let parent = (row[0] as String).lowercased()
                     let column = ((row[2] as String?) ?? "").lowercased()
-                    found["\(parent)\u{1}\(column)", default: []].append(Reference(table: child, column: row[1]))
+                    found["\(parent)\u{1}\(column)", default: []].append(Reference(table: child, column: row[1], parentColumn: column))
                 }
             }
             references = found
         }
         let parent = table.lowercased()
         return (references?["\(parent)\u{1}\(key.lowercased())"] ?? []) + (references?["\(parent)\u{1}"] ?? [])
+    }
+
+    /// Every column of any table that references `table`, whatever column of it.
+    mutating func all(referencing table: String, db: Database) throws -> [Reference] {
+        _ = try referencing(table, key: "", db: db)
+        let prefix = table.lowercased() + "\u{1}"
+        return references?.filter { $0.key.hasPrefix(prefix) }.sorted { $0.key < $1.key }.flatMap(\.value) ?? []
     }
 }
 

@@ -162,3 +162,182 @@ extension JSONValue {
         }
     }
 }
+
+extension RecordWriter {
+    /// Rows of one synced table chosen by an SQL condition on its columns, with its arguments.
+    struct Selection {
+        var table: SyncedTable
+        var condition: String
+        var arguments: StatementArguments = []
+
+        /// The rows of `records`, table by table.
+        static func records(_ records: [RecordRef], in store: FerryStore) throws -> [Selection] {
+            var byTable: [String: (table: SyncedTable, keys: [[String]])] = [:]
+            for record in records {
+                guard let table = store.table(forEntity: record.entity) else { continue }
+                byTable[table.table, default: (table, [])].keys.append([record.entity, record.entityID])
+            }
+            return try byTable.values.map { table, keys in
+                let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
+                return Selection(
+                    table: table,
+                    condition: """
+                        (\(entity), CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT))
+                            IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?))
+                        """,
+                    arguments: [String(decoding: try JSONEncoder().encode(keys), as: UTF8.self)]
+                )
+            }
+        }
+    }
+
+    /// What a removal did.
+    struct Removal: Equatable {
+        /// Rows of the selected tables that left the store.
+        var removed = 0
+        /// Rows of the app's that referenced a removed row, held aside until it returns.
+        var held = 0
+        /// Every row that left the app's tables.
+        var total: Int { removed + held }
+    }
+
+    /// Removes the selected rows, uncaptured, with their versions and kept fields, honouring
+    /// the app's foreign keys whatever their `ON DELETE`: a row that references a removed row
+    /// and is not removed itself (a personal row pointing into a revoked space, say) is held
+    /// aside whole (`ferry_held_rows`) and restored once its parent is back (`restoreHeld`);
+    /// the selected rows then leave children first, so no cascade removes a row unseen and
+    /// uncounted. Foreign keys are checked at commit (`defer_foreign_keys`).
+    mutating func remove(_ selections: [Selection], db: Database) throws -> Removal {
+        var removal = Removal()
+        guard !selections.isEmpty else { return removal }
+        try db.execute(sql: "CREATE TEMP TABLE IF NOT EXISTS ferry_removing (tbl TEXT NOT NULL, entity TEXT NOT NULL, key)")
+        try db.execute(sql: "DELETE FROM temp.ferry_removing")
+        // The keys first: a condition may read what the removal changes (versions, say).
+        for selection in selections {
+            let table = selection.table
+            try db.execute(
+                sql: """
+                    INSERT INTO temp.ferry_removing (tbl, entity, key)
+                    SELECT \(table.table.sqlLiteral), \(entityExpression(table)), \(table.primaryKey.quotedDatabaseIdentifier)
+                    FROM \(table.table.quotedDatabaseIdentifier) WHERE \(selection.condition)
+                    """,
+                arguments: selection.arguments
+            )
+        }
+        try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
+        var children = ForeignKeyChildren()
+        let selected = Dictionary(selections.map { ($0.table.table.lowercased(), $0.table) }, uniquingKeysWith: { first, _ in first })
+        for table in selected.values.sorted(by: { $0.table < $1.table }) {
+            for reference in try children.all(referencing: table.table, db: db) {
+                let parentColumn = reference.parentColumn.isEmpty ? table.primaryKey : reference.parentColumn
+                var condition = """
+                    \(reference.column.quotedDatabaseIdentifier) IN (SELECT p.\(parentColumn.quotedDatabaseIdentifier)
+                        FROM \(table.table.quotedDatabaseIdentifier) p WHERE \(keyMatch(table, row: "p")))
+                    """
+                if let child = selected[reference.table.lowercased()] {
+                    condition += " AND NOT \(keyMatch(child, row: reference.table.quotedDatabaseIdentifier))"
+                }
+                let held = try hold(reference.table, where: condition, db: db)
+                removal.held += held
+                if held > 0 { try holdOrphans(of: reference.table, children: &children, removal: &removal, db: db) }
+            }
+        }
+        for table in try childrenFirst(Array(selected.values), children: &children, db: db) {
+            let quoted = table.table.quotedDatabaseIdentifier
+            try db.execute(sql: "DELETE FROM \(quoted) WHERE \(keyMatch(table, row: quoted))")
+            removal.removed += db.changesCount
+        }
+        let removed = "SELECT entity, CAST(key AS TEXT) FROM temp.ferry_removing"
+        try db.execute(sql: "DELETE FROM ferry_versions WHERE (entity, entity_id) IN (\(removed))")
+        try db.execute(sql: "DELETE FROM ferry_extras WHERE (entity, entity_id) IN (\(removed))")
+        try db.execute(sql: "DELETE FROM temp.ferry_removing")
+        return removal
+    }
+
+    /// Puts the rows held aside by `remove` back where their parents are back, uncaptured (they
+    /// are as the server last had them, or not synced at all). A row whose table already holds
+    /// its key again (a newer copy came) is dropped. Returns how many came back.
+    mutating func restoreHeld(db: Database) throws -> Int {
+        guard try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_held_rows)")) == true else { return 0 }
+        // Checked now, statement by statement: a row whose parent is still missing stays held.
+        try db.execute(sql: "PRAGMA defer_foreign_keys = OFF")
+        var restored = 0
+        for row in try Row.fetchAll(db, sql: "SELECT id, tbl, cols, vals FROM ferry_held_rows ORDER BY id") {
+            let (id, table, columns, values): (Int64, String, String, String) = (row[0], row[1], row[2], row[3])
+            do {
+                try db.execute(sql: "INSERT INTO \(table.quotedDatabaseIdentifier) (\(columns)) VALUES (\(values))")
+                restored += 1
+            } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_FOREIGNKEY {
+                continue
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                // Its key is taken again (the server sent it anew): the held copy is older.
+            }
+            try db.execute(sql: "DELETE FROM ferry_held_rows WHERE id = ?", arguments: [id])
+        }
+        return restored
+    }
+
+    /// Holds aside, whole, the rows of `table` matching `condition`, and deletes them.
+    private func hold(_ table: String, where condition: String, db: Database) throws -> Int {
+        let columns = try db.columns(in: table).map(\.name)
+        let list = columns.map(\.quotedDatabaseIdentifier).joined(separator: ", ")
+        let values = columns.map { "quote(\($0.quotedDatabaseIdentifier))" }.joined(separator: " || ', ' || ")
+        let quoted = table.quotedDatabaseIdentifier
+        try db.execute(
+            sql:
+                "INSERT INTO ferry_held_rows (tbl, cols, vals) SELECT \(table.sqlLiteral), \(list.sqlLiteral), \(values) FROM \(quoted) WHERE \(condition)"
+        )
+        try db.execute(sql: "DELETE FROM \(quoted) WHERE \(condition)")
+        return db.changesCount
+    }
+
+    /// Holds aside the rows that referenced rows just held aside from `table`, and theirs in turn.
+    private func holdOrphans(of table: String, children: inout ForeignKeyChildren, removal: inout Removal, db: Database, depth: Int = 0) throws {
+        guard depth < 16 else { return }
+        for reference in try children.all(referencing: table, db: db) {
+            let column = reference.column.quotedDatabaseIdentifier
+            let parentColumn =
+                reference.parentColumn.isEmpty ? try db.primaryKey(table).columns.first ?? "rowid" : reference.parentColumn
+            let held = try hold(
+                reference.table,
+                where: """
+                    \(column) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \(table.quotedDatabaseIdentifier) p
+                        WHERE p.\(parentColumn.quotedDatabaseIdentifier) = \(reference.table.quotedDatabaseIdentifier).\(column))
+                    """,
+                db: db
+            )
+            removal.held += held
+            if held > 0 { try holdOrphans(of: reference.table, children: &children, removal: &removal, db: db, depth: depth + 1) }
+        }
+    }
+
+    /// `row` (a table name or alias of `table`) is one of the keys being removed.
+    private func keyMatch(_ table: SyncedTable, row: String) -> String {
+        let key = "\(row).\(table.primaryKey.quotedDatabaseIdentifier)"
+        let entity = table.entityColumn.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral
+        return "EXISTS (SELECT 1 FROM temp.ferry_removing r WHERE r.tbl = \(table.table.sqlLiteral) AND r.key = \(key) AND r.entity = \(entity))"
+    }
+
+    private func entityExpression(_ table: SyncedTable) -> String {
+        table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
+    }
+
+    /// `tables` ordered so that a table referencing another of them comes before it.
+    private func childrenFirst(_ tables: [SyncedTable], children: inout ForeignKeyChildren, db: Database) throws -> [SyncedTable] {
+        var remaining = tables.sorted { $0.table < $1.table }
+        var ordered: [SyncedTable] = []
+        while !remaining.isEmpty {
+            // A table none of the remaining ones is referenced by goes first (a cycle: the first).
+            var next = 0
+            for (index, table) in remaining.enumerated() {
+                let referencedBy = try children.all(referencing: table.table, db: db).map { $0.table.lowercased() }
+                if !remaining.contains(where: { $0.table != table.table && referencedBy.contains($0.table.lowercased()) }) {
+                    next = index
+                    break
+                }
+            }
+            ordered.append(remaining.remove(at: next))
+        }
+        return ordered
+    }
+}

@@ -294,9 +294,7 @@ struct Puller: Sendable {
             )
             let gone = unseen.filter { !queued.contains($0) }
             var writer = RecordWriter(store: store)
-            try FerryStore.withoutCapture(db) {
-                for record in gone { try writer.write(entity: record.entity, entityID: record.entityID, data: nil, naturalKey: nil, db: db) }
-            }
+            _ = try FerryStore.withoutCapture(db) { try writer.remove(try RecordWriter.Selection.records(gone, in: store), db: db) }
             let forget = try db.cachedStatement(sql: "DELETE FROM ferry_versions WHERE entity = ? AND entity_id = ?")
             for record in Set(gone + unseenVersions) where !queued.contains(record) {
                 try forget.execute(arguments: [record.entity, record.entityID])
@@ -340,11 +338,14 @@ struct Puller: Sendable {
         )
     }
 
-    /// Tries the records set aside by this pull or earlier ones again, once the pull is caught up.
+    /// Tries the records set aside by this pull or earlier ones again, once the pull is caught
+    /// up, then the rows held aside by a revocation whose parents are back (`RecordWriter.remove`).
     private func retrySetAside() async throws -> PageOutcome {
         try await store.database.write { db in
             try lease.confirm(db)
             let outcome = try PulledRecords.retrySetAside(store: store, db: db)
+            var writer = RecordWriter(store: store)
+            _ = try FerryStore.withoutCapture(db) { try writer.restoreHeld(db: db) }
             return PageOutcome(applied: outcome.written.count, refused: outcome.refused.map { ($0.record.ref, $0.reason) })
         }
     }

@@ -85,36 +85,28 @@ enum SpaceMemberships {
     /// the space). Returns how many left.
     static func finishJoins(store: FerryStore, db: Database) throws -> Int {
         let spaces = try String.fetchAll(db, sql: "SELECT space FROM ferry_joins")
+        var writer = RecordWriter(store: store)
         var removed = 0
         for space in spaces {
-            try FerryStore.withoutCapture(db) {
-                for (table, condition, arguments) in rows(of: space, in: store) {
-                    let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
-                    let key = "CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
-                    let unseen = """
-                        \(condition) AND EXISTS (SELECT 1 FROM ferry_join_candidates c WHERE c.space = \(space.sqlLiteral)
+            let unseen = selections(of: space, in: store).map { selection in
+                let table = selection.table
+                let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
+                let key = "CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
+                return RecordWriter.Selection(
+                    table: table,
+                    condition: """
+                        \(selection.condition) AND EXISTS (SELECT 1 FROM ferry_join_candidates c WHERE c.space = \(space.sqlLiteral)
                             AND c.entity = \(entity) AND c.entity_id = \(key)
                             AND c.version IS (SELECT v.version FROM ferry_versions v WHERE v.entity = c.entity AND v.entity_id = c.entity_id))
                         AND NOT EXISTS (SELECT 1 FROM ferry_join_seen s WHERE s.space = \(space.sqlLiteral)
                             AND s.entity = \(entity) AND s.entity_id = \(key))
                         AND NOT EXISTS (SELECT 1 FROM ferry_outbox o WHERE o.entity = \(entity) AND o.entity_id = \(key)
                             AND o.state != \(OutboxState.highWaterMark.rawValue))
-                        """
-                    let quoted = table.table.quotedDatabaseIdentifier
-                    // Chosen first: the condition reads the versions that leave with the rows.
-                    let gone = try Row.fetchAll(db, sql: "SELECT \(entity), \(key) FROM \(quoted) WHERE \(unseen)", arguments: arguments)
-                    let forget = try db.cachedStatement(sql: "DELETE FROM ferry_versions WHERE entity = ? AND entity_id = ?")
-                    let delete = try db.makeStatement(
-                        sql: "DELETE FROM \(quoted) WHERE \(entity) = ? AND CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT) = ?"
-                    )
-                    for row in gone {
-                        let (entity, id): (String, String) = (row[0], row[1])
-                        try forget.execute(arguments: [entity, id])
-                        try delete.execute(arguments: [entity, id])
-                        removed += db.changesCount
-                    }
-                }
+                        """,
+                    arguments: selection.arguments
+                )
             }
+            removed += try FerryStore.withoutCapture(db) { try writer.remove(unseen, db: db) }.total
         }
         try db.execute(sql: "DELETE FROM ferry_join_seen")
         try db.execute(sql: "DELETE FROM ferry_join_candidates")
@@ -122,13 +114,13 @@ enum SpaceMemberships {
         return removed
     }
 
-    /// The tables placed in `space` and the condition selecting its rows in each.
-    private static func rows(of space: String, in store: FerryStore) -> [(SyncedTable, String, StatementArguments)] {
+    /// The rows of `space`: the tables placed in it, each with the condition selecting its rows.
+    private static func selections(of space: String, in store: FerryStore) -> [RecordWriter.Selection] {
         store.tables.compactMap { table in
             switch table.space {
             case .personal: nil
-            case .named(let named): named == space ? (table, "1", []) : nil
-            case .column(let column): (table, "\(column.quotedDatabaseIdentifier) = ?", [space])
+            case .named(let named): named == space ? RecordWriter.Selection(table: table, condition: "1") : nil
+            case .column(let column): RecordWriter.Selection(table: table, condition: "\(column.quotedDatabaseIdentifier) = ?", arguments: [space])
             }
         }
     }
@@ -138,7 +130,8 @@ enum SpaceMemberships {
     /// not bring it (`finishJoins`). Returns whether there are any.
     private static func noteCandidates(of space: String, store: FerryStore, db: Database) throws -> Bool {
         var noted = 0
-        for (table, condition, arguments) in rows(of: space, in: store) {
+        for selection in selections(of: space, in: store) {
+            let (table, condition, arguments) = (selection.table, selection.condition, selection.arguments)
             let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
             let key = "CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
             try db.execute(
@@ -158,29 +151,8 @@ enum SpaceMemberships {
     }
 
     private static func revoke(_ space: String, store: FerryStore, db: Database) throws -> (space: String, removed: Int, deadLettered: Int) {
-        var removed = 0
-        try FerryStore.withoutCapture(db) {
-            for (table, condition, arguments) in rows(of: space, in: store) {
-                let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
-                let quoted = table.table.quotedDatabaseIdentifier
-                try db.execute(
-                    sql: """
-                        DELETE FROM ferry_versions WHERE (entity, entity_id) IN
-                            (SELECT \(entity), CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT) FROM \(quoted) WHERE \(condition))
-                        """,
-                    arguments: arguments
-                )
-                try db.execute(
-                    sql: """
-                        DELETE FROM ferry_extras WHERE (entity, entity_id) IN
-                            (SELECT \(entity), CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT) FROM \(quoted) WHERE \(condition))
-                        """,
-                    arguments: arguments
-                )
-                try db.execute(sql: "DELETE FROM \(quoted) WHERE \(condition)", arguments: arguments)
-                removed += db.changesCount
-            }
-        }
+        var writer = RecordWriter(store: store)
+        let removal = try FerryStore.withoutCapture(db) { try writer.remove(selections(of: space, in: store), db: db) }
         try db.execute(sql: "DELETE FROM ferry_set_aside WHERE space = ?", arguments: [space])
         try db.execute(sql: "DELETE FROM ferry_joins WHERE space = ?", arguments: [space])
         try db.execute(sql: "DELETE FROM ferry_join_seen WHERE space = ?", arguments: [space])
@@ -200,6 +172,6 @@ enum SpaceMemberships {
                 space, OutboxState.pending.rawValue,
             ]
         )
-        return (space, removed, db.changesCount)
+        return (space, removal.total, db.changesCount)
     }
 }
