@@ -69,6 +69,63 @@ struct LiveUpdatesTests {
         }
     }
 
+    @Test("a relaunch with nothing new is one pull: the launch run waits for the opening stream's ready (at most liveOpeningWait)")
+    func relaunchIsOnePull() async throws {
+        try await TestServer.run { server in
+            let clock = TestClock()
+            let pulls = LockIsolated(0)
+            let asked = LockIsolated(false)
+            let (gate, open) = AsyncStream.makeStream(of: Void.self)
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                if request.path.hasPrefix("/v1/pull") { pulls.withValue { $0 += 1 } }
+                return try await next(request)
+            } stream: { request, next in
+                asked.setValue(true)
+                for await _ in gate { break }
+                return try await next(request)
+            }
+            let session = SessionTests.session(
+                server: server,
+                directory: TestDirectory.make("relaunch"),
+                transport: transport,
+                live: true,
+                clock: clock
+            )
+            try await session.signIn("alice")
+            let scheduler = try #require(await session.engine?.scheduler)
+            try await Self.eventually("the stream is opening") { asked.value }
+            await clock.advance(by: .milliseconds(300))
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(await Self.runs(scheduler) == 0, "past its settle window, the launch run waits for ready")
+            open.yield()
+            try await Self.eventually("one run, then idle") { await Self.idle(scheduler, afterRuns: 1) }
+            await clock.advance(by: .seconds(2))
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(await Self.runs(scheduler) == 1)
+            #expect(pulls.value == 1)
+            try await session.signOut()
+        }
+    }
+
+    @Test("a stream that never says ready holds the launch run for liveOpeningWait at most")
+    func launchWaitsForReadyAtMostTheCap() async throws {
+        var machine = SchedulerStateMachine(configuration: SchedulerConfiguration())
+        _ = machine.trigger(.launch, kind: nil, now: .zero)
+        machine.liveStreamOpening(now: .milliseconds(1))
+        #expect(machine.timerFired(now: .milliseconds(250)).contains(.armTimer(at: .milliseconds(1001))))
+        #expect(machine.timerFired(now: .milliseconds(1001)).contains { if case .startRun = $0 { true } else { false } })
+        // Someone waiting for a run does not wait for the stream.
+        var manual = SchedulerStateMachine(configuration: SchedulerConfiguration())
+        manual.liveStreamOpening(now: .zero)
+        #expect(manual.trigger(.manual, kind: nil, now: .zero).contains { if case .startRun = $0 { true } else { false } })
+        // A stream that fails lets the waiting run go at once.
+        var failing = SchedulerStateMachine(configuration: SchedulerConfiguration())
+        _ = failing.trigger(.launch, kind: nil, now: .zero)
+        failing.liveStreamOpening(now: .zero)
+        #expect(failing.timerFired(now: .milliseconds(300)).contains { if case .startRun = $0 { true } else { false } } == false)
+        #expect(failing.liveStreamClosed(now: .milliseconds(400)).contains { if case .startRun = $0 { true } else { false } })
+    }
+
     @Test("the stream is open while active, online and signed in, and closed in the background, offline and after sign-out")
     func followsTheAppsState() async throws {
         try await TestServer.run { server in

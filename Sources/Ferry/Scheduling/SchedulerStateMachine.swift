@@ -65,6 +65,8 @@ struct SchedulerStateMachine {
     /// A hold is stopping the run: what would lift it waits until `holdFinished`.
     private var holding = false
     private var releaseAfterHold = false
+    /// When the event stream began opening, until its `ready` or its end.
+    private var streamOpening: Duration?
     /// How many times the app said it became active.
     private(set) var activations = 0
     /// The run in progress was cut short by a hold: its callers are told so.
@@ -124,12 +126,31 @@ struct SchedulerStateMachine {
     /// asks for one.
     mutating func liveStreamOpened(now: Duration) -> [Action] {
         guard !stopped else { return [] }
+        let waited = streamOpening != nil
+        streamOpening = nil
         guard pending == nil else {
             var actions: [Action] = []
             record(.serverChange, .ignored("event stream opened; the pending run pulls after it"), &actions, keep: false)
+            if waited { evaluate(now: now, &actions) }  // a run that waited for `ready` may start now
             return actions
         }
         return trigger(.serverChange, kind: nil, now: now)
+    }
+
+    /// The event stream began opening. A pending run that no one waits for waits for its
+    /// `ready` (`liveOpeningWait` at most from now): its first pull request then goes out after
+    /// the server registered the stream, so it covers what a second pull after `ready` would.
+    mutating func liveStreamOpening(now: Duration) {
+        streamOpening = now
+    }
+
+    /// The event stream failed or ended before `ready`: a run that waited for it may start.
+    mutating func liveStreamClosed(now: Duration) -> [Action] {
+        guard streamOpening != nil else { return [] }
+        streamOpening = nil
+        var actions: [Action] = []
+        evaluate(now: now, &actions)
+        return actions
     }
 
     /// A connectivity monitor's report. The first one is a baseline; only offline → online triggers.
@@ -238,7 +259,7 @@ struct SchedulerStateMachine {
         if online == false { return .waitingForNetwork(triggers: pending.triggers.count) }
         let interval = minimumInterval(of: pending)
         let afterInterval = interval == .zero ? nil : lastRunEnded.map { $0 + interval }
-        let due = max(pending.due, afterInterval ?? pending.due)
+        let due = max(pending.due, afterInterval ?? pending.due, waitForStream(pending) ?? pending.due)
         let until = wallNow.addingTimeInterval(max(0, (due - now).seconds))
         if let afterInterval, afterInterval > pending.due { return .waitingForMinimumInterval(triggers: pending.triggers.count, until: until) }
         return .settling(triggers: pending.triggers.count, until: until)
@@ -261,6 +282,7 @@ struct SchedulerStateMachine {
         }
         var due = request.due
         if let lastRunEnded { due = max(due, lastRunEnded + minimumInterval(of: request)) }
+        if let wait = waitForStream(request) { due = max(due, wait) }
         if now < due {
             actions.append(.armTimer(at: due))
             return
@@ -276,6 +298,13 @@ struct SchedulerStateMachine {
         waitingForNextRun = []
         running = runNumber
         actions.append(.startRun(number: runNumber, kind: request.kind))
+    }
+
+    /// Until when `request` waits for the opening event stream's `ready`; `nil` when it does not
+    /// (no stream opening, or someone waits for the run).
+    private func waitForStream(_ request: Request) -> Duration? {
+        guard let streamOpening, !request.triggers.contains(where: \.settlesAtOnce) else { return nil }
+        return streamOpening + configuration.liveOpeningWait
     }
 
     /// Lets runs start again after a hold (while it is still stopping the run, once it has);

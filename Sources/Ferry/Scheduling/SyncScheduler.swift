@@ -18,6 +18,10 @@ public struct SchedulerConfiguration: Sendable {
     /// another device's write shows at once, and long enough that a burst of another device's
     /// writes makes a few runs, not one per event.
     public var liveMinimumInterval: Duration = .milliseconds(250)
+    /// How long a run (not one a person or a background task waits for) waits, from when the
+    /// event stream began opening, for its `ready`: one pull then serves both (a relaunch, a
+    /// return to the app), instead of a second pull for changes made while the stream opened.
+    public var liveOpeningWait: Duration = .seconds(1)
     /// Run periodically while the app is active, at least a second apart; `nil` (the default) for never.
     /// The timer starts with ``SyncScheduler/setActive(_:)`` (a session calls it for each user it signs in).
     public var periodicInterval: Duration?
@@ -117,6 +121,16 @@ public actor SyncScheduler {
     /// one is already pending (it pulls after the stream opened).
     func liveStreamOpened() {
         perform(machine.liveStreamOpened(now: elapsed()))
+    }
+
+    /// The event stream began opening: a pending run waits for its `ready` (`liveOpeningWait` at most).
+    func liveStreamOpening() {
+        machine.liveStreamOpening(now: elapsed())
+    }
+
+    /// The event stream failed or ended: a run that waited for its `ready` may start.
+    func liveStreamClosed() {
+        perform(machine.liveStreamClosed(now: elapsed()))
     }
 
     /// Asks for a run like `trigger(_:kind:)` and waits until the run that serves the

@@ -74,6 +74,7 @@ actor LiveUpdates {
         var failures = 0
         while !Task.isCancelled {
             var wait: Duration?
+            await scheduler.liveStreamOpening()
             do {
                 let stream = try await client.openEventStream()
                 switch stream.status {
@@ -95,9 +96,13 @@ actor LiveUpdates {
                 }
             } catch is EventStreamsUnsupported {
                 logger.debug("the transport cannot stream; live changes are off")
+                await scheduler.liveStreamClosed()
                 return
             } catch {
-                if Task.isCancelled { return }
+                if Task.isCancelled {
+                    await scheduler.liveStreamClosed()
+                    return
+                }
                 failures += 1
                 logger.debug("the event stream failed", metadata: ["error": "\(error)"])
             }
@@ -105,6 +110,8 @@ actor LiveUpdates {
             // followed by one short pause, however it ended; one that ends at once counts as a
             // failure, so a proxy that cuts every stream after its first bytes is retried ever
             // more slowly.
+            // Ended, refused or failed: a run that waited for `ready` goes (after it, nothing waits).
+            await scheduler.liveStreamClosed()
             if lived { failures = 1 }
             lived = false
             let delay = max(wait ?? .zero, retry.delay(forAttempt: failures, using: &random))
