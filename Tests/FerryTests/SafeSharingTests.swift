@@ -322,4 +322,64 @@ struct SafeSharingTests {
             #expect(try await store.database.read { db in try Row.fetchAll(db, sql: "PRAGMA foreign_key_check") }.isEmpty)
         }
     }
+
+    @Test("a write refused in a read-only space is a FerryError the app can match, and memberships gained, changed and lost arrive as events")
+    func typedRefusalAndMembershipEvents() async throws {
+        try await TestServer.run { server in
+            let alice = Self.client(try SpaceClientTests.openStore("alice"), server, user: "alice")
+            try await alice.createSpace("team")
+            try await alice.store.database.write { db in try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p1', 'team', 'Roof')")
+            }
+            try await alice.sync()
+            let store = try SpaceClientTests.openStore("bob")
+            let bob = Self.client(store, server, user: "bob")
+            let changes = bob.membershipChanges()
+            try await alice.setRole(.write, of: "bob", in: "team")
+            try await bob.sync()
+            try await alice.setRole(.read, of: "bob", in: "team")
+            try await bob.sync()
+            // The app's own write in the read-only space: matched by code, and convertible.
+            do {
+                try await store.database.write { db in try db.execute(sql: "UPDATE projects SET name = 'mine' WHERE id = 'p1'") }
+                Issue.record("the write was allowed")
+            } catch FerryError.Code.readOnlySpace {
+            } catch {
+                Issue.record("not matched by FerryError.Code.readOnlySpace: \(error)")
+            }
+            do {
+                try await store.database.write { db in try db.execute(sql: "DELETE FROM projects WHERE id = 'p1'") }
+            } catch {
+                let refusal = try #require(FerryError(readOnlySpaceRefusal: error))
+                #expect(refusal.code == .readOnlySpace && refusal.message.contains("space 'team'") && refusal.underlying is DatabaseError)
+            }
+            // Any other SQLite error is not a refusal.
+            do {
+                try await store.database.write { db in try db.execute(sql: "INSERT INTO notes (id, body) VALUES (NULL, 'x')") }
+            } catch {
+                #expect(FerryError(readOnlySpaceRefusal: error) == nil)
+                #expect(!(FerryError.Code.readOnlySpace ~= error))
+            }
+            try await alice.removeMember("bob", from: "team")
+            try await bob.sync()
+            var received: [MembershipChange] = []
+            for await change in changes {
+                received.append(change)
+                if received.count == 3 { break }
+            }
+            #expect(received.count == 3)
+            guard received.count == 3 else { return }
+            if case .joined(let membership) = received[0] {
+                #expect(membership.space == "team" && membership.role == .write)
+            } else {
+                Issue.record("\(received[0])")
+            }
+            if case .roleChanged(let membership, let old) = received[1] {
+                #expect(membership.role == .read && old == .write)
+            } else {
+                Issue.record("\(received[1])")
+            }
+            #expect(received[2] == .left(space: "team", rowsRemoved: 1, deadLettered: 0))
+            #expect(try await bob.journal.events().contains { $0.kind == .spaceRoleChanged && $0.details["from"] == "write" })
+        }
+    }
 }

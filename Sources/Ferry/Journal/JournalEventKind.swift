@@ -55,6 +55,8 @@ extension JournalEvent {
         public static let spaceRevoked: Kind = "space.revoked"
         /// The user gained a space (`details["space"]`, `details["role"]`); the pull brings it whole.
         public static let spaceJoined: Kind = "space.joined"
+        /// The user's role in a space changed (`details["space"]`, `details["role"]`, `details["from"]`).
+        public static let spaceRoleChanged: Kind = "space.roleChanged"
         /// A pulled record the app's schema refused was set aside.
         public static let pullSetAside: Kind = "pull.setAside"
         /// The store took a new client id: another store holds its old one.

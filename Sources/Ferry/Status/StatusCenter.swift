@@ -4,6 +4,7 @@ import Foundation
 actor StatusCenter {
     private(set) var status = SyncStatus()
     private let observers = Broadcast<SyncStatus>()
+    private let memberships = Broadcast<MembershipChange>()
     /// The newest `FerryStore.outboxCommits` the counts in `status` reflect: counts read from
     /// an outbox older than that are dropped.
     private var countedAtCommit = -1
@@ -49,6 +50,17 @@ actor StatusCenter {
 
     func finishAll() {
         observers.finish()
+        memberships.finish()
+    }
+
+    /// Every membership change from now on.
+    nonisolated func membershipChanges() -> AsyncStream<MembershipChange> {
+        memberships.subscribe()
+    }
+
+    /// Tells the membership observers, after the page that learned it committed.
+    func membershipChanged(_ change: MembershipChange) {
+        memberships.send(change)
     }
 
     private func publish(_ next: SyncStatus) {

@@ -66,7 +66,7 @@ enum ChangeCapture {
         let readOnly = try String.fetchAll(db, sql: "SELECT space FROM ferry_spaces WHERE role = 'read' ORDER BY space")
         func refuse(_ row: String) -> String {
             let cases = readOnly.map { "WHEN \($0.sqlLiteral) THEN RAISE(ABORT, \(SpaceGuard.message(space: $0, role: "read").sqlLiteral))" }
-            let generic = "RAISE(ABORT, 'ferry: this space is read-only for this user (role read); the change was not made')"
+            let generic = "RAISE(ABORT, \(SpaceGuard.genericMessage.sqlLiteral))"
             let refusal = cases.isEmpty ? generic : "CASE \(sql.space(row)) \(cases.joined(separator: " ")) ELSE \(generic) END"
             return "SELECT \(refusal) WHERE \(sql.space(row)) IN (SELECT space FROM ferry_spaces WHERE role = 'read');"
         }

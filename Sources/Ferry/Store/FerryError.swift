@@ -59,7 +59,11 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         public var description: String { rawValue }
 
         /// Matches an error of this code, in a `catch` or a `switch`: `catch FerryError.Code.stopped`.
-        public static func ~= (code: Code, error: any Error) -> Bool { (error as? FerryError)?.code == code }
+        /// ``readOnlySpace`` also matches the error SQLite throws from the app's own write to a
+        /// read-only space (``FerryError/init(readOnlySpaceRefusal:)``).
+        public static func ~= (code: Code, error: any Error) -> Bool {
+            (error as? FerryError)?.code == code || (code == .readOnlySpace && SpaceGuard.isRefusal(error))
+        }
     }
 
     /// What went wrong.
@@ -71,6 +75,19 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The error underneath, when there was one: the last network error behind ``Code/unreachable``,
     /// SQLite's behind ``Code/unreadableStore``, what an answer failed to decode with behind ``Code/protocolViolation``.
     public let underlying: (any Error)?
+
+    /// The app's own write to a space the store knows it may only read, refused in its transaction
+    /// by SQLite (a `DatabaseError` whose message names the space and role), as a ``Code/readOnlySpace``
+    /// error with SQLite's as `underlying`; `nil` for any other error.
+    ///
+    /// ```swift
+    /// do { try await store.database.write { db in try job.update(db) } }
+    /// catch FerryError.Code.readOnlySpace { showReadOnlyBanner() }
+    /// ```
+    public init?(readOnlySpaceRefusal error: any Error) {
+        guard SpaceGuard.isRefusal(error), let message = (error as? DatabaseError)?.message else { return nil }
+        self.init(.readOnlySpace, String(message.dropFirst("ferry: ".count)), underlying: error)
+    }
 
     /// An error with `code`; most are made with the static functions named after their code.
     public init(_ code: Code, _ message: String, serverCode: String? = nil, underlying: (any Error)? = nil) {

@@ -151,6 +151,13 @@ public actor FerryClient {
         return await statusCenter.stream()
     }
 
+    /// Every change of the user's memberships from now on, once the pull page that learned it
+    /// has committed: a space joined (its rows arrive with the same pull), a role changed, a
+    /// space left (its rows are gone from the store). Ends when the client stops.
+    public nonisolated func membershipChanges() -> AsyncStream<MembershipChange> {
+        statusCenter.membershipChanges()
+    }
+
     /// Stops the client for good (its user signed out, its store is about to close): every
     /// status stream ends, and a later `sync()` throws ``FerryError/stopped(_:)`` instead of
     /// touching the closed store.

@@ -140,6 +140,17 @@ struct Puller: Sendable {
                     details: ["space": membership.space, "role": membership.role.rawValue]
                 )
             )
+            await status.membershipChanged(.joined(membership))
+        }
+        for (membership, old) in outcome.spaces.roleChanged {
+            await connection.journal.record(
+                JournalEvent(
+                    kind: .spaceRoleChanged,
+                    message: "role in space '\(membership.space)' changed from \(old.rawValue) to \(membership.role.rawValue)",
+                    details: ["space": membership.space, "role": membership.role.rawValue, "from": old.rawValue]
+                )
+            )
+            await status.membershipChanged(.roleChanged(membership, from: old))
         }
         for revoked in outcome.spaces.revoked {
             await connection.journal.record(
@@ -151,6 +162,7 @@ struct Puller: Sendable {
                     details: ["space": revoked.space, "removed": "\(revoked.removed)", "deadLettered": "\(revoked.deadLettered)"]
                 )
             )
+            await status.membershipChanged(.left(space: revoked.space, rowsRemoved: revoked.removed, deadLettered: revoked.deadLettered))
         }
     }
 

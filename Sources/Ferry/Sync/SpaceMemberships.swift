@@ -7,6 +7,7 @@ enum SpaceMemberships {
     /// What a page changed: the spaces joined and what each revocation removed.
     struct Changes: Sendable {
         var joined: [Membership] = []
+        var roleChanged: [(membership: Membership, from: SpaceRole)] = []
         var revoked: [(space: String, removed: Int, deadLettered: Int)] = []
     }
 
@@ -44,6 +45,9 @@ enum SpaceMemberships {
         let insert = try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_spaces (space, role, incarnation) VALUES (?, ?, ?)")
         for membership in spaces {
             try insert.execute(arguments: [membership.space, membership.role.rawValue, membership.incarnation])
+            if let old = before[membership.space], !revoked.contains(membership.space), old.role != membership.role {
+                changes.roleChanged.append((membership, old.role))
+            }
             if before[membership.space] == nil || revoked.contains(membership.space) {
                 changes.joined.append(membership)
                 // A join sends no tombstones: rows the store holds of the space already (written
