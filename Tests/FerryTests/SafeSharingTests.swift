@@ -382,4 +382,75 @@ struct SafeSharingTests {
             #expect(try await bob.journal.events().contains { $0.kind == .spaceRoleChanged && $0.details["from"] == "write" })
         }
     }
+
+    static func jobStore(_ name: String) throws -> FerryStore {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: "CREATE TABLE jobs (id TEXT PRIMARY KEY NOT NULL, team TEXT, assignee TEXT, notes TEXT, status TEXT)")
+        }
+        let path = TestDirectory.make("conflicts").appendingPathComponent("\(name).sqlite").path
+        return try FerryStore(path: path, schema: migrator, tables: [SyncedTable(table: "jobs", detectsConflicts: true, space: .column("team"))])
+    }
+
+    @Test(
+        "a conflict carries what the local edit started from; the built-in field merge keeps a dispatcher's reassignment and a worker's notes, and the journal tells it"
+    )
+    func fieldMergeKeepsBothSides() async throws {
+        try await TestServer.run { server in
+            let dispatcher = Self.client(try Self.jobStore("dispatcher"), server, user: "dispatcher")
+            try await dispatcher.createSpace("crew")
+            try await dispatcher.setRole(.write, of: "worker", in: "crew")
+            try await dispatcher.store.database.write { db in
+                try db.execute(sql: "INSERT INTO jobs (id, team, assignee, notes, status) VALUES ('j1', 'crew', 'ann', '', 'open')")
+            }
+            try await dispatcher.sync()
+            let store = try Self.jobStore("worker")
+            var configuration = SyncConfiguration()
+            configuration.conflictPolicy = .fieldMerge(bothChanged: { _ in .local })
+            let worker = FerryClient(
+                store: store,
+                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                token: { try await TestServer.token(for: "worker") },
+                clock: ImmediateClock(),
+                configuration: configuration
+            )
+            try await worker.sync()
+            // The dispatcher reassigns the job and closes it; the worker, offline, writes notes and reopens it.
+            try await dispatcher.store.database.write { db in
+                try db.execute(sql: "UPDATE jobs SET assignee = 'bob', status = 'closed' WHERE id = 'j1'")
+            }
+            try await dispatcher.sync()
+            try await store.database.write { db in try db.execute(sql: "UPDATE jobs SET notes = 'gate code 12', status = 'waiting' WHERE id = 'j1'") }
+            let report = try await worker.sync()
+            #expect(report.upload.conflicts == 1)
+            let row = try await store.database.read { db in try Row.fetchOne(db, sql: "SELECT assignee, notes, status FROM jobs WHERE id = 'j1'") }
+            #expect(row?[0] == "bob" && row?[1] == "gate code 12" && row?[2] == "waiting", "\(String(describing: row))")
+            try await dispatcher.sync()
+            let theirs = try await dispatcher.store.database.read { db in
+                try Row.fetchOne(db, sql: "SELECT assignee, notes, status FROM jobs WHERE id = 'j1'")
+            }
+            #expect(theirs == row)
+            let journal = try await worker.journal.events()
+            #expect(journal.contains { $0.kind == .conflict && $0.details["entityID"] == "j1" && $0.details["resolution"] == "merged" })
+            #expect(journal.contains { $0.kind == .runFinished && $0.details["conflicts"] == "1" })
+        }
+    }
+
+    @Test("field merge: one side's changes win alone, both sides' go to the rule, a delete is the whole record's")
+    func fieldMergeRules() {
+        let base: JSONObject = ["a": .integer(1), "b": .integer(1), "c": .integer(1)]
+        let local: JSONObject = ["a": .integer(2), "b": .integer(1), "c": .integer(3)]
+        let server: JSONObject = ["a": .integer(1), "b": .integer(5), "c": .integer(4), "d": .integer(9)]
+        #expect(
+            ConflictPolicy.merge(base: base, local: local, server: server) { _ in .server }
+                == ["a": .integer(2), "b": .integer(5), "c": .integer(4), "d": .integer(9)]
+        )
+        #expect(ConflictPolicy.merge(base: base, local: local, server: server) { _ in .local }["c"] == .integer(3))
+        let policy = ConflictPolicy.fieldMerge()
+        let deleted = Conflict(entity: "jobs", entityID: "j", local: nil, server: RecordState(version: 2, deleted: false, data: server), base: base)
+        #expect(policy.resolve(deleted) == .acceptServer)
+        #expect(ConflictPolicy.fieldMerge(deletes: .local).resolve(deleted) == .keep(nil))
+        let same = Conflict(entity: "jobs", entityID: "j", local: base, server: RecordState(version: 2, deleted: false, data: server), base: base)
+        #expect(policy.resolve(same) == .acceptServer, "nothing of this device's to send")
+    }
 }

@@ -55,6 +55,9 @@ extension JournalEvent {
         public static let spaceRevoked: Kind = "space.revoked"
         /// The user gained a space (`details["space"]`, `details["role"]`); the pull brings it whole.
         public static let spaceJoined: Kind = "space.joined"
+        /// The server reported a conflict and the policy ended it: `details["entity"]`,
+        /// `details["entityID"]`, `details["resolution"]` (`server`, `local` or `merged`), `details["serverVersion"]`.
+        public static let conflict: Kind = "conflict"
         /// The user's role in a space changed (`details["space"]`, `details["role"]`, `details["from"]`).
         public static let spaceRoleChanged: Kind = "space.roleChanged"
         /// A pulled record the app's schema refused was set aside.

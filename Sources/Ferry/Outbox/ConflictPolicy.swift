@@ -17,6 +17,11 @@ public struct Conflict: Sendable, Equatable {
     /// When the local change (``local``) was made, by this device's clock; `nil` for a change
     /// queued by a Ferry older than the time it keeps.
     public var localChangedAt: Date?
+    /// The record as this device had it before its change: what the local edit started from,
+    /// so a policy can tell the fields this device changed from those the server's side did
+    /// (``ConflictPolicy/fieldMerge(bothChanged:deletes:)``). `nil` for a new record, a delete, a
+    /// table without `detectsConflicts`, or a change queued by a Ferry that did not keep it.
+    public var base: JSONObject?
 
     /// When the server's state was written: by the writing device's clock when it sent one
     /// (Ferry clients do), else by the server's; `nil` when the server does not know.
@@ -25,12 +30,20 @@ public struct Conflict: Sendable, Equatable {
     }
 
     /// A conflict as the uploader hands it to a policy: for an app's tests of its own policy.
-    public init(entity: String, entityID: String, local: JSONObject?, server: RecordState?, localChangedAt: Date? = nil) {
+    public init(
+        entity: String,
+        entityID: String,
+        local: JSONObject?,
+        server: RecordState?,
+        localChangedAt: Date? = nil,
+        base: JSONObject? = nil
+    ) {
         self.entity = entity
         self.entityID = entityID
         self.local = local
         self.server = server
         self.localChangedAt = localChangedAt
+        self.base = base
     }
 }
 
@@ -64,5 +77,67 @@ public struct ConflictPolicy: Sendable {
     public static let latestChangeWins = ConflictPolicy { conflict in
         guard let mine = conflict.localChangedAt, let theirs = conflict.serverChangedAt, mine > theirs else { return .acceptServer }
         return .keep(conflict.local)
+    }
+
+    /// Which side a field, or a whole record, goes to.
+    public enum Side: Sendable, Equatable {
+        /// This device's change.
+        case local
+        /// The server's state.
+        case server
+    }
+
+    /// A three-way merge, field by field, from what the local edit started from
+    /// (``Conflict/base``): a field only one side changed keeps that side's value (a
+    /// dispatcher's reassignment survives a worker's edit of the notes); a field both changed,
+    /// to different values, goes to the side `bothChanged` names for it. A delete on either side
+    /// is a change of the whole record, decided by `deletes`. Without a base every field that
+    /// differs counts as changed by both.
+    public static func fieldMerge(
+        bothChanged: @escaping @Sendable (_ field: String) -> Side = { _ in .server },
+        deletes: Side = .server
+    ) -> ConflictPolicy {
+        ConflictPolicy { conflict in
+            guard let local = conflict.local, let server = conflict.server, !server.deleted, let theirs = server.data else {
+                return deletes == .local ? .keep(conflict.local) : .acceptServer
+            }
+            let merged = Self.merge(base: conflict.base, local: local, server: theirs, bothChanged: bothChanged)
+            return merged == theirs ? .acceptServer : .keep(merged)
+        }
+    }
+
+    /// The field-wise merge of `local` and `server` from `base` (`fieldMerge`).
+    static func merge(
+        base: JSONObject?,
+        local: JSONObject,
+        server: JSONObject,
+        bothChanged: (String) -> Side
+    ) -> JSONObject {
+        var merged = server
+        for field in Set(local.keys).union(server.keys) {
+            let mine = local[field]
+            let theirs = server[field]
+            guard mine != theirs else { continue }
+            let was = base?[field]
+            let localChanged = base == nil || mine != was
+            let serverChanged = base == nil || theirs != was
+            let side: Side = localChanged && !serverChanged ? .local : (serverChanged && !localChanged ? .server : bothChanged(field))
+            if side == .local { merged[field] = mine }
+        }
+        return merged
+    }
+}
+
+/// A conflict and how the policy ended it, as the journal tells it.
+struct ResolvedConflict: Sendable {
+    var conflict: Conflict
+    var resolution: ConflictResolution
+
+    /// `server`, `local` (this device's change, or its delete), or `merged`.
+    var outcome: String {
+        switch resolution {
+        case .acceptServer: "server"
+        case .keep(let data): data == conflict.local ? "local" : "merged"
+        }
     }
 }

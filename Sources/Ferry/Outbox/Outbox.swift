@@ -67,7 +67,8 @@ struct Outbox: Sendable {
             var rows = try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, coalesce(changed_at, queued_at), space, space_incarnation
+                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, coalesce(changed_at, queued_at), space, space_incarnation,
+                        base
                     FROM ferry_outbox
                     WHERE state = ? ORDER BY id LIMIT ?
                     """,
@@ -111,11 +112,14 @@ struct Outbox: Sendable {
             batch.entryCount = rows.count
             var latest: [RecordRef: Row] = [:]
             var entries: [RecordRef: [Int64]] = [:]
+            // What the record was before the first change the batch folds: what its change started from.
+            var bases: [RecordRef: String] = [:]
             // Columns by position: GRDB matches names case-insensitively, which costs more
             // than the rest of reading a row.
             for row in rows {
                 let record = RecordRef(entity: row[1], entityID: row[2])
                 latest[record] = row
+                if entries[record] == nil, let base = row[11] as String? { bases[record] = base }
                 entries[record, default: []].append(row[0])
             }
             var coalesced: [(kept: Int64, folded: [Int64])] = []
@@ -138,6 +142,7 @@ struct Outbox: Sendable {
                 mutation.changedAt = OutgoingMutation.milliseconds(row[8])
                 mutation.space = row[9]
                 mutation.spaceIncarnation = row[10]
+                if detectsConflicts { mutation.baseText = bases[record] }
                 if op == .upsert {
                     mutation.dataText = row[4]
                     mutation.naturalKey = row[5]
@@ -351,7 +356,15 @@ struct Outbox: Sendable {
                             // The server has the mutation's own record too: it goes, as a merge would delete it.
                             if (mutation.baseVersion ?? 0) > 0 { absorbed.append(own) }
                         }
-                        try resolve(judged, current: result.current, policy: policy, later: &later, versions: &versions, db: db)
+                        try resolve(
+                            judged,
+                            current: result.current,
+                            policy: policy,
+                            resolved: &outcome.resolved,
+                            later: &later,
+                            versions: &versions,
+                            db: db
+                        )
                     }
                 }
                 if !notOurs.isEmpty {
@@ -667,6 +680,7 @@ struct Outbox: Sendable {
         _ mutation: OutgoingMutation,
         current: RecordState?,
         policy: ConflictPolicy,
+        resolved: inout [ResolvedConflict],
         later: inout LaterChanges,
         versions: inout KnownVersions,
         db: Database
@@ -692,9 +706,12 @@ struct Outbox: Sendable {
             entityID: mutation.entityID,
             local: local,
             server: current,
-            localChangedAt: changedAt.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+            localChangedAt: changedAt.map { Date(timeIntervalSince1970: Double($0) / 1000) },
+            base: try mutation.baseText.map { try JSONDecoder().decode(JSONObject.self, from: Data($0.utf8)) }
         )
-        switch policy.resolve(conflict) {
+        let resolution = policy.resolve(conflict)
+        resolved.append(ResolvedConflict(conflict: conflict, resolution: resolution))
+        switch resolution {
         case .acceptServer:
             try writer.write(
                 entity: mutation.entity,
@@ -812,6 +829,8 @@ struct BatchOutcome: Sendable {
     var merged = 0
     var rekeyed = 0
     var conflicts = 0
+    /// Each conflict and how the policy ended it, for the journal.
+    var resolved: [ResolvedConflict] = []
     /// Entries answered as another holder's mutations, queued again to go under a new client id.
     var returnedToQueue = 0
     /// The client id the store gave up, the one it took, and why.

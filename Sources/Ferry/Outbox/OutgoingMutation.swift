@@ -19,6 +19,9 @@ struct OutgoingMutation: Sendable {
     var space: String?
     /// The incarnation of `space` the store knew when the change was made (`Mutation.spaceIncarnation`).
     var spaceIncarnation: String?
+    /// The row as it was before the first of the changes this mutation stands for, for a
+    /// conflict policy (`Conflict.base`); not sent.
+    var baseText: String?
 
     /// A mutation's share of a request body besides its data, id and natural key: field names,
     /// punctuation, the entity, numbers (an upper bound, for `Outbox.bodyBudget`).

@@ -31,7 +31,7 @@ enum ChangeCapture {
                 CREATE TRIGGER \("ferry_capture_\(name)_update".quotedDatabaseIdentifier) AFTER UPDATE ON \(quoted) WHEN \(capturing)
                 BEGIN
                     INSERT INTO ferry_outbox (entity, entity_id, op, queued_at, space, space_incarnation) SELECT \(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL), \(sql.space("OLD")), \(sql.incarnation("OLD")) WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"));
-                    \(sql.upsert("NEW"))
+                    \(sql.upsert("NEW", base: table.detectsConflicts ? "OLD" : nil))
                 END;
                 CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
                 BEGIN
@@ -220,8 +220,12 @@ private struct Expressions {
         }
     }
 
-    func upsert(_ row: String) -> String {
-        "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)), \(OutboxState.nowSQL), \(space(row)), \(incarnation(row)));"
+    /// The outbox entry of an upsert of `row`; with `base` (an update's `OLD`), the row as it
+    /// was before, for a conflict policy (only where the id stays: a changed id is a new record).
+    func upsert(_ row: String, base: String? = nil) -> String {
+        let before = base.map { "CASE WHEN \($0).\(pk) IS \(row).\(pk) THEN \(data($0)) END" } ?? "NULL"
+        return
+            "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation, base) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)), \(OutboxState.nowSQL), \(space(row)), \(incarnation(row)), \(before));"
     }
 }
 

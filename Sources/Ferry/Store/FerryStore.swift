@@ -312,6 +312,8 @@ public final class FerryStore: Sendable {
             // it was made in, which the server checks (`Mutation.spaceIncarnation`).
             // Rows of the app's that reference rows leaving the store (a revoked space's) are held
             // aside whole (`ferry_held_rows`, `RecordWriter.remove`) until their parent returns.
+            // An edit of a table that detects conflicts keeps the row as it was before it
+            // (`base`): what a conflict policy merges from (`Conflict.base`).
             // A join's sweep considers only the rows the store held, with no change queued, when
             // the join began, at the version it knew then (`SpaceMemberships`): never a row this
             // device wrote or pushed since.
@@ -319,6 +321,7 @@ public final class FerryStore: Sendable {
                 sql: """
                     ALTER TABLE ferry_spaces ADD COLUMN incarnation TEXT;
                     ALTER TABLE ferry_outbox ADD COLUMN space_incarnation TEXT;
+                    ALTER TABLE ferry_outbox ADD COLUMN base TEXT;
                     CREATE TABLE ferry_held_rows (id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, cols TEXT NOT NULL, vals TEXT NOT NULL);
                     CREATE TABLE ferry_join_candidates (
                         space TEXT NOT NULL, entity TEXT NOT NULL, entity_id TEXT NOT NULL, version INTEGER,

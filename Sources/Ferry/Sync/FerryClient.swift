@@ -349,6 +349,7 @@ public actor FerryClient {
                 message: "sync finished",
                 details: [
                     "outcome": "succeeded", "pushed": "\(report.upload.acknowledged)", "merged": "\(report.upload.merged)",
+                    "conflicts": "\(report.upload.conflicts)",
                     "pulled": "\(report.pull.received)",
                     "requests": "\(report.requests)",
                 ]

@@ -237,6 +237,21 @@ struct Uploader: Sendable {
 
     private func record(_ outcome: BatchOutcome, push: PushResponse, into summary: inout UploadSummary) async {
         summary.add(outcome)
+        for resolved in outcome.resolved {
+            let conflict = resolved.conflict
+            await journal.record(
+                JournalEvent(
+                    kind: .conflict,
+                    message:
+                        "\(conflict.entity)/\(conflict.entityID) changed on the server (version \(conflict.server.map { "\($0.version)" } ?? "none")) "
+                        + "since this device's change: resolved by \(resolved.outcome == "server" ? "taking the server's" : resolved.outcome == "local" ? "sending this device's again" : "sending a merge of both")",
+                    details: [
+                        "entity": conflict.entity, "entityID": conflict.entityID, "resolution": resolved.outcome,
+                        "serverVersion": conflict.server.map { "\($0.version)" } ?? "",
+                    ]
+                )
+            )
+        }
         if let change = outcome.newClientID {
             await journal.record(
                 JournalEvent(
