@@ -67,6 +67,31 @@ struct SpacesBench {
             )
         )
 
+        // A first pull of a user in 1,000 spaces of one record each: one statement a space
+        // would be a thousand round trips.
+        let spread = (0..<ProtocolLimits.maxSpacesPerUser).map { index in
+            Mutation(
+                id: Int64(index + 1),
+                entity: "items",
+                entityID: "s\(index)",
+                op: .upsert,
+                data: ["value": .integer(Int64(index))],
+                space: "\(run)-s\(index)"
+            )
+        }
+        try await client.send(
+            "POST",
+            "/v1/push",
+            token: service,
+            body: String(decoding: try JSONEncoder().encode(PushRequest(clientID: "bench-spread", mutations: spread)), as: UTF8.self)
+        )
+        let firstPullStarted = ContinuousClock.now
+        let (_, crowded) = try await client.pullAll(token: many)
+        guard crowded == ProtocolLimits.maxSpacesPerUser else { throw CommandFailure("the first pull of 1,000 spaces brought \(crowded) records") }
+        lines.append(
+            String(format: "  first pull of a user in 1,000 spaces of 1 record each: %.0f ms", firstPullStarted.duration(to: .now).seconds * 1000)
+        )
+
         // A first download: a space of `records` for a new member, the same size personal.
         try await client.send("PUT", "/v1/spaces/\(run)-big", token: service)
         try await client.push(count: records, space: "\(run)-big", token: service)

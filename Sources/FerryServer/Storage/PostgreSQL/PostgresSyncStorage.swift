@@ -656,10 +656,38 @@ public final class PostgresSyncStorage: SyncStorage {
         var page = page
         let spaces = try await Self.readableSpaces(of: userID, on: db, logger: logger)
         await interleaving.reachedAsync()
+        // The spaces with something to read are read in one statement (a new member of 1,000
+        // spaces paid a statement, a round trip, for each); a space that statement may have cut
+        // short (it read as many rows as the page may scan) is read again on its own.
+        var probe = page
+        var reading: [(space: ReadableSpace, start: PullCursor)] = []
+        for space in spaces {
+            let start = try probe.start(of: space)
+            if probe.needsRead(space, from: start) { reading.append((space, start)) }
+        }
+        var batched: [Int64: [PulledRow]] = [:]
+        var cutFrom: Int?
+        if reading.count > 1, let (first, start) = reading.first {
+            let builder = page.builder(for: first, from: start)
+            let scan = PullPage.scanLimit(builder.limit, leavingOut: ownWrites)
+            let rows = try await Self.spacesRows(
+                of: Self.spacesQuery(reading.map { ($0.space.key, $0.start) }, scan: scan, budget: builder.budget, takesFirst: builder.takesFirst),
+                on: db,
+                logger: logger
+            )
+            for (key, row) in rows { batched[key, default: []].append(row) }
+            if rows.count >= scan, let last = rows.last?.key { cutFrom = reading.firstIndex { $0.space.key == last } }
+        }
+        let order = Dictionary(uniqueKeysWithValues: reading.enumerated().map { ($1.space.key, $0) })
         for space in spaces {
             let start = try page.start(of: space)
             guard page.needsRead(space, from: start) else { continue }
             var builder = page.builder(for: space, from: start)
+            if reading.count > 1, let index = order[space.key], index < (cutFrom ?? reading.count) {
+                Self.offer(batched[space.key] ?? [], to: &builder)
+                page.add(builder, of: space, from: start)
+                continue
+            }
             let readHistory = try await Self.rows(
                 of: Self.pullQuery(
                     userID: userID,
@@ -687,6 +715,59 @@ public final class PostgresSyncStorage: SyncStorage {
             }
         }
         return page.page(cursors: cursors, spaces: spaces, version: version, revoked: revoked)
+    }
+
+    /// The rows after each of `spaces`' positions, in one statement: space by space in the
+    /// order given, each in change order, `scan` rows in all at most, and of those only up to the
+    /// first whose data passes `budget` (`pullQuery` reads one history so). Each row comes with
+    /// its space's key.
+    static func spacesQuery(_ spaces: [(key: Int64, start: PullCursor)], scan: Int, budget: Int, takesFirst: Bool) -> PostgresQuery {
+        let keys = spaces.map { String($0.key) }.joined(separator: ",")
+        let afters = spaces.map { String($0.start.position) }.joined(separator: ",")
+        let horizons = spaces.map { String($0.start.horizon) }.joined(separator: ",")
+        return """
+            SELECT p.key, p.entity, p.entity_id, p.version, p.deleted, p.natural_key, CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at,
+                p.written_by, p.written_mutation, p.written_seq, p.size, p.fits
+            FROM (
+                SELECT *, running <= \(budget) OR (\(takesFirst) AND running = size) AS fits FROM (
+                    SELECT c.key, r.*, coalesce(octet_length(r.data), 0) AS size,
+                        sum(coalesce(octet_length(r.data), 0)) OVER (ORDER BY c.ord, r.seq ROWS UNBOUNDED PRECEDING) AS running
+                    FROM unnest('{\(unescaped: keys)}'::int8[], '{\(unescaped: afters)}'::int8[], '{\(unescaped: horizons)}'::int8[])
+                        WITH ORDINALITY AS c (key, after, horizon, ord)
+                    CROSS JOIN LATERAL (
+                        SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation, written_seq
+                        FROM records
+                        WHERE user_id = (chr(1) || c.key::text) COLLATE "C" AND seq > c.after AND NOT (deleted AND seq <= c.horizon)
+                        ORDER BY seq LIMIT \(scan)
+                    ) r
+                    ORDER BY c.ord, r.seq LIMIT \(scan)
+                ) scanned
+                WHERE running - size <= \(budget)
+            ) p
+            ORDER BY p.running
+            """
+    }
+
+    /// Runs a `spacesQuery`: its rows in order, each with its space's key.
+    private static func spacesRows(of query: PostgresQuery, on db: PostgresConnection, logger: Logger) async throws -> [(key: Int64, row: PulledRow)] {
+        var rows: [(key: Int64, row: PulledRow)] = []
+        for try await row in try await db.query(query, logger: logger) {
+            let (key, entity, entityID, version, deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits) =
+                try row.decode((Int64, String, String, Int64, Bool, String?, ByteBuffer?, Int64, Int64?, String?, Int64?, Int64?, Int, Bool).self)
+            let record = StoredRecord(
+                entity: entity,
+                entityID: entityID,
+                version: version,
+                deleted: deleted,
+                naturalKey: naturalKey,
+                changedAt: changedAt,
+                writtenBy: writtenBy,
+                writtenMutation: writtenMutation,
+                writtenSeq: writtenSeq
+            )
+            rows.append((key, (record, seq, size, fits, data)))
+        }
+        return rows
     }
 
     /// `body` in a read-only `REPEATABLE READ` transaction on `connection`: every statement of
