@@ -343,6 +343,9 @@ struct Outbox: Sendable {
                         // what was attempted, and the row shows what the server holds again.
                         if let current = result.current {
                             serverStates.append(ServerState(record: own, state: current, space: mutation.space))
+                        } else if try Self.unreadable(mutation, refusedWith: result.code, db: db) {
+                            // Refused in a space the user cannot read: the row goes with the refusal.
+                            serverStates.append(ServerState(record: own, state: .absent, space: mutation.space))
                         }
                     case .conflict:
                         finished += entryIDs
@@ -485,6 +488,16 @@ struct Outbox: Sendable {
                 """
         )
         .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey, queuedAt, space, spaceIncarnation])
+    }
+
+    /// Whether the server refused `mutation` for its space (`code`) in a space this store does not
+    /// know it may read: no membership of that incarnation in the latest pull. (One it knows
+    /// goes at the pull that revokes it; a readable one comes with the server's `current`.)
+    private static func unreadable(_ mutation: OutgoingMutation, refusedWith code: String?, db: Database) throws -> Bool {
+        guard let space = mutation.space, [ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue].contains(code) else { return false }
+        let known = try Row.fetchOne(db.cachedStatement(sql: "SELECT incarnation FROM ferry_spaces WHERE space = ?"), arguments: [space])
+        guard let known else { return true }
+        return mutation.spaceIncarnation != nil && (known[0] as String?) != nil && (known[0] as String?) != mutation.spaceIncarnation
     }
 
     /// A record as the server reported it now, in the space the change named.

@@ -181,13 +181,13 @@ private struct Expressions {
         }
     }
 
-    /// The incarnation of the row's space the store knows (`ferry_spaces`): the change is bound
-    /// to that space, not to whichever space holds its id when it is sent. NULL for the personal
-    /// space, and for a space the store has not pulled yet (the server's current one is meant).
+    /// The incarnation of the row's space the store last saw (`ferry_space_incarnations`): the
+    /// change is bound to that space, not to whichever space holds its id when it is sent. NULL
+    /// for the personal space, and for a space id the store never saw (the server's current one is meant).
     func incarnation(_ row: String) -> String {
         switch table.space {
         case .personal: "NULL"
-        default: "(SELECT incarnation FROM ferry_spaces WHERE space = \(space(row)))"
+        default: "(SELECT incarnation FROM ferry_space_incarnations WHERE space = \(space(row)))"
         }
     }
 

@@ -308,8 +308,11 @@ public final class FerryStore: Sendable {
         }
         migrator.registerMigration("ferry-v13") { db in
             // A space deleted and created again under its id is another space: the store keeps
-            // each membership's incarnation, and each change queued for a space the incarnation
-            // it was made in, which the server checks (`Mutation.spaceIncarnation`).
+            // each membership's incarnation, and the last incarnation it saw of every space id
+            // (kept after the membership ends: a write made since is bound to the space the
+            // device last saw, never to one created later under its id), and each change queued
+            // for a space the incarnation it was made in, which the server checks
+            // (`Mutation.spaceIncarnation`).
             // Rows of the app's that reference rows leaving the store (a revoked space's) are held
             // aside whole (`ferry_held_rows`, `RecordWriter.remove`) until their parent returns.
             // An edit of a table that detects conflicts keeps the row as it was before it
@@ -322,6 +325,7 @@ public final class FerryStore: Sendable {
                     ALTER TABLE ferry_spaces ADD COLUMN incarnation TEXT;
                     ALTER TABLE ferry_outbox ADD COLUMN space_incarnation TEXT;
                     ALTER TABLE ferry_outbox ADD COLUMN base TEXT;
+                    CREATE TABLE ferry_space_incarnations (space TEXT PRIMARY KEY NOT NULL, incarnation TEXT NOT NULL) WITHOUT ROWID;
                     CREATE TABLE ferry_held_rows (id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, cols TEXT NOT NULL, vals TEXT NOT NULL);
                     CREATE TABLE ferry_join_candidates (
                         space TEXT NOT NULL, entity TEXT NOT NULL, entity_id TEXT NOT NULL, version INTEGER,
@@ -362,7 +366,7 @@ public final class FerryStore: Sendable {
             try db.execute(
                 sql: """
                     INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation)
-                    VALUES (?1, ?2, ?3, ?4, ?5, \(OutboxState.nowSQL), ?6, (SELECT incarnation FROM ferry_spaces WHERE space = ?6))
+                    VALUES (?1, ?2, ?3, ?4, ?5, \(OutboxState.nowSQL), ?6, (SELECT incarnation FROM ferry_space_incarnations WHERE space = ?6))
                     """,
                 arguments: [entity, entityID, op.rawValue, text, naturalKey, space]
             )

@@ -9,7 +9,10 @@ extension FerryClient {
     /// Creates `space` with the signed-in user its admin; the same if they already administer it.
     @discardableResult
     public func createSpace(_ space: String) async throws -> Membership {
-        try await request("PUT", Self.path(space: space), answer: Membership.self)
+        let membership = try await request("PUT", Self.path(space: space), answer: Membership.self)
+        // The creator's first writes are bound to this space before any pull has seen it.
+        try await store.database.write { db in try SpaceMemberships.noteIncarnation(of: membership, db: db) }
+        return membership
     }
 
     /// Deletes `space` and its records; every member loses access. Admins only.

@@ -45,6 +45,7 @@ enum SpaceMemberships {
         let insert = try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_spaces (space, role, incarnation) VALUES (?, ?, ?)")
         for membership in spaces {
             try insert.execute(arguments: [membership.space, membership.role.rawValue, membership.incarnation])
+            try noteIncarnation(of: membership, db: db)
             if let old = before[membership.space], !revoked.contains(membership.space), old.role != membership.role {
                 changes.roleChanged.append((membership, old.role))
             }
@@ -63,6 +64,13 @@ enum SpaceMemberships {
             try ChangeCapture.reinstallGuards(for: store.tables, in: db)
         }
         return changes
+    }
+
+    /// Keeps the incarnation of `membership`'s space as the last one of its id this store saw.
+    static func noteIncarnation(of membership: Membership, db: Database) throws {
+        guard let incarnation = membership.incarnation else { return }
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_space_incarnations (space, incarnation) VALUES (?, ?)")
+            .execute(arguments: [membership.space, incarnation])
     }
 
     /// Notes the records of spaces being joined that a page brought.
