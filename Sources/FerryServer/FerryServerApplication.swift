@@ -24,6 +24,11 @@ public struct ServerConfiguration: Sendable {
     /// Most requests of one user this process works on at once; the next is answered `429` before
     /// its body is read, so one user cannot take the server's memory and database from the others.
     public var maxRequestsPerUser: Int
+    /// Most bytes of request bodies this process holds at once, all requests together; a body
+    /// that would pass it is answered `503` with `Retry-After`. 256 MiB by default.
+    public var maxBodyBytesInFlight = ServerConfiguration.defaultMaxBodyBytesInFlight
+    /// 256 MiB: 64 pushes of the largest size at once.
+    public static let defaultMaxBodyBytesInFlight = 256 * 1024 * 1024
     /// How long the server keeps tombstones and idle clients (with their kept results); cursors
     /// older than what was purged are refused with `cursor_expired`. `nil` keeps everything.
     public var retention: Duration?
@@ -115,7 +120,12 @@ public enum FerryServerApplication {
     ) async throws -> some ApplicationProtocol {
         let authority = try await TokenAuthority(secret: configuration.jwtSecret)
         let limiter = rateLimiter ?? configuration.rateLimit.map { TokenBucketRateLimiter(policy: $0) }
-        let controller = SyncController(storage: storage, metrics: metrics, bodyTimeout: configuration.bodyTimeout)
+        let controller = SyncController(
+            storage: storage,
+            metrics: metrics,
+            bodyTimeout: configuration.bodyTimeout,
+            bodies: BodyBudget(limit: configuration.maxBodyBytesInFlight)
+        )
         let live = LiveChanges(configuration: configuration.live)
 
         let router = router(

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import FerryProtocol
 import FerryTestSupport
 import Foundation
 import NIOCore
@@ -26,6 +27,48 @@ struct ServeUnderAttackTests {
         guard let response = try? await HTTPClient.shared.execute(request, timeout: .seconds(30)) else { return nil }
         _ = try? await response.body.collect(upTo: 1 << 20)
         return Int(response.status.code)
+    }
+
+    @Test("bodies held open just short of complete are bounded for the whole process: past --body-memory the next is 503, and its bytes come back")
+    func bodiesInFlightAreBoundedForTheProcess() async throws {
+        try #require(FileManager.default.isExecutableFile(atPath: FerryProcess.binary.path), "build the ferry executable first (swift build)")
+        let directory = TestDirectory.make("body-memory")
+        let server = try FerryProcess(
+            [
+                "serve", "--database", "sqlite:\(directory.appendingPathComponent("server.sqlite").path)", "--port", "0", "--jwt-secret",
+                TestServer.secret, "--body-memory", "6", "--body-timeout", "5", "--rate-limit", "off",
+            ],
+            in: directory
+        )
+        defer { server.process.terminate() }
+        let port = try await server.listeningPort()
+        // Two users, each within every limit of their own, each holding a body half a megabyte short of complete.
+        var held: [HostileClientTests.RawConnection] = []
+        for user in ["ann", "ben"] {
+            let connection = try HostileClientTests.RawConnection(port: port)
+            let token = try await TestServer.token(for: user)
+            connection.send(
+                "POST /v1/push HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/json\r\n"
+                    + "Content-Length: 4000000\r\n\r\n" + String(repeating: " ", count: 3_500_000)
+            )
+            held.append(connection)
+        }
+        let answers = await withTaskGroup(of: String.self) { group in
+            for connection in held { group.addTask { String((await connection.closed() ?? "none").prefix(12)) } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        // 6 MiB hold one such body, not two: the second is refused at once, the first times out.
+        #expect(answers.sorted() == ["HTTP/1.1 408", "HTTP/1.1 503"], "\(answers)")
+        let push = try JSONEncoder().encode(
+            PushRequest(clientID: "phone", mutations: [Mutation(id: 1, entity: "notes", entityID: "n1", op: .upsert, data: ["x": .integer(1)])])
+        )
+        let status = await Self.send(
+            "http://127.0.0.1:\(port)/v1/push",
+            method: .POST,
+            headers: [("Authorization", "Bearer \(try await TestServer.token(for: "cat"))"), ("Content-Type", "application/json")],
+            body: .bytes(ByteBuffer(bytes: push))
+        )
+        #expect(status == 200, "the bytes of both came back")
     }
 
     @Test("2,000 forged tokens, 40 streamed bodies over 4 MiB, 200 bodies nested 100,000 deep: every answer a 4xx, the server up, memory bounded")

@@ -43,6 +43,11 @@ struct ServeCommand: AsyncParsableCommand {
     var maxRequestsPerUser = 4
 
     @Option(
+        help: "MiB of request bodies this process holds at once, all users together (4 to 65536); a body that would pass it is answered 503."
+    )
+    var bodyMemory = 256
+
+    @Option(
         help: "Days tombstones and idle clients are kept (1 to 3650), purged every hour; older cursors get cursor_expired. Or off."
     )
     var retentionDays = "30"
@@ -57,6 +62,7 @@ struct ServeCommand: AsyncParsableCommand {
             throw ValidationError("--body-timeout must be from 1 to 3600 seconds, got \(bodyTimeout)")
         }
         _ = try retention()
+        guard (4...65_536).contains(bodyMemory) else { throw ValidationError("--body-memory must be from 4 to 65536 MiB, got \(bodyMemory)") }
         guard (1...1000).contains(maxRequestsPerUser) else {
             throw ValidationError("--max-requests-per-user must be from 1 to 1000, got \(maxRequestsPerUser)")
         }
@@ -134,7 +140,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
 
         let (secret, demoToken) = try await resolveSecret()
-        let configuration = ServerConfiguration(
+        var configuration = ServerConfiguration(
             host: host,
             port: port,
             jwtSecret: secret,
@@ -144,6 +150,7 @@ struct ServeCommand: AsyncParsableCommand {
             maxRequestsPerUser: maxRequestsPerUser,
             retention: retention
         )
+        configuration.maxBodyBytesInFlight = bodyMemory * 1024 * 1024
         let host = self.host
         let app = try await FerryServerApplication.make(
             configuration: configuration,

@@ -9,6 +9,8 @@ struct SyncController: Sendable {
     let metrics: ServerMetrics
     /// How long a push's body may take to arrive (`ServerConfiguration/bodyTimeout`).
     var bodyTimeout: Duration = .seconds(30)
+    /// The bytes of bodies the whole process holds at once (`ServerConfiguration/maxBodyBytesInFlight`).
+    var bodies = BodyBudget(limit: ServerConfiguration.defaultMaxBodyBytesInFlight)
 
     func health(_ request: Request, context: FerryRequestContext) async throws -> Response {
         try await storage.checkHealth()
@@ -23,6 +25,7 @@ struct SyncController: Sendable {
             throw FerryHTTPError(.batchTooLarge, FerryHTTPError.batchTooLargeMessage)
         }
         let body = try await collectBody(of: request, context: context)
+        defer { bodies.give(body.readableBytes) }
         context.facts.bodyBytes = body.readableBytes
         let pushRequest = try await Self.offloaded(ifLarge: body.readableBytes) { try PushRequest.decode(from: Data(body.readableBytesView)) }
         try pushRequest.validateBatch()
@@ -68,13 +71,41 @@ struct SyncController: Sendable {
 
     /// A push's body, which must arrive within `bodyTimeout`. A late one is answered `408`, and the
     /// connection's input is closed: the server would otherwise read the rest of a trickled body
-    /// to reach the next request, at the client's pace.
+    /// to reach the next request, at the client's pace. Its bytes are counted against the
+    /// process's `bodies` as they arrive (the caller gives them back): a body that would pass it
+    /// is answered `503`, and the connection's input closed.
     private func collectBody(of request: Request, context: FerryRequestContext) async throws -> ByteBuffer {
         let body = request.body
+        let bodies = self.bodies
         do {
             return try await withTimeLimit(bodyTimeout, clock: ContinuousClock()) {
-                try await body.collect(upTo: ProtocolLimits.maxPushBodyBytes)
+                var collected = ByteBuffer()
+                do {
+                    for try await chunk in body {
+                        guard collected.readableBytes + chunk.readableBytes <= ProtocolLimits.maxPushBodyBytes else {
+                            throw FerryHTTPError(.batchTooLarge, FerryHTTPError.batchTooLargeMessage)
+                        }
+                        guard bodies.take(chunk.readableBytes) else {
+                            var error = FerryHTTPError(
+                                .unavailable,
+                                "the server holds as many request bodies as it may at once; retry in \(FerryHTTPError.unavailableRetryAfter) s"
+                            )
+                            error.headers[.retryAfter] = "\(FerryHTTPError.unavailableRetryAfter)"
+                            error.headers[.connection] = "close"
+                            throw error
+                        }
+                        var chunk = chunk
+                        collected.writeBuffer(&chunk)
+                    }
+                } catch {
+                    bodies.give(collected.readableBytes)
+                    throw error
+                }
+                return collected
             }
+        } catch let error as FerryHTTPError where error.code == .unavailable {
+            context.channel?.close(mode: .input, promise: nil)
+            throw error
         } catch is TimeLimitExceeded {
             context.channel?.close(mode: .input, promise: nil)
             var error = FerryHTTPError(

@@ -266,7 +266,9 @@ final class SpaceFaultSchedule {
             }
             if notes != expectedNotes { outcome.problems.append("\(device.user): notes \(notes) against the server's \(expectedNotes)") }
             if dead.contains(where: { $0.entity != "projects" || !$0.reason.contains("team") }) {
-                outcome.problems.append("\(device.user): dead letters that are not team changes naming the space: \(dead.map { "\($0.entity)/\($0.entityID): \($0.reason)" })")
+                outcome.problems.append(
+                    "\(device.user): dead letters that are not team changes naming the space: \(dead.map { "\($0.entity)/\($0.entityID): \($0.reason)" })"
+                )
             }
         }
         // The space of today, and what was written in it by whom.

@@ -749,7 +749,8 @@ public final class PostgresSyncStorage: SyncStorage {
     }
 
     /// Runs a `spacesQuery`: its rows in order, each with its space's key.
-    private static func spacesRows(of query: PostgresQuery, on db: PostgresConnection, logger: Logger) async throws -> [(key: Int64, row: PulledRow)] {
+    private static func spacesRows(of query: PostgresQuery, on db: PostgresConnection, logger: Logger) async throws -> [(key: Int64, row: PulledRow)]
+    {
         var rows: [(key: Int64, row: PulledRow)] = []
         for try await row in try await db.query(query, logger: logger) {
             let (key, entity, entityID, version, deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits) =
