@@ -16,55 +16,67 @@ struct SpaceInterleavingTests {
     /// says of his memberships, it must not carry the secret, and the next pull reports the space
     /// revoked. (Seen failing on PostgreSQL with each statement of the pull in its own snapshot.)
     @Test(
-        "a member removed while a pull reads, then the space written, never receives what was written after the removal",
-        arguments: StorageBackend.allCases
+        "a member removed while a pull reads, then the space written (through this server, or another on the same database), never receives what was written after the removal",
+        arguments: StorageBackend.allCases,
+        [false, true]
     )
-    func removalDuringAPull(backend: StorageBackend) async throws {
+    func removalDuringAPull(backend: StorageBackend, throughAnotherServer: Bool) async throws {
         try await TestServer.run(backend: backend) { server in
-            let alice = try await TestServer.token(for: "alice")
-            let bob = try await TestServer.token(for: "bob")
-            for space in ["s1", "s2", "s3"] { try await server.makeSpace(space, admin: "alice", members: ["bob": .read]) }
-            let first = try await server.pullOK(token: bob)
-            // Something moved in the space Bob is about to leave, so the next pull reads it.
-            _ = try await server.pushOK(
-                PushRequest(
-                    clientID: "alice-phone",
-                    mutations: [Mutation(id: 1, entity: "items", entityID: "open", op: .upsert, data: .value(1), space: "s2")]
-                ),
-                token: alice
-            )
-            let paused = LockIsolated(false)
-            let removed = LockIsolated<[Int]>([])
-            server.pullInterleaving.set {
-                let first = paused.withValue { wasPaused in
-                    defer { wasPaused = true }
-                    return !wasPaused
+            if throughAnotherServer {
+                try await TestServer.run(backend: backend, database: server.database) { other in
+                    try await Self.removalDuringAPull(server, writer: other)
                 }
-                guard first else { return }
-                let done = DispatchSemaphore(value: 0)
-                Task {
-                    defer { done.signal() }
-                    let removal = try await server.removeMember("bob", from: "s2", token: alice)
-                    let secret = try await server.push(
-                        PushRequest(
-                            clientID: "alice-phone",
-                            mutations: [Mutation(id: 2, entity: "items", entityID: "secret", op: .upsert, data: .value(2), space: "s2")]
-                        ),
-                        token: alice
-                    )
-                    removed.withValue { $0 = [removal.status, secret.status] }
-                }
-                done.wait()
+            } else {
+                try await Self.removalDuringAPull(server, writer: server)
             }
-            let page = try await server.pullOK(token: bob, cursor: first.cursor)
-            server.pullInterleaving.set(nil)
-            #expect(paused.value, "the pull read the spaces one by one")
-            #expect(removed.value == [204, 200])
-            #expect(page.changes.map(\.entityID) == ["open"], "\(page.changes.map { "\($0.space ?? "-"):\($0.entityID)" })")
-            let next = try await server.pullOK(token: bob, cursor: page.cursor)
-            #expect(next.changes.isEmpty)
-            #expect(next.revoked == ["s2"] || page.revoked == ["s2"])
         }
+    }
+
+    /// `removalDuringAPull`: Bob pulls through `server`; Alice removes him and writes through `writer`.
+    static func removalDuringAPull(_ server: TestServer, writer: TestServer) async throws {
+        let alice = try await TestServer.token(for: "alice")
+        let bob = try await TestServer.token(for: "bob")
+        for space in ["s1", "s2", "s3"] { try await server.makeSpace(space, admin: "alice", members: ["bob": .read]) }
+        let first = try await server.pullOK(token: bob)
+        // Something moved in the space Bob is about to leave, so the next pull reads it.
+        _ = try await server.pushOK(
+            PushRequest(
+                clientID: "alice-phone",
+                mutations: [Mutation(id: 1, entity: "items", entityID: "open", op: .upsert, data: .value(1), space: "s2")]
+            ),
+            token: alice
+        )
+        let paused = LockIsolated(false)
+        let removed = LockIsolated<[Int]>([])
+        server.pullInterleaving.set {
+            let first = paused.withValue { wasPaused in
+                defer { wasPaused = true }
+                return !wasPaused
+            }
+            guard first else { return }
+            let done = DispatchSemaphore(value: 0)
+            Task {
+                defer { done.signal() }
+                let removal = try await writer.removeMember("bob", from: "s2", token: alice)
+                let secret = try await writer.push(
+                    PushRequest(
+                        clientID: "alice-phone",
+                        mutations: [Mutation(id: 2, entity: "items", entityID: "secret", op: .upsert, data: .value(2), space: "s2")]
+                    ),
+                    token: alice
+                )
+                removed.withValue { $0 = [removal.status, secret.status] }
+            }
+            done.wait()
+        }
+        let page = try await server.pullOK(token: bob, cursor: first.cursor)
+        server.pullInterleaving.set(nil)
+        #expect(paused.value, "the pull read the spaces one by one")
+        #expect(removed.value == [204, 200])
+        #expect(page.changes.map(\.entityID) == ["open"], "\(page.changes.map { "\($0.space ?? "-"):\($0.entityID)" })")
+        let next = try await server.pullOK(token: bob, cursor: page.cursor)
+        #expect(next.changes.isEmpty)
+        #expect(next.revoked == ["s2"] || page.revoked == ["s2"])
     }
 
     /// One device of Bob's, paging three changes at a time, with a seeded event between every
