@@ -21,6 +21,24 @@ struct SafeSharingTests {
         try await store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM \(table) ORDER BY id") }
     }
 
+    /// Alice's space `space` with projects p1 (Roof) and p2 (Wall), Bob a writer whose store has pulled them.
+    static func sharedSpace(_ space: String, _ server: TestServer) async throws -> (alice: FerryClient, bobStore: FerryStore, bob: FerryClient) {
+        let alice = Self.client(try SpaceClientTests.openStore("alice"), server, user: "alice")
+        try await alice.createSpace(space)
+        try await alice.setRole(.write, of: "bob", in: space)
+        try await alice.store.database.write { db in
+            try db.execute(
+                sql: "INSERT INTO projects (id, team_id, name) VALUES ('p1', ?1, 'Roof'), ('p2', ?1, 'Wall')",
+                arguments: [space]
+            )
+        }
+        try await alice.sync()
+        let bobStore = try SpaceClientTests.openStore("bob")
+        let bob = Self.client(bobStore, server, user: "bob")
+        try await bob.sync()
+        return (alice, bobStore, bob)
+    }
+
     @Test("the creator of a space keeps the rows they wrote into it, on their first sync and on a store that synced before")
     func creatorKeepsItsRows() async throws {
         try await TestServer.run { server in
@@ -50,16 +68,7 @@ struct SafeSharingTests {
     )
     func reusedSpaceIDGetsNothingOfTheOld() async throws {
         try await TestServer.run { server in
-            let alice = Self.client(try SpaceClientTests.openStore("alice"), server, user: "alice")
-            try await alice.createSpace("acme")
-            try await alice.setRole(.write, of: "bob", in: "acme")
-            try await alice.store.database.write { db in
-                try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p1', 'acme', 'Roof'), ('p2', 'acme', 'Wall')")
-            }
-            try await alice.sync()
-            let bobStore = try SpaceClientTests.openStore("bob")
-            let bob = Self.client(bobStore, server, user: "bob")
-            try await bob.sync()
+            let (alice, bobStore, bob) = try await Self.sharedSpace("acme", server)
             #expect(try await Self.ids(bobStore) == ["p1", "p2"])
             // Bob, offline, edits the team's records, private text included.
             try await bobStore.database.write { db in
@@ -172,16 +181,7 @@ struct SafeSharingTests {
     @Test("dead letters retried after a re-grant reach the server and the device alike: at rest the device shows what the server holds")
     func retriedAfterRegrantConverges() async throws {
         try await TestServer.run { server in
-            let alice = Self.client(try SpaceClientTests.openStore("alice"), server, user: "alice")
-            try await alice.createSpace("team")
-            try await alice.setRole(.write, of: "bob", in: "team")
-            try await alice.store.database.write { db in
-                try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p1', 'team', 'Roof'), ('p2', 'team', 'Wall')")
-            }
-            try await alice.sync()
-            let store = try SpaceClientTests.openStore("bob")
-            let bob = Self.client(store, server, user: "bob")
-            try await bob.sync()
+            let (alice, store, bob) = try await Self.sharedSpace("team", server)
             try await alice.removeMember("bob", from: "team")
             try await store.database.write { db in
                 try db.execute(sql: "UPDATE projects SET name = 'Roof, north side' WHERE id = 'p1'")
@@ -209,16 +209,7 @@ struct SafeSharingTests {
     )
     func demotedEditIsRestored() async throws {
         try await TestServer.run { server in
-            let alice = Self.client(try SpaceClientTests.openStore("alice"), server, user: "alice")
-            try await alice.createSpace("team")
-            try await alice.setRole(.write, of: "bob", in: "team")
-            try await alice.store.database.write { db in
-                try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p1', 'team', 'Roof'), ('p2', 'team', 'Wall')")
-            }
-            try await alice.sync()
-            let store = try SpaceClientTests.openStore("bob")
-            let bob = Self.client(store, server, user: "bob")
-            try await bob.sync()
+            let (alice, store, bob) = try await Self.sharedSpace("team", server)
             try await alice.setRole(.read, of: "bob", in: "team")
             try await store.database.write { db in
                 try db.execute(sql: "UPDATE projects SET name = 'Roof, mine now' WHERE id = 'p1'")
