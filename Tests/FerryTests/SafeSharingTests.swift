@@ -288,10 +288,22 @@ struct SafeSharingTests {
             try await dispatcher.removeMember("worker", from: "crew")
             // The worker's own record written after the removal still goes up and comes down elsewhere.
             try await store.database.write { db in try db.execute(sql: "INSERT INTO timesheets (id, job_id, hours) VALUES ('t3', NULL, 1)") }
+            // Another device of the worker's wrote a timesheet of a team job, which the page that
+            // revokes the team brings: set aside like any pulled row whose parent is missing.
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "tablet",
+                    mutations: [
+                        Mutation(id: 1, entity: "timesheets", entityID: "t9", op: .upsert, data: ["job_id": .string("j2"), "hours": .integer(3)])
+                    ]
+                ),
+                token: try await TestServer.token(for: "worker")
+            )
             try await worker.sync()
             #expect(try await Self.count(store, "jobs") == 0)
             #expect(try await Self.count(store, "notes") == 0)
             #expect(try await Self.ids(store, "timesheets") == ["t2", "t3"], "t1 references a revoked job: set aside, not lost")
+            #expect(try await worker.queueSnapshot().setAside.map(\.entityID) == ["t9"])
             let journal = try await worker.journal.events()
             let revoked = journal.last { $0.kind == .spaceRevoked }
             #expect(revoked?.details["removed"] == "81", "50 jobs, 30 notes and the timesheet set aside: \(revoked?.message ?? "none")")
@@ -301,15 +313,15 @@ struct SafeSharingTests {
             let laptopClient = Self.client(laptop, server, user: "worker")
             try await laptopClient.sync()
             #expect(try await Self.ids(laptop, "timesheets") == ["t2", "t3"])
-            #expect(try await laptopClient.queueSnapshot().setAside.map(\.entityID) == ["t1"])
+            #expect(try await laptopClient.queueSnapshot().setAside.map(\.entityID).sorted() == ["t1", "t9"])
             // Access returns: the space comes back whole, and the timesheet with it.
             try await dispatcher.setRole(.read, of: "worker", in: "crew")
             try await worker.sync()
             #expect(try await Self.count(store, "jobs") == 50)
             #expect(try await Self.count(store, "notes") == 30)
-            #expect(try await Self.ids(store, "timesheets") == ["t1", "t2", "t3"])
+            #expect(try await Self.ids(store, "timesheets") == ["t1", "t2", "t3", "t9"])
             try await laptopClient.sync()
-            #expect(try await Self.ids(laptop, "timesheets") == ["t1", "t2", "t3"])
+            #expect(try await Self.ids(laptop, "timesheets") == ["t1", "t2", "t3", "t9"])
             #expect(try await store.database.read { db in try Row.fetchAll(db, sql: "PRAGMA foreign_key_check") }.isEmpty)
         }
     }
