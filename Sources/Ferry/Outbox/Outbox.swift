@@ -516,14 +516,23 @@ struct Outbox: Sendable {
         let queued = try Self.queuedRecords(among: states.map(\.record), db: db)
         var writer = RecordWriter(store: store)
         for server in states where !queued.contains(server.record) {
-            try writer.write(
-                entity: server.record.entity,
-                entityID: server.record.entityID,
-                data: server.state.deleted ? nil : (server.state.data ?? [:]),
-                naturalKey: server.state.naturalKey,
-                space: .some(server.space),
-                db: db
-            )
+            if server.state.deleted {
+                // Through the one removal path: rows of the app's that reference it are held aside, not failing the answer.
+                _ = try writer.remove(try RecordWriter.Selection.records([server.record], in: store), db: db)
+            } else {
+                do {
+                    try writer.write(
+                        entity: server.record.entity,
+                        entityID: server.record.entityID,
+                        data: server.state.data ?? [:],
+                        naturalKey: server.state.naturalKey,
+                        space: .some(server.space),
+                        db: db
+                    )
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                    continue  // the app's schema refuses the server's state here now: the row stays as it is
+                }
+            }
             if server.state.version == 0 {
                 try versions.forget(server.record, db: db)
             } else {

@@ -326,7 +326,10 @@ public final class FerryStore: Sendable {
                     ALTER TABLE ferry_outbox ADD COLUMN space_incarnation TEXT;
                     ALTER TABLE ferry_outbox ADD COLUMN base TEXT;
                     CREATE TABLE ferry_space_incarnations (space TEXT PRIMARY KEY NOT NULL, incarnation TEXT NOT NULL) WITHOUT ROWID;
-                    CREATE TABLE ferry_held_rows (id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, cols TEXT NOT NULL, vals TEXT NOT NULL);
+                    CREATE TABLE ferry_held_rows (
+                        id INTEGER PRIMARY KEY, tbl TEXT NOT NULL, cols TEXT NOT NULL, vals TEXT NOT NULL,
+                        entity TEXT, entity_id TEXT, version INTEGER
+                    );
                     CREATE TABLE ferry_join_candidates (
                         space TEXT NOT NULL, entity TEXT NOT NULL, entity_id TEXT NOT NULL, version INTEGER,
                         PRIMARY KEY (space, entity, entity_id)

@@ -204,125 +204,175 @@ extension RecordWriter {
     /// Removes the selected rows, uncaptured, with their versions and kept fields, honouring
     /// the app's foreign keys whatever their `ON DELETE`: a row that references a removed row
     /// and is not removed itself (a personal row pointing into a revoked space, say) is held
-    /// aside whole (`ferry_held_rows`) and restored once its parent is back (`restoreHeld`);
-    /// the selected rows then leave children first, so no cascade removes a row unseen and
-    /// uncounted. Foreign keys are checked at commit (`defer_foreign_keys`).
+    /// aside whole (`ferry_held_rows`), with the rows that reference it in turn, and restored
+    /// once its parent is back (`restoreHeld`); the selected rows then leave children first, so
+    /// no cascade removes a row unseen and uncounted. Foreign keys are checked at commit while
+    /// it works (`defer_foreign_keys`), as they were before once it is done.
     mutating func remove(_ selections: [Selection], db: Database) throws -> Removal {
         var removal = Removal()
         guard !selections.isEmpty else { return removal }
-        try db.execute(sql: "CREATE TEMP TABLE IF NOT EXISTS ferry_removing (tbl TEXT NOT NULL, entity TEXT NOT NULL, key)")
+        try db.execute(
+            sql: "CREATE TEMP TABLE IF NOT EXISTS ferry_removing (tbl TEXT NOT NULL, entity TEXT NOT NULL, key, PRIMARY KEY (tbl, entity, key))"
+        )
         try db.execute(sql: "DELETE FROM temp.ferry_removing")
         // The keys first: a condition may read what the removal changes (versions, say).
         for selection in selections {
             let table = selection.table
+            let quoted = table.table.quotedDatabaseIdentifier
             try db.execute(
                 sql: """
-                    INSERT INTO temp.ferry_removing (tbl, entity, key)
-                    SELECT \(table.table.sqlLiteral), \(entityExpression(table)), \(table.primaryKey.quotedDatabaseIdentifier)
-                    FROM \(table.table.quotedDatabaseIdentifier) WHERE \(selection.condition)
+                    INSERT OR IGNORE INTO temp.ferry_removing (tbl, entity, key)
+                    SELECT \(table.table.sqlLiteral), \(entityExpression(table, row: quoted)), \(quoted).\(table.primaryKey.quotedDatabaseIdentifier)
+                    FROM \(quoted) WHERE \(selection.condition)
                     """,
                 arguments: selection.arguments
             )
         }
+        let deferred = try Bool.fetchOne(db, sql: "PRAGMA defer_foreign_keys") ?? false
         try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
         var children = ForeignKeyChildren()
         let selected = Dictionary(selections.map { ($0.table.table.lowercased(), $0.table) }, uniquingKeysWith: { first, _ in first })
         for table in selected.values.sorted(by: { $0.table < $1.table }) {
+            let quoted = table.table.quotedDatabaseIdentifier
             for reference in try children.all(referencing: table.table, db: db) {
                 let parentColumn = reference.parentColumn.isEmpty ? table.primaryKey : reference.parentColumn
+                let child = reference.table.quotedDatabaseIdentifier
                 var condition = """
-                    \(reference.column.quotedDatabaseIdentifier) IN (SELECT p.\(parentColumn.quotedDatabaseIdentifier)
-                        FROM \(table.table.quotedDatabaseIdentifier) p WHERE \(keyMatch(table, row: "p")))
+                    \(child).\(reference.column.quotedDatabaseIdentifier) IN
+                        (SELECT \(quoted).\(parentColumn.quotedDatabaseIdentifier) FROM \(quoted) WHERE \(keyIn(table, row: quoted)))
                     """
-                if let child = selected[reference.table.lowercased()] {
-                    condition += " AND NOT \(keyMatch(child, row: reference.table.quotedDatabaseIdentifier))"
+                if let selectedChild = selected[reference.table.lowercased()] {
+                    condition += " AND NOT \(keyIn(selectedChild, row: child))"
                 }
-                let held = try hold(reference.table, where: condition, db: db)
-                removal.held += held
-                if held > 0 { try holdOrphans(of: reference.table, children: &children, removal: &removal, db: db) }
+                removal.held += try hold(reference.table, where: condition, children: &children, db: db)
             }
         }
         for table in try childrenFirst(Array(selected.values), children: &children, db: db) {
             let quoted = table.table.quotedDatabaseIdentifier
-            try db.execute(sql: "DELETE FROM \(quoted) WHERE \(keyMatch(table, row: quoted))")
+            try db.execute(sql: "DELETE FROM \(quoted) WHERE \(keyIn(table, row: quoted))")
             removal.removed += db.changesCount
         }
         let removed = "SELECT entity, CAST(key AS TEXT) FROM temp.ferry_removing"
         try db.execute(sql: "DELETE FROM ferry_versions WHERE (entity, entity_id) IN (\(removed))")
         try db.execute(sql: "DELETE FROM ferry_extras WHERE (entity, entity_id) IN (\(removed))")
         try db.execute(sql: "DELETE FROM temp.ferry_removing")
-        // The rest of the transaction (a page's records, say) is checked statement by statement
-        // again: a pulled record refused by a foreign key is set aside, not failed at commit.
-        try db.execute(sql: "PRAGMA defer_foreign_keys = OFF")
+        // The rest of the transaction (a page's records, say) is checked as before: a pulled
+        // record refused by a foreign key is set aside, not failed at commit.
+        if !deferred { try db.execute(sql: "PRAGMA defer_foreign_keys = OFF") }
         return removal
     }
 
     /// Puts the rows held aside by `remove` back where their parents are back, uncaptured (they
-    /// are as the server last had them, or not synced at all). A row whose table already holds
-    /// its key again (a newer copy came) is dropped. Returns how many came back.
+    /// are as the server last had them, or not synced at all). A held record the server changed
+    /// since (the store knows another version of it) is dropped: the server's state, or its
+    /// delete, stands. So is a row whose key its table holds again, or whose table is gone. A
+    /// row another constraint refuses stays held. Returns how many came back.
     mutating func restoreHeld(db: Database) throws -> Int {
         guard try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_held_rows)")) == true else { return 0 }
         // Checked now, statement by statement: a row whose parent is still missing stays held.
+        let deferred = try Bool.fetchOne(db, sql: "PRAGMA defer_foreign_keys") ?? false
         try db.execute(sql: "PRAGMA defer_foreign_keys = OFF")
+        defer { if deferred { try? db.execute(sql: "PRAGMA defer_foreign_keys = ON") } }
         var restored = 0
-        for row in try Row.fetchAll(db, sql: "SELECT id, tbl, cols, vals FROM ferry_held_rows ORDER BY id") {
-            let (id, table, columns, values): (Int64, String, String, String) = (row[0], row[1], row[2], row[3])
-            do {
-                try db.execute(sql: "INSERT INTO \(table.quotedDatabaseIdentifier) (\(columns)) VALUES (\(values))")
-                restored += 1
-            } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_FOREIGNKEY {
-                continue
-            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                // Its key is taken again (the server sent it anew): the held copy is older.
+        let rows = try Row.fetchAll(
+            db,
+            sql: """
+                SELECT h.id, h.tbl, h.cols, h.vals, h.entity IS NOT NULL AND h.version IS NOT
+                    (SELECT v.version FROM ferry_versions v WHERE v.entity = h.entity AND v.entity_id = h.entity_id)
+                FROM ferry_held_rows h ORDER BY h.id
+                """
+        )
+        for row in rows {
+            let (id, table, columns, values, changed): (Int64, String, String, String, Bool) = (row[0], row[1], row[2], row[3], row[4])
+            if !changed {
+                do {
+                    try db.execute(sql: "INSERT INTO \(table.quotedDatabaseIdentifier) (\(columns)) VALUES (\(values))")
+                    restored += 1
+                } catch let error as DatabaseError
+                    where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY || (try? db.tableExists(table)) == false
+                {
+                    // Its key is taken again (the server sent it anew), or its table is gone: nothing to put back.
+                } catch {
+                    continue  // its parent is still missing, or another constraint refuses it now: it stays held
+                }
             }
             try db.execute(sql: "DELETE FROM ferry_held_rows WHERE id = ?", arguments: [id])
         }
         return restored
     }
 
-    /// Holds aside, whole, the rows of `table` matching `condition`, and deletes them.
-    private func hold(_ table: String, where condition: String, db: Database) throws -> Int {
-        let columns = try db.columns(in: table).map(\.name)
-        let list = columns.map(\.quotedDatabaseIdentifier).joined(separator: ", ")
-        let values = columns.map { "quote(\($0.quotedDatabaseIdentifier))" }.joined(separator: " || ', ' || ")
+    /// Holds aside, whole, the rows of `table` matching `condition` (written on the table's
+    /// name, unaliased), with the rows that reference them in turn (first, while they are
+    /// still here: a cascade must not take them unseen), and deletes them. Values are kept as
+    /// SQL literals that give back the same bytes: text as its UTF-8 bytes, infinities spelled
+    /// as numbers. Generated columns are left out. A synced table's rows keep their record and
+    /// version, so that a record the server changes meanwhile is not put back over it.
+    private mutating func hold(
+        _ table: String,
+        where condition: String,
+        children: inout ForeignKeyChildren,
+        db: Database,
+        depth: Int = 0
+    ) throws -> Int {
         let quoted = table.quotedDatabaseIdentifier
+        var held = 0
+        if depth < 16 {
+            for reference in try children.all(referencing: table, db: db) {
+                let parentColumn = reference.parentColumn.isEmpty ? (try db.primaryKey(table).columns.first ?? "rowid") : reference.parentColumn
+                let child = reference.table.quotedDatabaseIdentifier
+                held += try hold(
+                    reference.table,
+                    where: """
+                        \(child).\(reference.column.quotedDatabaseIdentifier) IN
+                            (SELECT \(quoted).\(parentColumn.quotedDatabaseIdentifier) FROM \(quoted) WHERE \(condition))
+                        """,
+                    children: &children,
+                    db: db,
+                    depth: depth + 1
+                )
+            }
+        }
+        let columns = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_xinfo(?) WHERE hidden = 0 ORDER BY cid", arguments: [table])
+        let list = columns.map(\.quotedDatabaseIdentifier).joined(separator: ", ")
+        let values = columns.map { column -> String in
+            let value = "\(quoted).\(column.quotedDatabaseIdentifier)"
+            return """
+                CASE typeof(\(value)) WHEN 'text' THEN 'CAST(' || quote(CAST(\(value) AS BLOB)) || ' AS TEXT)'
+                    WHEN 'real' THEN CASE WHEN \(value) > 1.7976931348623157e308 THEN '9e999' WHEN \(value) < -1.7976931348623157e308 THEN '-9e999'
+                        ELSE quote(\(value)) END
+                    ELSE quote(\(value)) END
+                """
+        }.joined(separator: " || ', ' || ")
+        let synced = store.tables.first { $0.table.lowercased() == table.lowercased() }
+        let record =
+            synced.map { synced in
+                let entity = entityExpression(synced, row: quoted)
+                let key = "CAST(\(quoted).\(synced.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
+                return "\(entity), \(key), (SELECT v.version FROM ferry_versions v WHERE v.entity = \(entity) AND v.entity_id = \(key))"
+            } ?? "NULL, NULL, NULL"
         try db.execute(
-            sql:
-                "INSERT INTO ferry_held_rows (tbl, cols, vals) SELECT \(table.sqlLiteral), \(list.sqlLiteral), \(values) FROM \(quoted) WHERE \(condition)"
+            sql: """
+                INSERT INTO ferry_held_rows (tbl, cols, vals, entity, entity_id, version)
+                SELECT \(table.sqlLiteral), \(list.sqlLiteral), \(values), \(record) FROM \(quoted) WHERE \(condition)
+                """
         )
         try db.execute(sql: "DELETE FROM \(quoted) WHERE \(condition)")
-        return db.changesCount
+        return held + db.changesCount
     }
 
-    /// Holds aside the rows that referenced rows just held aside from `table`, and theirs in turn.
-    private func holdOrphans(of table: String, children: inout ForeignKeyChildren, removal: inout Removal, db: Database, depth: Int = 0) throws {
-        guard depth < 16 else { return }
-        for reference in try children.all(referencing: table, db: db) {
-            let column = reference.column.quotedDatabaseIdentifier
-            let parentColumn =
-                reference.parentColumn.isEmpty ? try db.primaryKey(table).columns.first ?? "rowid" : reference.parentColumn
-            let held = try hold(
-                reference.table,
-                where: """
-                    \(column) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM \(table.quotedDatabaseIdentifier) p
-                        WHERE p.\(parentColumn.quotedDatabaseIdentifier) = \(reference.table.quotedDatabaseIdentifier).\(column))
-                    """,
-                db: db
-            )
-            removal.held += held
-            if held > 0 { try holdOrphans(of: reference.table, children: &children, removal: &removal, db: db, depth: depth + 1) }
-        }
-    }
-
-    /// `row` (a table name or alias of `table`) is one of the keys being removed.
-    private func keyMatch(_ table: SyncedTable, row: String) -> String {
+    /// `row` (a table's name, or an alias of it) is one of the keys being removed, looked up
+    /// through the table's key (an index), not by scanning it.
+    private func keyIn(_ table: SyncedTable, row: String) -> String {
         let key = "\(row).\(table.primaryKey.quotedDatabaseIdentifier)"
-        let entity = table.entityColumn.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral
-        return "EXISTS (SELECT 1 FROM temp.ferry_removing r WHERE r.tbl = \(table.table.sqlLiteral) AND r.key = \(key) AND r.entity = \(entity))"
+        guard let column = table.entityColumn else {
+            return "\(key) IN (SELECT key FROM temp.ferry_removing WHERE tbl = \(table.table.sqlLiteral) AND entity = \(table.entity.sqlLiteral))"
+        }
+        return
+            "(\(row).\(column.quotedDatabaseIdentifier), \(key)) IN (SELECT entity, key FROM temp.ferry_removing WHERE tbl = \(table.table.sqlLiteral))"
     }
 
-    private func entityExpression(_ table: SyncedTable) -> String {
-        table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
+    private func entityExpression(_ table: SyncedTable, row: String) -> String {
+        table.entityColumn.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral
     }
 
     /// `tables` ordered so that a table referencing another of them comes before it.

@@ -46,6 +46,27 @@ extension FerryClient {
         try await request("DELETE", try Self.path(space: space, user: user))
     }
 
+    /// A store from before incarnations (`ferry-v13`) holds memberships without one, and a pull
+    /// reports them again only once they change: their incarnations are asked for once, so that
+    /// changes made from now on are bound to the spaces the store holds.
+    func learnIncarnations() async throws {
+        let unknown = try await store.database.read { db in
+            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_spaces WHERE incarnation IS NULL)") ?? false
+        }
+        guard unknown else { return }
+        let memberships = try await spaces()
+        try await store.database.write { db in
+            for membership in memberships where membership.incarnation != nil {
+                try db.execute(
+                    sql: "UPDATE ferry_spaces SET incarnation = ? WHERE space = ? AND incarnation IS NULL",
+                    arguments: [membership.incarnation, membership.space]
+                )
+                guard db.changesCount > 0 else { continue }
+                try SpaceMemberships.noteIncarnation(of: membership, db: db)
+            }
+        }
+    }
+
     private static func path(space: String) throws -> String {
         if let problem = ProtocolValidation.spaceIDProblem(space) { throw FerryError.refused(code: ErrorCode.badRequest.rawValue, message: problem) }
         return "/v1/spaces/\(space)"

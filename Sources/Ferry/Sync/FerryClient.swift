@@ -315,6 +315,7 @@ public actor FerryClient {
         let limitedBefore = await connection.rateLimitedCount
         var report = SyncReport()
         do {
+            try await learnIncarnations()
             report.upload = try await upload()
             report.pull = try await Puller(
                 store: store,

@@ -278,7 +278,7 @@ struct Puller: Sendable {
             try lease.confirm(db)
             var unseen: [RecordRef] = []
             for table in store.tables {
-                let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? "?"
+                let entity = table.entityColumn.map { "t.\($0.quotedDatabaseIdentifier)" } ?? "?"
                 let key = table.primaryKey.quotedDatabaseIdentifier
                 let rows = try Row.fetchAll(
                     db,

@@ -102,8 +102,10 @@ enum SpaceMemberships {
         for space in spaces {
             let unseen = selections(of: space, in: store).map { selection in
                 let table = selection.table
-                let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
-                let key = "CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
+                // Qualified: inside the subqueries an unqualified `id` or `entity` is theirs.
+                let quoted = table.table.quotedDatabaseIdentifier
+                let entity = table.entityColumn.map { "\(quoted).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral
+                let key = "CAST(\(quoted).\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
                 return RecordWriter.Selection(
                     table: table,
                     condition: """
@@ -144,8 +146,10 @@ enum SpaceMemberships {
         var noted = 0
         for selection in selections(of: space, in: store) {
             let (table, condition, arguments) = (selection.table, selection.condition, selection.arguments)
-            let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
-            let key = "CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
+            // Qualified: inside the subqueries an unqualified `id` or `entity` is theirs.
+            let quoted = table.table.quotedDatabaseIdentifier
+            let entity = table.entityColumn.map { "\(quoted).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral
+            let key = "CAST(\(quoted).\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
             try db.execute(
                 sql: """
                     INSERT OR REPLACE INTO ferry_join_candidates (space, entity, entity_id, version)

@@ -50,7 +50,11 @@ struct SpacedBatch {
             }
             let target = targets[space]
             // A change made in a space since deleted never lands in one created later under its id.
-            let sameSpace = incoming.mutation.spaceIncarnation.map { $0 == target.map { SpaceRules.incarnation(of: $0.key) } } ?? true
+            // Only a member of the space holding the id now (or a service) is told so: to anyone
+            // else it stays a space they are not a member of, its key unrevealed.
+            let sameSpace =
+                incoming.mutation.spaceIncarnation.map { $0 == target.map { SpaceRules.incarnation(of: $0.key) } } ?? true
+                || (target != nil && target?.role == nil && !caller.isService)
             if let target, sameSpace, caller.isService || target.role?.canWrite == true {
                 bySpace[target.key, default: []].append(incoming)
             } else if incoming.mutation.id <= lastMutationID, let kept = replays[incoming.mutation.id], kept.answers(incoming) {
