@@ -515,6 +515,11 @@ struct Outbox: Sendable {
         guard !states.isEmpty else { return }
         let queued = try Self.queuedRecords(among: states.map(\.record), db: db)
         var writer = RecordWriter(store: store)
+        // Checked statement by statement (a re-keying earlier in the answer defers them): a state
+        // the app's schema refuses is skipped here, not failed at the answer's commit.
+        let deferred = try Bool.fetchOne(db, sql: "PRAGMA defer_foreign_keys") ?? false
+        try db.execute(sql: "PRAGMA defer_foreign_keys = OFF")
+        defer { if deferred { try? db.execute(sql: "PRAGMA defer_foreign_keys = ON") } }
         for server in states where !queued.contains(server.record) {
             if server.state.deleted {
                 // Through the one removal path: rows of the app's that reference it are held aside, not failing the answer.

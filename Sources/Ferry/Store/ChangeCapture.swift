@@ -232,4 +232,6 @@ private struct Expressions {
 extension String {
     /// The string as an SQL string literal, quotes doubled.
     var sqlLiteral: String { "'" + replacingOccurrences(of: "'", with: "''") + "'" }
+    /// The string as an SQL identifier, double quotes doubled (a table of the app's may be named `we"ird`).
+    var sqlIdentifier: String { "\"" + replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
 }

@@ -37,11 +37,31 @@ struct ForeignKeyChildren {
         return (references?["\(parent)\u{1}\(key.lowercased())"] ?? []) + (references?["\(parent)\u{1}"] ?? [])
     }
 
-    /// Every column of any table that references `table`, whatever column of it.
-    mutating func all(referencing table: String, db: Database) throws -> [Reference] {
-        _ = try referencing(table, key: "", db: db)
-        let prefix = table.lowercased() + "\u{1}"
-        return references?.filter { $0.key.hasPrefix(prefix) }.sorted { $0.key < $1.key }.flatMap(\.value) ?? []
+    /// One foreign key of a table, whole: its columns and the parent's they reference, in
+    /// order (a composite key is one key, not one reference per column).
+    struct Key {
+        var table: String
+        var columns: [String]
+        /// The parent's columns; empty for the parent's primary key.
+        var parentColumns: [String]
+    }
+
+    /// Every foreign key of any table that references `table`.
+    func keys(referencing table: String, db: Database) throws -> [Key] {
+        var keys: [Key] = []
+        let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")
+        for child in tables {
+            let rows = try Row.fetchAll(
+                db,
+                sql: "SELECT id, \"from\", \"to\" FROM pragma_foreign_key_list(?) WHERE lower(\"table\") = lower(?) ORDER BY id, seq",
+                arguments: [child, table]
+            )
+            for group in Dictionary(grouping: rows, by: { $0[0] as Int64 }).sorted(by: { $0.key < $1.key }).map(\.value) {
+                let parents = group.compactMap { $0[2] as String? }
+                keys.append(Key(table: child, columns: group.map { $0[1] }, parentColumns: parents.count == group.count ? parents : []))
+            }
+        }
+        return keys
     }
 }
 

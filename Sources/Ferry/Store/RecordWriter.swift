@@ -178,11 +178,11 @@ extension RecordWriter {
                 byTable[table.table, default: (table, [])].keys.append([record.entity, record.entityID])
             }
             return try byTable.values.map { table, keys in
-                let entity = table.entityColumn.map(\.quotedDatabaseIdentifier) ?? table.entity.sqlLiteral
+                let entity = table.entityColumn.map(\.sqlIdentifier) ?? table.entity.sqlLiteral
                 return Selection(
                     table: table,
                     condition: """
-                        (\(entity), CAST(\(table.primaryKey.quotedDatabaseIdentifier) AS TEXT))
+                        (\(entity), CAST(\(table.primaryKey.sqlIdentifier) AS TEXT))
                             IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?))
                         """,
                     arguments: [String(decoding: try JSONEncoder().encode(keys), as: UTF8.self)]
@@ -218,11 +218,11 @@ extension RecordWriter {
         // The keys first: a condition may read what the removal changes (versions, say).
         for selection in selections {
             let table = selection.table
-            let quoted = table.table.quotedDatabaseIdentifier
+            let quoted = table.table.sqlIdentifier
             try db.execute(
                 sql: """
                     INSERT OR IGNORE INTO temp.ferry_removing (tbl, entity, key)
-                    SELECT \(table.table.sqlLiteral), \(entityExpression(table, row: quoted)), \(quoted).\(table.primaryKey.quotedDatabaseIdentifier)
+                    SELECT \(table.table.sqlLiteral), \(entityExpression(table, row: quoted)), \(quoted).\(table.primaryKey.sqlIdentifier)
                     FROM \(quoted) WHERE \(selection.condition)
                     """,
                 arguments: selection.arguments
@@ -233,13 +233,13 @@ extension RecordWriter {
         var children = ForeignKeyChildren()
         let selected = Dictionary(selections.map { ($0.table.table.lowercased(), $0.table) }, uniquingKeysWith: { first, _ in first })
         for table in selected.values.sorted(by: { $0.table < $1.table }) {
-            let quoted = table.table.quotedDatabaseIdentifier
-            for reference in try children.all(referencing: table.table, db: db) {
-                let parentColumn = reference.parentColumn.isEmpty ? table.primaryKey : reference.parentColumn
-                let child = reference.table.quotedDatabaseIdentifier
+            let quoted = table.table.sqlIdentifier
+            for reference in try children.keys(referencing: table.table, db: db) {
+                let child = reference.table.sqlIdentifier
                 var condition = """
-                    \(child).\(reference.column.quotedDatabaseIdentifier) IN
-                        (SELECT \(quoted).\(parentColumn.quotedDatabaseIdentifier) FROM \(quoted) WHERE \(keyIn(table, row: quoted)))
+                    \(Self.tuple(reference.columns, of: child)) IN
+                        (SELECT \(Self.tuple(try Self.parentColumns(of: reference, parent: table.table, db: db), of: quoted)) FROM \(quoted)
+                        WHERE \(keyIn(table, row: quoted)))
                     """
                 if let selectedChild = selected[reference.table.lowercased()] {
                     condition += " AND NOT \(keyIn(selectedChild, row: child))"
@@ -248,7 +248,7 @@ extension RecordWriter {
             }
         }
         for table in try childrenFirst(Array(selected.values), children: &children, db: db) {
-            let quoted = table.table.quotedDatabaseIdentifier
+            let quoted = table.table.sqlIdentifier
             try db.execute(sql: "DELETE FROM \(quoted) WHERE \(keyIn(table, row: quoted))")
             removal.removed += db.changesCount
         }
@@ -274,19 +274,20 @@ extension RecordWriter {
         try db.execute(sql: "PRAGMA defer_foreign_keys = OFF")
         defer { if deferred { try? db.execute(sql: "PRAGMA defer_foreign_keys = ON") } }
         var restored = 0
+        // Newest first: a row is held after the rows that reference it, so parents come back before their children.
         let rows = try Row.fetchAll(
             db,
             sql: """
                 SELECT h.id, h.tbl, h.cols, h.vals, h.entity IS NOT NULL AND h.version IS NOT
                     (SELECT v.version FROM ferry_versions v WHERE v.entity = h.entity AND v.entity_id = h.entity_id)
-                FROM ferry_held_rows h ORDER BY h.id
+                FROM ferry_held_rows h ORDER BY h.id DESC
                 """
         )
         for row in rows {
             let (id, table, columns, values, changed): (Int64, String, String, String, Bool) = (row[0], row[1], row[2], row[3], row[4])
             if !changed {
                 do {
-                    try db.execute(sql: "INSERT INTO \(table.quotedDatabaseIdentifier) (\(columns)) VALUES (\(values))")
+                    try db.execute(sql: "INSERT INTO \(table.sqlIdentifier) (\(columns)) VALUES (\(values))")
                     restored += 1
                 } catch let error as DatabaseError
                     where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY || (try? db.tableExists(table)) == false
@@ -314,17 +315,20 @@ extension RecordWriter {
         db: Database,
         depth: Int = 0
     ) throws -> Int {
-        let quoted = table.quotedDatabaseIdentifier
+        let quoted = table.sqlIdentifier
+        // Nothing to hold here: nothing below either (a table referencing itself twice would
+        // otherwise be asked about 2^16 times).
+        guard try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(quoted) WHERE \(condition))") == true else { return 0 }
         var held = 0
         if depth < 16 {
-            for reference in try children.all(referencing: table, db: db) {
-                let parentColumn = reference.parentColumn.isEmpty ? (try db.primaryKey(table).columns.first ?? "rowid") : reference.parentColumn
-                let child = reference.table.quotedDatabaseIdentifier
+            for reference in try children.keys(referencing: table, db: db) {
+                let child = reference.table.sqlIdentifier
                 held += try hold(
                     reference.table,
                     where: """
-                        \(child).\(reference.column.quotedDatabaseIdentifier) IN
-                            (SELECT \(quoted).\(parentColumn.quotedDatabaseIdentifier) FROM \(quoted) WHERE \(condition))
+                        \(Self.tuple(reference.columns, of: child)) IN
+                            (SELECT \(Self.tuple(try Self.parentColumns(of: reference, parent: table, db: db), of: quoted)) FROM \(quoted)
+                            WHERE \(condition))
                         """,
                     children: &children,
                     db: db,
@@ -333,9 +337,9 @@ extension RecordWriter {
             }
         }
         let columns = try String.fetchAll(db, sql: "SELECT name FROM pragma_table_xinfo(?) WHERE hidden = 0 ORDER BY cid", arguments: [table])
-        let list = columns.map(\.quotedDatabaseIdentifier).joined(separator: ", ")
+        let list = columns.map(\.sqlIdentifier).joined(separator: ", ")
         let values = columns.map { column -> String in
-            let value = "\(quoted).\(column.quotedDatabaseIdentifier)"
+            let value = "\(quoted).\(column.sqlIdentifier)"
             return """
                 CASE typeof(\(value)) WHEN 'text' THEN 'CAST(' || quote(CAST(\(value) AS BLOB)) || ' AS TEXT)'
                     WHEN 'real' THEN CASE WHEN \(value) > 1.7976931348623157e308 THEN '9e999' WHEN \(value) < -1.7976931348623157e308 THEN '-9e999'
@@ -347,7 +351,7 @@ extension RecordWriter {
         let record =
             synced.map { synced in
                 let entity = entityExpression(synced, row: quoted)
-                let key = "CAST(\(quoted).\(synced.primaryKey.quotedDatabaseIdentifier) AS TEXT)"
+                let key = "CAST(\(quoted).\(synced.primaryKey.sqlIdentifier) AS TEXT)"
                 return "\(entity), \(key), (SELECT v.version FROM ferry_versions v WHERE v.entity = \(entity) AND v.entity_id = \(key))"
             } ?? "NULL, NULL, NULL"
         try db.execute(
@@ -360,19 +364,30 @@ extension RecordWriter {
         return held + db.changesCount
     }
 
+    /// `columns` of `row` as one SQL value: the column, or a row value of several.
+    private static func tuple(_ columns: [String], of row: String) -> String {
+        let list = columns.map { "\(row).\($0.sqlIdentifier)" }
+        return list.count == 1 ? list[0] : "(\(list.joined(separator: ", ")))"
+    }
+
+    /// The parent's columns a foreign key references: those it names, else the parent's primary key.
+    private static func parentColumns(of key: ForeignKeyChildren.Key, parent: String, db: Database) throws -> [String] {
+        key.parentColumns.isEmpty ? try db.primaryKey(parent).columns : key.parentColumns
+    }
+
     /// `row` (a table's name, or an alias of it) is one of the keys being removed, looked up
     /// through the table's key (an index), not by scanning it.
     private func keyIn(_ table: SyncedTable, row: String) -> String {
-        let key = "\(row).\(table.primaryKey.quotedDatabaseIdentifier)"
+        let key = "\(row).\(table.primaryKey.sqlIdentifier)"
         guard let column = table.entityColumn else {
             return "\(key) IN (SELECT key FROM temp.ferry_removing WHERE tbl = \(table.table.sqlLiteral) AND entity = \(table.entity.sqlLiteral))"
         }
         return
-            "(\(row).\(column.quotedDatabaseIdentifier), \(key)) IN (SELECT entity, key FROM temp.ferry_removing WHERE tbl = \(table.table.sqlLiteral))"
+            "(\(row).\(column.sqlIdentifier), \(key)) IN (SELECT entity, key FROM temp.ferry_removing WHERE tbl = \(table.table.sqlLiteral))"
     }
 
     private func entityExpression(_ table: SyncedTable, row: String) -> String {
-        table.entityColumn.map { "\(row).\($0.quotedDatabaseIdentifier)" } ?? table.entity.sqlLiteral
+        table.entityColumn.map { "\(row).\($0.sqlIdentifier)" } ?? table.entity.sqlLiteral
     }
 
     /// `tables` ordered so that a table referencing another of them comes before it.
@@ -383,7 +398,7 @@ extension RecordWriter {
             // A table none of the remaining ones is referenced by goes first (a cycle: the first).
             var next = 0
             for (index, table) in remaining.enumerated() {
-                let referencedBy = try children.all(referencing: table.table, db: db).map { $0.table.lowercased() }
+                let referencedBy = try children.keys(referencing: table.table, db: db).map { $0.table.lowercased() }
                 if !remaining.contains(where: { $0.table != table.table && referencedBy.contains($0.table.lowercased()) }) {
                     next = index
                     break

@@ -315,7 +315,8 @@ public actor FerryClient {
         let limitedBefore = await connection.rateLimitedCount
         var report = SyncReport()
         do {
-            try await learnIncarnations()
+            // Best effort: a server that cannot say leaves the run to go on as before.
+            try? await learnIncarnations()
             report.upload = try await upload()
             report.pull = try await Puller(
                 store: store,
