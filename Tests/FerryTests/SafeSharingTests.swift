@@ -541,4 +541,51 @@ struct SafeSharingTests {
             #expect(try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM ferry_held_rows") } == 0)
         }
     }
+
+    @Test(
+        "held rows of tables with odd names and composite keys: only the rows that point into the space are held, and a chain comes back whole in one sync (second review)"
+    )
+    func oddTablesAndCompositeKeys() async throws {
+        try await TestServer.run { server in
+            let dispatcher = Self.client(try Self.fieldStore("dispatcher"), server, user: "dispatcher")
+            try await dispatcher.createSpace("crew")
+            try await dispatcher.setRole(.write, of: "worker", in: "crew")
+            try await dispatcher.store.database.write { db in try db.execute(sql: "INSERT INTO jobs (id, team, title) VALUES ('j1', 'crew', 'one')") }
+            try await dispatcher.sync()
+            let store = try Self.fieldStore("worker")
+            try await store.database.write { db in
+                try db.execute(
+                    sql: """
+                        CREATE TABLE "we""ird pins" (id TEXT PRIMARY KEY, kind TEXT, ref TEXT, UNIQUE (kind, ref));
+                        CREATE TABLE links (id TEXT PRIMARY KEY, kind TEXT, ref TEXT, FOREIGN KEY (kind, ref) REFERENCES "we""ird pins" (kind, ref));
+                        CREATE TABLE crew_pins (id TEXT PRIMARY KEY, job TEXT REFERENCES jobs(id));
+                        CREATE TABLE crew_pin_notes (id TEXT PRIMARY KEY, pin TEXT REFERENCES crew_pins(id));
+                        CREATE UNIQUE INDEX jobs_by_team ON jobs (team, id);
+                        CREATE TABLE "crew ""refs" (id TEXT PRIMARY KEY, team TEXT, job TEXT, FOREIGN KEY (team, job) REFERENCES jobs (team, id));
+                        """
+                )
+            }
+            let worker = Self.client(store, server, user: "worker")
+            try await worker.sync()
+            try await store.database.write { db in
+                try db.execute(sql: #"INSERT INTO "we""ird pins" (id, kind, ref) VALUES ('w1', 'job', 'j1'), ('w2', 'note', 'j1')"#)
+                try db.execute(sql: "INSERT INTO links (id, kind, ref) VALUES ('l1', 'job', 'j1'), ('l2', 'note', 'j1')")
+                try db.execute(sql: "INSERT INTO crew_pins (id, job) VALUES ('c1', 'j1')")
+                try db.execute(sql: "INSERT INTO crew_pin_notes (id, pin) VALUES ('cn1', 'c1')")
+                try db.execute(sql: #"INSERT INTO "crew ""refs" (id, team, job) VALUES ('r1', 'crew', 'j1'), ('r2', 'crew', NULL)"#)
+            }
+            try await dispatcher.removeMember("worker", from: "crew")
+            try await worker.sync()
+            #expect(try await Self.ids(store, "\"we\"\"ird pins\"") == ["w1", "w2"], "they reference no row of the space")
+            #expect(try await Self.ids(store, "links") == ["l1", "l2"])
+            #expect(try await Self.ids(store, "crew_pins") == [])
+            #expect(try await Self.ids(store, "crew_pin_notes") == [], "held with the pin it references")
+            #expect(try await Self.ids(store, "\"crew \"\"refs\"") == ["r2"], "a composite key is one key: r2 references no job")
+            try await dispatcher.setRole(.read, of: "worker", in: "crew")
+            try await worker.sync()
+            #expect(try await Self.ids(store, "crew_pins") == ["c1"])
+            #expect(try await Self.ids(store, "crew_pin_notes") == ["cn1"], "parents come back first: the chain is whole after one sync")
+            #expect(try await Self.ids(store, "\"crew \"\"refs\"") == ["r1", "r2"])
+        }
+    }
 }

@@ -238,7 +238,7 @@ extension RecordWriter {
                 let child = reference.table.sqlIdentifier
                 var condition = """
                     \(Self.tuple(reference.columns, of: child)) IN
-                        (SELECT \(Self.tuple(try Self.parentColumns(of: reference, parent: table.table, db: db), of: quoted)) FROM \(quoted)
+                        (SELECT \(Self.selectList(try Self.parentColumns(of: reference, parent: table.table, db: db), of: quoted)) FROM \(quoted)
                         WHERE \(keyIn(table, row: quoted)))
                     """
                 if let selectedChild = selected[reference.table.lowercased()] {
@@ -327,7 +327,7 @@ extension RecordWriter {
                     reference.table,
                     where: """
                         \(Self.tuple(reference.columns, of: child)) IN
-                            (SELECT \(Self.tuple(try Self.parentColumns(of: reference, parent: table, db: db), of: quoted)) FROM \(quoted)
+                            (SELECT \(Self.selectList(try Self.parentColumns(of: reference, parent: table, db: db), of: quoted)) FROM \(quoted)
                             WHERE \(condition))
                         """,
                     children: &children,
@@ -368,6 +368,11 @@ extension RecordWriter {
     private static func tuple(_ columns: [String], of row: String) -> String {
         let list = columns.map { "\(row).\($0.sqlIdentifier)" }
         return list.count == 1 ? list[0] : "(\(list.joined(separator: ", ")))"
+    }
+
+    /// `columns` of `row` as a SELECT's list.
+    private static func selectList(_ columns: [String], of row: String) -> String {
+        columns.map { "\(row).\($0.sqlIdentifier)" }.joined(separator: ", ")
     }
 
     /// The parent's columns a foreign key references: those it names, else the parent's primary key.
