@@ -181,10 +181,12 @@ struct EventStreamTests {
         try await TestServer.run(backend: backend, live: live) { server in
             let alice = try await TestServer.token(for: "alice")
             let port = HostileClientTests.port(of: server)
-            for _ in 1...300 {
-                let connection = try HostileClientTests.RawConnection(port: port)
-                connection.send("GET /v1/events HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer \(alice)\r\nAccept: text/event-stream\r\n\r\n")
-                connection.reset()
+            try await HostileClientTests.offThread {
+                for _ in 1...300 {
+                    let connection = try HostileClientTests.RawConnection(port: port)
+                    connection.send("GET /v1/events HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer \(alice)\r\nAccept: text/event-stream\r\n\r\n")
+                    connection.reset()
+                }
             }
             // Every reset's slot is back once the server has seen it go: four streams open.
             var opened: [EventStreamProbe] = []

@@ -63,6 +63,14 @@ struct HostileClientTests {
         }
     }
 
+    /// Runs blocking socket work on a thread of its own: a connect or a send that blocks must
+    /// never hold one of the few Swift concurrency threads the servers in this process need.
+    static func offThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+        }
+    }
+
     static func port(of server: TestServer) -> Int { Int(server.baseURL.split(separator: ":").last!)! }
 
     @Test("connections that send nothing, or a request head that never completes, are closed at the idle timeout while others are answered")

@@ -45,12 +45,15 @@ struct ServeUnderAttackTests {
         // Two users, each within every limit of their own, each holding a body half a megabyte short of complete.
         var held: [HostileClientTests.RawConnection] = []
         for user in ["ann", "ben"] {
-            let connection = try HostileClientTests.RawConnection(port: port)
+            let connection = try await HostileClientTests.offThread { try HostileClientTests.RawConnection(port: port) }
             let token = try await TestServer.token(for: user)
-            connection.send(
-                "POST /v1/push HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/json\r\n"
-                    + "Content-Length: 4000000\r\n\r\n" + String(repeating: " ", count: 3_500_000)
-            )
+            // Sent from a thread of its own, not awaited: a server that stops reading may leave it blocked.
+            DispatchQueue.global().async {
+                connection.send(
+                    "POST /v1/push HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/json\r\n"
+                        + "Content-Length: 4000000\r\n\r\n" + String(repeating: " ", count: 3_500_000)
+                )
+            }
             held.append(connection)
         }
         let answers = await withTaskGroup(of: String.self) { group in
