@@ -252,6 +252,16 @@ struct SafeSharingTests {
         )
     }
 
+    /// The dispatcher's space `crew`, the worker a writer, with the jobs `insert` writes, synced.
+    static func crew(_ server: TestServer, store: FerryStore, jobs insert: String) async throws -> FerryClient {
+        let dispatcher = Self.client(store, server, user: "dispatcher")
+        try await dispatcher.createSpace("crew")
+        try await dispatcher.setRole(.write, of: "worker", in: "crew")
+        try await dispatcher.store.database.write { db in try db.execute(sql: insert) }
+        try await dispatcher.sync()
+        return dispatcher
+    }
+
     static func count(_ store: FerryStore, _ table: String) async throws -> Int {
         try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM \(table)") ?? 0 }
     }
@@ -400,13 +410,11 @@ struct SafeSharingTests {
     )
     func fieldMergeKeepsBothSides() async throws {
         try await TestServer.run { server in
-            let dispatcher = Self.client(try Self.jobStore("dispatcher"), server, user: "dispatcher")
-            try await dispatcher.createSpace("crew")
-            try await dispatcher.setRole(.write, of: "worker", in: "crew")
-            try await dispatcher.store.database.write { db in
-                try db.execute(sql: "INSERT INTO jobs (id, team, assignee, notes, status) VALUES ('j1', 'crew', 'ann', '', 'open')")
-            }
-            try await dispatcher.sync()
+            let dispatcher = try await Self.crew(
+                server,
+                store: try Self.jobStore("dispatcher"),
+                jobs: "INSERT INTO jobs (id, team, assignee, notes, status) VALUES ('j1', 'crew', 'ann', '', 'open')"
+            )
             let store = try Self.jobStore("worker")
             var configuration = SyncConfiguration()
             configuration.conflictPolicy = .fieldMerge(bothChanged: { _ in .local })
@@ -492,13 +500,11 @@ struct SafeSharingTests {
     )
     func heldRowsComeBackExactly() async throws {
         try await TestServer.run { server in
-            let dispatcher = Self.client(try Self.fieldStore("dispatcher"), server, user: "dispatcher")
-            try await dispatcher.createSpace("crew")
-            try await dispatcher.setRole(.write, of: "worker", in: "crew")
-            try await dispatcher.store.database.write { db in
-                try db.execute(sql: "INSERT INTO jobs (id, team, title) VALUES ('j1', 'crew', 'one'), ('j2', 'crew', 'two')")
-            }
-            try await dispatcher.sync()
+            let dispatcher = try await Self.crew(
+                server,
+                store: try Self.fieldStore("dispatcher"),
+                jobs: "INSERT INTO jobs (id, team, title) VALUES ('j1', 'crew', 'one'), ('j2', 'crew', 'two')"
+            )
             let store = try Self.fieldStore("worker")
             try await store.database.write { db in
                 // A table the app keeps for itself, not synced.
@@ -547,11 +553,11 @@ struct SafeSharingTests {
     )
     func oddTablesAndCompositeKeys() async throws {
         try await TestServer.run { server in
-            let dispatcher = Self.client(try Self.fieldStore("dispatcher"), server, user: "dispatcher")
-            try await dispatcher.createSpace("crew")
-            try await dispatcher.setRole(.write, of: "worker", in: "crew")
-            try await dispatcher.store.database.write { db in try db.execute(sql: "INSERT INTO jobs (id, team, title) VALUES ('j1', 'crew', 'one')") }
-            try await dispatcher.sync()
+            let dispatcher = try await Self.crew(
+                server,
+                store: try Self.fieldStore("dispatcher"),
+                jobs: "INSERT INTO jobs (id, team, title) VALUES ('j1', 'crew', 'one')"
+            )
             let store = try Self.fieldStore("worker")
             try await store.database.write { db in
                 try db.execute(
