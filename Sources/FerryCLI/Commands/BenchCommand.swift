@@ -153,6 +153,9 @@ struct BenchCommand: AsyncParsableCommand {
                 let result = try await test.run(in: root)
                 if !json { report(result, of: test) }
             }
+            let shared = SpaceFairnessTest(database: target)
+            let result = try await shared.run(in: root)
+            if !json { report(result, of: shared) }
         }
         if wanted.contains("spaces") {
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
@@ -203,6 +206,32 @@ struct BenchCommand: AsyncParsableCommand {
                 fairness.memoryAfter
             )
         )
+    }
+
+    private func report(_ fairness: SpaceFairnessTest.Report, of test: SpaceFairnessTest) {
+        func figures(_ idle: [Double], _ loaded: [Double]) -> String {
+            let p99 = (FairnessTest.Report.percentile(0.99, of: idle), FairnessTest.Report.percentile(0.99, of: loaded))
+            return String(
+                format: "idle p50 %.1f / p99 %.1f ms, under load p50 %.1f / p99 %.1f ms (p99 %.1fx idle's)",
+                FairnessTest.Report.percentile(0.5, of: idle),
+                p99.0,
+                FairnessTest.Report.percentile(0.5, of: loaded),
+                p99.1,
+                p99.1 / max(p99.0, 0.001)
+            )
+        }
+        printNow(
+            "fairness in a shared space: on \(test.database), one member keeps \(test.downloads) full downloads of a space of \(test.records) records of 250 KiB in flight, \(test.streams) live streams and pushes under \(test.clientIDs) client ids, without pause; another member pushes one change and pulls it, \(test.probes) times"
+        )
+        printNow("  the other member's push: " + figures(fairness.pushIdle, fairness.pushUnderLoad))
+        printNow("  the other member's pull: " + figures(fairness.pullIdle, fairness.pullUnderLoad))
+        printNow(
+            "  the heavy member: \(fairness.downloadsFinished) whole downloads; answers "
+                + fairness.heavyStatuses.sorted { $0.key < $1.key }.map { "\($0.value) × \($0.key == 0 ? "failed" : "\($0.key)")" }.joined(
+                    separator: ", "
+                )
+        )
+        printNow(String(format: "  server resident memory at its peak under load: %.0f MiB", fairness.memoryPeak))
     }
 
     /// Prints a result as it arrives (a long run shows progress), unless `--json`.
