@@ -332,7 +332,7 @@ struct SafeSharingTests {
             #expect(try await Self.ids(store, "timesheets") == ["t1", "t2", "t3", "t9"])
             try await laptopClient.sync()
             #expect(try await Self.ids(laptop, "timesheets") == ["t1", "t2", "t3", "t9"])
-            #expect(try await store.database.read { db in try Row.fetchAll(db, sql: "PRAGMA foreign_key_check") }.isEmpty)
+            #expect(try await store.database.read { db in try Row.fetchAll(db, sql: "PRAGMA foreign_key_check").isEmpty })
         }
     }
 
@@ -434,13 +434,15 @@ struct SafeSharingTests {
             try await store.database.write { db in try db.execute(sql: "UPDATE jobs SET notes = 'gate code 12', status = 'waiting' WHERE id = 'j1'") }
             let report = try await worker.sync()
             #expect(report.upload.conflicts == 1)
-            let row = try await store.database.read { db in try Row.fetchOne(db, sql: "SELECT assignee, notes, status FROM jobs WHERE id = 'j1'") }
-            #expect(row?[0] == "bob" && row?[1] == "gate code 12" && row?[2] == "waiting", "\(String(describing: row))")
-            try await dispatcher.sync()
-            let theirs = try await dispatcher.store.database.read { db in
-                try Row.fetchOne(db, sql: "SELECT assignee, notes, status FROM jobs WHERE id = 'j1'")
+            func job(in store: FerryStore) async throws -> [String] {
+                try await store.database.read { db in
+                    try Row.fetchOne(db, sql: "SELECT assignee, notes, status FROM jobs WHERE id = 'j1'").map { [$0[0], $0[1], $0[2]] } ?? []
+                }
             }
-            #expect(theirs == row)
+            let row = try await job(in: store)
+            #expect(row == ["bob", "gate code 12", "waiting"])
+            try await dispatcher.sync()
+            #expect(try await job(in: dispatcher.store) == row)
             let journal = try await worker.journal.events()
             #expect(journal.contains { $0.kind == .conflict && $0.details["entityID"] == "j1" && $0.details["resolution"] == "merged" })
             #expect(journal.contains { $0.kind == .runFinished && $0.details["conflicts"] == "1" })
@@ -476,7 +478,7 @@ struct SafeSharingTests {
             try await direct.createSpace("site")
             try await store.database.write { db in try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('first', 'site', 'pushed')")
             }
-            try await direct.push()
+            _ = try await direct.push()
             let writing = InterceptingTransport.onFirstPull(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) {
                 try await store.database.write { db in
                     try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('during', 'site', 'queued')")

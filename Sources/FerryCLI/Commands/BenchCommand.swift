@@ -221,7 +221,7 @@ struct BenchCommand: AsyncParsableCommand {
             )
         }
         printNow(
-            "fairness in a shared space: on \(test.database), one member keeps \(test.downloads) full downloads of a space of \(test.records) records of 250 KiB in flight, \(test.streams) live streams and pushes under \(test.clientIDs) client ids, without pause; another member pushes one change and pulls it, \(test.probes) times"
+            "fairness in a shared space: on \(test.database), one member keeps \(test.downloads) full downloads of a space of \(test.records) records of 250 KiB in flight, \(test.streams) live streams and pushes under \(test.clientIDs) client ids, waiting Retry-After after a 429; another member pushes one change and pulls it, \(test.probes) times"
         )
         printNow("  the other member's push: " + figures(fairness.pushIdle, fairness.pushUnderLoad))
         printNow("  the other member's pull: " + figures(fairness.pullIdle, fairness.pullUnderLoad))

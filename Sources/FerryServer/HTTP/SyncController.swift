@@ -11,6 +11,8 @@ struct SyncController: Sendable {
     var bodyTimeout: Duration = .seconds(30)
     /// The bytes of bodies the whole process holds at once (`ServerConfiguration/maxBodyBytesInFlight`).
     var bodies = BodyBudget(limit: ServerConfiguration.defaultMaxBodyBytesInFlight)
+    /// A user's pulls in this process, one at a time (`UserLine`).
+    let pulls = UserLine()
 
     func health(_ request: Request, context: FerryRequestContext) async throws -> Response {
         try await storage.checkHealth()
@@ -57,8 +59,12 @@ struct SyncController: Sendable {
             limit = value
         }
         let cursor = query.get("cursor")
-        let page = try await storage.pull(userID: userID, cursor: cursor, limit: limit, ownWrites: try ownWrites(request))
-        return JSONResponse.make(body: try await Self.offloaded(ifLarge: page.dataBytes) { page.responseBody() })
+        let ownWrites = try ownWrites(request)
+        let body = try await pulls.run(for: userID) {
+            let page = try await storage.pull(userID: userID, cursor: cursor, limit: limit, ownWrites: ownWrites)
+            return try await Self.offloaded(ifLarge: page.dataBytes) { page.responseBody() }
+        }
+        return JSONResponse.make(body: body)
     }
 
     /// `work` on NIO's thread pool when it handles more than 256 KiB, else here. Decoding a 4 MiB

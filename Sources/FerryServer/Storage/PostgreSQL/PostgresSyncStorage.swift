@@ -32,7 +32,7 @@ public final class PostgresSyncStorage: SyncStorage {
     private let deadline: Duration
     /// Set by `close()`: the pool then fails every request with an error of its own module.
     private let closed = NIOLockedValueBox(false)
-    private let pushes = UserPushQueue()
+    private let pushes = UserLine()
     /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
     private let epoch = newEpoch()
     /// Where a test pauses a pull between its memberships and its spaces' rows.
@@ -1075,7 +1075,7 @@ public final class PostgresSyncStorage: SyncStorage {
     /// about a statement is a bug of this server and stays as it is (a 500).
     ///
     /// With `queueingFor`, the request first waits for that user's earlier pushes in this
-    /// process (`UserPushQueue`); the deadline covers that wait too.
+    /// process (`UserLine`); the deadline covers that wait too.
     func withDatabase<T: Sendable>(
         queueingFor userID: String? = nil,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> T

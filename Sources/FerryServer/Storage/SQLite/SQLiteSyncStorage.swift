@@ -22,7 +22,7 @@ public final class SQLiteSyncStorage: SyncStorage {
     package let interleaving = PullInterleaving()
     /// One push per user at a time reaches the writer: a user's burst of large pushes waits here,
     /// in memory, so another user's push waits behind at most one of them, not all.
-    private let pushes = UserPushQueue()
+    private let pushes = UserLine()
     /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
     private let epoch = newEpoch()
     /// What each commit changed, for the event streams.

@@ -1,0 +1,84 @@
+import Testing
+
+@testable import FerryServer
+
+/// `UserLine`: what keeps one user's pulls to one share of the server (`ferry bench --only
+/// fairness` measures what that buys another member).
+@Suite("User line", .timeLimit(.minutes(1)))
+struct UserLineTests {
+    @Test("a user's second request waits for the first; another user's runs at once; the line keeps arrival order")
+    func oneAtATimePerUser() async throws {
+        let line = UserLine()
+        let (release, releasing) = AsyncStream<Void>.makeStream()
+        let order = Log()
+        let first = Task {
+            try await line.run(for: "bob") {
+                await order.add("bob 1 in")
+                for await _ in release { break }
+                await order.add("bob 1 out")
+            }
+        }
+        while await order.entries != ["bob 1 in"] { await Task.yield() }
+        let second = Task { try await line.run(for: "bob") { await order.add("bob 2") } }
+        while await line.waiting(for: "bob") < 1 { await Task.yield() }
+        let third = Task { try await line.run(for: "bob") { await order.add("bob 3") } }
+        while await line.waiting(for: "bob") < 2 { await Task.yield() }
+        // Another user is not held by bob's line.
+        try await line.run(for: "alice") { await order.add("alice") }
+        #expect(await order.entries == ["bob 1 in", "alice"])
+        releasing.yield()
+        try await first.value
+        try await second.value
+        try await third.value
+        #expect(await order.entries == ["bob 1 in", "alice", "bob 1 out", "bob 2", "bob 3"])
+        #expect(await line.waiting(for: "bob") == 0)
+    }
+
+    @Test("user ids are told apart by their bytes, as the database does: two spellings of one name are two users")
+    func usersByBytes() async throws {
+        let line = UserLine()
+        let (release, releasing) = AsyncStream<Void>.makeStream()
+        let order = Log()
+        let composed = Task {
+            try await line.run(for: "caf\u{E9}") {
+                await order.add("composed in")
+                for await _ in release { break }
+            }
+        }
+        while await order.entries.isEmpty { await Task.yield() }
+        try await line.run(for: "cafe\u{301}") { await order.add("decomposed") }
+        #expect(await order.entries == ["composed in", "decomposed"])
+        releasing.yield()
+        try await composed.value
+    }
+
+    @Test("a waiter cancelled leaves the line; the one behind it still gets its turn")
+    func cancelledWaiterLeaves() async throws {
+        let line = UserLine()
+        let (release, releasing) = AsyncStream<Void>.makeStream()
+        let order = Log()
+        let first = Task {
+            try await line.run(for: "bob") {
+                await order.add("first")
+                for await _ in release { break }
+            }
+        }
+        while await order.entries.isEmpty { await Task.yield() }
+        let cancelled = Task { try await line.run(for: "bob") { await order.add("cancelled") } }
+        while await line.waiting(for: "bob") < 1 { await Task.yield() }
+        let next = Task { try await line.run(for: "bob") { await order.add("next") } }
+        while await line.waiting(for: "bob") < 2 { await Task.yield() }
+        cancelled.cancel()
+        await #expect(throws: CancellationError.self) { try await cancelled.value }
+        #expect(await line.waiting(for: "bob") == 1)
+        releasing.yield()
+        try await first.value
+        try await next.value
+        #expect(await order.entries == ["first", "next"])
+    }
+
+    private actor Log {
+        var entries: [String] = []
+        func add(_ entry: String) { entries.append(entry) }
+    }
+}
