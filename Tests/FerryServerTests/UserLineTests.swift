@@ -1,3 +1,5 @@
+import FerryProtocol
+import FerryTestSupport
 import Testing
 
 @testable import FerryServer
@@ -80,5 +82,40 @@ struct UserLineTests {
     private actor Log {
         var entries: [String] = []
         func add(_ entry: String) { entries.append(entry) }
+    }
+}
+
+/// The pull line through HTTP: what leaves it, whatever a pull's end.
+@Suite("Pull line", .timeLimit(.minutes(2)))
+struct PullLineTests {
+    @Test(
+        "pulls of one user that fail (a bad cursor, a bad limit) leave the line; the user's next pulls, from two devices at once, are answered",
+        arguments: StorageBackend.allCases
+    )
+    func failuresLeaveTheLine(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(
+                PushRequest(clientID: "phone", mutations: [Mutation(id: 1, entity: "notes", entityID: "n1", op: .upsert, data: .value(1))]),
+                token: token
+            )
+            // Four at once: the user's cap, all in the line together.
+            let failed = try await withThrowingTaskGroup(of: Int.self) { group in
+                for index in 0..<4 {
+                    group.addTask {
+                        index % 2 == 0
+                            ? try await server.pull(token: token, cursor: "not-a-cursor").status
+                            : try await server.send(.GET, "/v1/pull?limit=0", token: token).status
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(failed.sorted() == [400, 400, 400, 400])
+            let pages = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<2 { group.addTask { try await server.pullOK(token: token).changes.count } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(pages == [1, 1])
+        }
     }
 }

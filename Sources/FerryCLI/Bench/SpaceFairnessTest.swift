@@ -110,8 +110,8 @@ struct SpaceFairnessTest {
                         continue
                     }
                     opened.withLockedValue { $0 += 1 }
+                    defer { opened.withLockedValue { $0 -= 1 } }
                     for try await _ in response.body {}
-                    opened.withLockedValue { $0 -= 1 }
                 }
             }
         }
@@ -130,7 +130,8 @@ struct SpaceFairnessTest {
                     while !done.isSet {
                         let (status, page) = await pull(client, token: heavy, cursor: cursor)
                         statuses.append(status)
-                        guard let page else { continue }
+                        guard status == 200 else { continue }
+                        guard let page else { throw CommandFailure("a page of the space answered 200 has no cursor at its end") }
                         cursor = page.hasMore ? page.cursor : nil
                         if !page.hasMore { finished += 1 }
                     }
@@ -158,6 +159,7 @@ struct SpaceFairnessTest {
                 }
                 return peak
             }
+            defer { sampling.cancel() }
             // The downloads get under way before the first probe.
             try await Task.sleep(for: .seconds(1))
             let loaded = try await probe(space, client: client, token: other, cursor: &cursor, nextID: &nextID)
@@ -206,7 +208,10 @@ struct SpaceFairnessTest {
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
         guard let response = try? await client.http.execute(request, timeout: .seconds(120)),
             let body = try? await response.body.collect(upTo: 64 * 1024 * 1024)
-        else { return (0, nil) }
+        else {
+            try? await Task.sleep(for: .seconds(1))  // no answer: the next try waits as after a 429
+            return (0, nil)
+        }
         guard response.status == .ok else {
             if response.status == .tooManyRequests { try? await Task.sleep(for: .seconds(1)) }
             return (Int(response.status.code), nil)

@@ -12,7 +12,10 @@ import FerryProtocol
 /// users: one user's four downloads at once would take four shares to another user's one.
 /// In line, a user's pulls take one share, however many devices or tasks send them.
 ///
-/// A wait ends early when its task is cancelled (the storage's deadline cancels it).
+/// A wait ends early when its task is cancelled (for a push, the storage's deadline cancels it).
+/// A pull's wait has no deadline of its own: a user has at most `maxRequestsPerUser` requests
+/// in progress, so at most that many pulls wait, and one whose client went away is not read
+/// when its turn comes (`SyncController.pull`).
 actor UserLine {
     private struct Waiter {
         let id: UInt64
