@@ -61,9 +61,6 @@ struct SyncController: Sendable {
         let cursor = query.get("cursor")
         let ownWrites = try ownWrites(request)
         let body = try await pulls.run(for: userID) {
-            // Hummingbird does not cancel a request whose client went away: a pull that waited
-            // its turn for a client no longer there is not read.
-            guard context.channel?.isActive != false else { throw CancellationError() }
             let page = try await storage.pull(userID: userID, cursor: cursor, limit: limit, ownWrites: ownWrites)
             return try await Self.offloaded(ifLarge: page.dataBytes) { page.responseBody() }
         }

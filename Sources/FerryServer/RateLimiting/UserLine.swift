@@ -13,9 +13,9 @@ import FerryProtocol
 /// In line, a user's pulls take one share, however many devices or tasks send them.
 ///
 /// A wait ends early when its task is cancelled (for a push, the storage's deadline cancels it).
-/// A pull's wait has no deadline of its own: a user has at most `maxRequestsPerUser` requests
-/// in progress, so at most that many pulls wait, and one whose client went away is not read
-/// when its turn comes (`SyncController.pull`).
+/// A pull's wait has no deadline of its own, and Hummingbird does not cancel a request whose
+/// client went away: a user has at most `maxRequestsPerUser` requests in progress, so at most
+/// that many pulls wait, abandoned ones included.
 actor UserLine {
     private struct Waiter {
         let id: UInt64
