@@ -94,17 +94,17 @@ extension JournalTimeline.Track {
         var summary = Summary()
         for event in events {
             switch event.kind {
-            case "trigger" where Self.finalFates.contains(event.details["fate"] ?? ""): summary.triggers += 1
-            case "run.started": summary.runs += 1
-            case "request":
+            case .trigger where Self.finalFates.contains(event.details["fate"] ?? ""): summary.triggers += 1
+            case .runStarted: summary.runs += 1
+            case .request:
                 summary.requests += 1
                 if !(event.details["status"]?.hasPrefix("2") ?? false) { summary.failedRequests += 1 }
-            case "run.finished":
+            case .runFinished:
                 summary.pushed += event.number("pushed")
                 summary.pulled += event.number("pulled")
                 summary.merged += event.number("merged")
-            case "deadLettered": summary.deadLetters += max(1, event.number("entries"))
-            case "wait", "lease.wait": summary.waits += 1
+            case .deadLettered: summary.deadLetters += max(1, event.number("entries"))
+            case .wait, .leaseWait: summary.waits += 1
             default: break
             }
         }
@@ -142,7 +142,7 @@ extension JournalEvent {
 
     /// When the event stopped mattering: a wait's end, or the moment itself.
     var end: Date {
-        guard kind == "wait", let seconds = Double(details["seconds"] ?? ""), seconds.isFinite, seconds > 0 else { return at }
+        guard kind == .wait, let seconds = Double(details["seconds"] ?? ""), seconds.isFinite, seconds > 0 else { return at }
         return at.addingTimeInterval(min(seconds, 3_600))
     }
 }

@@ -127,7 +127,7 @@ struct TimelinePage {
             var offlineSince: Date?
             for event in events {
                 let isConnectivity = event.details["trigger"] == SyncTrigger.connectivityRestored.rawValue
-                if isConnectivity, event.kind == .trigger, let why = event.details["why"], why == "went offline" || why.contains("(offline)") {
+                if isConnectivity, event.kind == .trigger, event.details["online"] == "false" {
                     offlineSince = offlineSince ?? event.at
                 } else if isConnectivity, event.kind == .triggerReceived, let since = offlineSince {
                     svg += bar("offline", from: since, to: event.at, title: "offline for \(duration(event.at.timeIntervalSince(since)))")
@@ -146,10 +146,10 @@ struct TimelinePage {
                 switch event.kind {
                 case .schedulerRun where event.details["outcome"] == nil:  // a run's start: `run` and `kind`
                     name = "run \(event.details["run"] ?? "?")" + (event.details["kind"].map { " (\($0))" } ?? "")
-                case "run.started":
+                case .runStarted:
                     if let started { drawRun(started, name: name, end: nil, at: event.at) }
                     started = event
-                case "run.finished":
+                case .runFinished:
                     guard let start = started else { continue }
                     drawRun(start, name: name, end: event, at: event.at)
                     started = nil
@@ -228,11 +228,11 @@ struct TimelinePage {
             lane("Outcomes")
             for event in events {
                 switch event.kind {
-                case "deadLettered": svg += marker("dead-letter", at: event.at, title: "\(offset(event.at)) dead letter: \(event.message)")
-                case "batch.halved": svg += marker("halved", at: event.at, title: "\(offset(event.at)) \(event.message)")
-                case "token": svg += marker("token", at: event.at, title: "\(offset(event.at)) \(event.message)")
-                case "background", "scheduler.held": svg += marker("background", at: event.at, title: "\(offset(event.at)) \(event.message)")
-                case "run.finished" where event.number("merged") > 0:
+                case .deadLettered: svg += marker("dead-letter", at: event.at, title: "\(offset(event.at)) dead letter: \(event.message)")
+                case .batchHalved: svg += marker("halved", at: event.at, title: "\(offset(event.at)) \(event.message)")
+                case .token: svg += marker("token", at: event.at, title: "\(offset(event.at)) \(event.message)")
+                case .background, .schedulerHeld: svg += marker("background", at: event.at, title: "\(offset(event.at)) \(event.message)")
+                case .runFinished where event.number("merged") > 0:
                     svg += marker("merged", at: event.at, title: "\(offset(event.at)) merged \(event.details["merged"] ?? "") conflicting changes")
                 default: continue
                 }

@@ -1,3 +1,4 @@
+import FerryProtocol
 import Hummingbird
 import Logging
 import ServiceLifecycle
@@ -67,8 +68,9 @@ public struct ServerConfiguration: Sendable {
 public enum FerryServerApplication {
     /// Paths the server answers, with the one method each accepts.
     static let routes: [String: [HTTPRequest.Method]] = [
-        "/v1/health": [.get], "/v1/push": [.post], "/v1/pull": [.get], "/v1/events": [.get], "/metrics": [.get], "/v1/spaces": [.get],
-        "/v1/spaces/{space}": [.put, .delete], "/v1/spaces/{space}/members": [.get], "/v1/spaces/{space}/members/{user}": [.put, .delete],
+        Endpoint.health: [.get], Endpoint.push: [.post], Endpoint.pull: [.get], Endpoint.events: [.get], "/metrics": [.get], Endpoint.spaces: [.get],
+        Endpoint.spaces + "/{space}": [.put, .delete], Endpoint.spaces + "/{space}/members": [.get],
+        Endpoint.spaces + "/{space}/members/{user}": [.put, .delete],
     ]
 
     /// The routes and their middleware; `OpenAPITests` reads its routes.
@@ -87,24 +89,24 @@ public enum FerryServerApplication {
         router.add(middleware: AccessLogMiddleware(logger: accessLogger))
         router.add(middleware: MetricsMiddleware(metrics: metrics))
         router.add(middleware: ErrorEnvelopeMiddleware(routes: routes))
-        router.get("/v1/health", use: controller.health)
+        router.get("\(Endpoint.health)", use: controller.health)
         router.get("/metrics", use: controller.metricsText)
-        let authenticated = router.group("/v1").add(middleware: AuthMiddleware(authority: authority, metrics: metrics))
+        let authenticated = router.group().add(middleware: AuthMiddleware(authority: authority, metrics: metrics))
         // Before the quota: a request refused for this costs none of it, nor a database round trip.
         authenticated.add(middleware: UserConcurrencyMiddleware(limit: maxRequestsPerUser, metrics: metrics))
         if let limiter {
             authenticated.add(middleware: RateLimitMiddleware(limiter: limiter, metrics: metrics))
         }
-        authenticated.post("push", use: controller.push)
-        authenticated.get("pull", use: controller.pull)
-        authenticated.get("events", use: EventStreamController(storage: controller.storage, live: live).events)
+        authenticated.post("\(Endpoint.push)", use: controller.push)
+        authenticated.get("\(Endpoint.pull)", use: controller.pull)
+        authenticated.get("\(Endpoint.events)", use: EventStreamController(storage: controller.storage, live: live).events)
         let spaces = SpaceController(storage: controller.storage)
-        authenticated.get("spaces", use: spaces.list)
-        authenticated.put("spaces/{space}", use: spaces.create)
-        authenticated.delete("spaces/{space}", use: spaces.delete)
-        authenticated.get("spaces/{space}/members", use: spaces.members)
-        authenticated.put("spaces/{space}/members/{user}", use: spaces.setRole)
-        authenticated.delete("spaces/{space}/members/{user}", use: spaces.removeMember)
+        authenticated.get("\(Endpoint.spaces)", use: spaces.list)
+        authenticated.put("\(Endpoint.spaces)/{space}", use: spaces.create)
+        authenticated.delete("\(Endpoint.spaces)/{space}", use: spaces.delete)
+        authenticated.get("\(Endpoint.spaces)/{space}/members", use: spaces.members)
+        authenticated.put("\(Endpoint.spaces)/{space}/members/{user}", use: spaces.setRole)
+        authenticated.delete("\(Endpoint.spaces)/{space}/members/{user}", use: spaces.removeMember)
         return router
     }
 

@@ -172,7 +172,7 @@ public struct FerryTestServer: Sendable {
             let response = try await transport.send(
                 TransportRequest(
                     method: "POST",
-                    path: "/v1/push",
+                    path: Endpoint.push,
                     headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"],
                     body: try JSONEncoder().encode(batch)
                 )
@@ -195,7 +195,7 @@ public struct FerryTestServer: Sendable {
                 "limit=\(ProtocolLimits.pullLimitRange.upperBound)"
                 + (cursor.map { "&cursor=\($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0)" } ?? "")
             let response = try await transport.send(
-                TransportRequest(method: "GET", path: "/v1/pull?" + query, headers: ["Authorization": "Bearer \(token)"])
+                TransportRequest(method: "GET", path: Endpoint.pull + "?" + query, headers: ["Authorization": "Bearer \(token)"])
             )
             guard response.status == 200 else {
                 throw FerryTestServerFailure("reading the server answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")

@@ -77,7 +77,7 @@ struct BatchPlannerTests {
         #expect(plan.response.results.map(\.version) == [3, nil])
         #expect(plan.writes.map(\.entityID) == ["a"])
         #expect(plan.writes[0].deleted && plan.writes[0].naturalKey == nil)
-        #expect(plan.releasedNaturalKeys == [RecordKey(entity: "events", entityID: "a")])
+        #expect(plan.releasedNaturalKeys == [RecordRef(entity: "events", entityID: "a")])
     }
 
     @Test(

@@ -98,7 +98,7 @@ struct AppSchemaTests {
             let first = try await client.sync()
             #expect(first.pull.setAside == 1)
             #expect(try await Self.count("projects", in: store) == 29)
-            let journal = try await client.journal.events().filter { $0.kind == "pull.setAside" }
+            let journal = try await client.journal.events().filter { $0.kind == .pullSetAside }
             #expect(journal.count == 1)
             #expect(journal.first?.message.contains("projects/p7") == true)
             #expect(journal.first?.message.contains("NOT NULL constraint failed: projects.title") == true, "\(journal)")

@@ -58,8 +58,8 @@ struct BackgroundSyncTests {
             let records = try await server.pullAll(token: try await TestServer.token(for: "alice"))
             #expect(records.count == 2_500)
             let journal = try #require(await session.client?.journal.events())
-            #expect(journal.contains { $0.kind == "trigger" && $0.details["trigger"] == "backgroundTask" && $0.details["run"] == "1" })
-            #expect(journal.last?.kind == "background" && journal.last?.message.hasPrefix("background sync caught up after") == true)
+            #expect(journal.contains { $0.kind == .trigger && $0.details["trigger"] == "backgroundTask" && $0.details["run"] == "1" })
+            #expect(journal.last?.kind == .background && journal.last?.message.hasPrefix("background sync caught up after") == true)
             try await session.signOut()
         }
     }

@@ -35,7 +35,7 @@ struct ConnectivityTests {
             let scheduler = try #require(await session.engine?.scheduler)
             var events = EventReader(await scheduler.eventStream())
             link.yield(false)  // the baseline: offline
-            #expect(await events.next { $0 == .trigger(.connectivityRestored, .ignored("first report (offline) is a baseline")) } != nil)
+            #expect(await events.next { $0 == .trigger(.connectivityRestored, .ignored(.baseline(online: false))) } != nil)
             await clock.advance(by: .seconds(10))
             #expect(await scheduler.history.map(\.1) == [.waitingForNetwork])
             link.yield(true)

@@ -68,7 +68,7 @@ struct CopiedStoreTests {
             let local = try await Self.rows(of: restored)
             #expect(local.count == remote.count, "the restored store holds every record: \(local.keys.sorted())")
             #expect(local["new-0"] == 2, "the local edit was not overwritten by another change's state")
-            let renewed = try await client.journal.events().filter { $0.kind == "client.renewed" }
+            let renewed = try await client.journal.events().filter { $0.kind == .clientRenewed }
             #expect(renewed.count == 1)
             #expect(renewed.first?.message.contains("another store holds client id \(oldClientID)") == true, "\(renewed)")
 

@@ -62,7 +62,7 @@ struct DeadLetterTests {
             #expect(remote.count == 19)
             #expect(await client.status.pending == 0)
             let kinds = try await client.journal.events().map(\.kind)
-            #expect(kinds.contains("deadLetters.retried") && kinds.contains("deadLetters.discarded"))
+            #expect(kinds.contains(.deadLettersRetried) && kinds.contains(.deadLettersDiscarded))
         }
     }
 

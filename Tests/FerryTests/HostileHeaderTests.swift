@@ -31,7 +31,7 @@ struct HostileHeaderTests {
             let client = ClientFixture.client(store: store, server: server, transport: transport, clock: clock)
             let report = try await client.sync()
             #expect(report.upload.acknowledged == 1)
-            let waits = try await client.journal.events().filter { $0.kind == "wait" }.compactMap { $0.details["seconds"].flatMap(Double.init) }
+            let waits = try await client.journal.events().filter { $0.kind == .wait }.compactMap { $0.details["seconds"].flatMap(Double.init) }
             #expect(waits.max() == expectedWait)
             #expect(clock.now.offset <= .seconds(3600 + 60), "the sync waited \(clock.now.offset)")
         }

@@ -20,23 +20,31 @@ struct JournalTimelineTests {
         JournalEvent(at: start.addingTimeInterval(milliseconds / 1_000), kind: kind, message: message, details: details)
     }
 
-    private static func trigger(_ milliseconds: Double, _ trigger: String, _ fate: String, why: String? = nil) -> JournalEvent {
+    /// An event of a kind named as the journal stores it, known to this version or not.
+    private static func event(_ milliseconds: Double, _ kind: String, _ message: String = "", _ details: [String: String] = [:]) -> JournalEvent {
+        event(milliseconds, JournalEvent.Kind(rawValue: kind), message, details)
+    }
+
+    private static func trigger(_ milliseconds: Double, _ trigger: String, _ fate: String, why: IgnoredReason? = nil) -> JournalEvent {
         var details = ["trigger": trigger, "fate": fate]
-        details["why"] = why
+        // As the scheduler journals an ignored report: its reason, in words, and what it said of the link.
+        details["reason"] = why?.name
+        details["why"] = why?.description
+        details["online"] = why?.online.map { "\($0)" }
         return event(milliseconds, "trigger", "\(trigger): \(fate)", details)
     }
 
     /// The demo's launch storm as the journal records it: ten triggers end in one run.
     private static let storm: [JournalEvent] = [
-        trigger(0, "connectivityRestored", "ignored", why: "first report (online) is a baseline"),
-        trigger(15, "connectivityRestored", "ignored", why: "went offline"),
+        trigger(0, "connectivityRestored", "ignored", why: .baseline(online: true)),
+        trigger(15, "connectivityRestored", "ignored", why: .wentOffline),
         trigger(16, "launch", "waitingForNetwork"),
         trigger(16, "becameActive", "waitingForNetwork"),
         event(30, "trigger.received", "connectivityRestored received", ["trigger": "connectivityRestored"]),
-        trigger(45, "connectivityRestored", "ignored", why: "went offline"),
+        trigger(45, "connectivityRestored", "ignored", why: .wentOffline),
         trigger(45, "connectivityRestored", "waitingForNetwork"),
         event(60, "trigger.received", "connectivityRestored received", ["trigger": "connectivityRestored"]),
-        trigger(75, "connectivityRestored", "ignored", why: "went offline"),
+        trigger(75, "connectivityRestored", "ignored", why: .wentOffline),
         event(90, "trigger.received", "connectivityRestored received", ["trigger": "connectivityRestored"]),
         trigger(340, "launch", "startedRun"),
         trigger(340, "becameActive", "coalescedIntoRun"),
@@ -192,7 +200,7 @@ struct JournalTimelineTests {
                 }
             }
             _ = try await client.sync()
-            let progress = try await client.journal.events().filter { $0.kind == "progress" }
+            let progress = try await client.journal.events().filter { $0.kind == .progress }
             let upload = progress.filter { $0.details["total"] != nil }
             #expect(upload.first?.message == "Synced 0 of 2,000 (0%)")
             #expect(upload.last?.message == "Synced 2,000 of 2,000 (100%)")

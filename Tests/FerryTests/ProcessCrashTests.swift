@@ -99,7 +99,7 @@ struct ProcessCrashTests {
         // Every kill lands during the sync (the loop waits for batches still to come), but not
         // always during a request: on a loaded machine a restart can finish while the client
         // applies an answer, and its next request then meets the new server.
-        let failed = try await client.journal.events().filter { $0.kind == "request" && $0.message.contains("failed") }.count
+        let failed = try await client.journal.events().filter { $0.kind == .request && $0.message.contains("failed") }.count
         #expect(failed >= 1, "the kills cut requests")
         try await store.close()
     }

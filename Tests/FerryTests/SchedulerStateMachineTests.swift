@@ -68,7 +68,7 @@ struct SchedulerStateMachineTests {
         var machine = Self.machine()
         _ = machine.trigger(.launch, kind: nil, now: .zero)
         let whilePending = machine.liveStreamOpened(now: .milliseconds(5))
-        #expect(whilePending == [.emit(.trigger(.serverChange, .ignored("event stream opened; the pending run pulls after it")))])
+        #expect(whilePending == [.emit(.trigger(.serverChange, .ignored(.streamOpenedWithRunPending)))])
         #expect(Self.started(machine.timerFired(now: .milliseconds(250))) == [1])
         let whileRunning = machine.liveStreamOpened(now: .milliseconds(260))
         #expect(whileRunning.contains(.emit(.trigger(.serverChange, .queuedAfterRun(1)))))

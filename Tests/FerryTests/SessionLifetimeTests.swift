@@ -260,13 +260,13 @@ struct SessionLifetimeTests {
             // may be written after the run's: the journal reads them in the order they happened.
             let store = try ClientFixture.openStore(at: engine.store.path)
             let journal = try await Journal(store: store).events()
-            let received = journal.filter { $0.kind == "trigger.received" }
+            let received = journal.filter { $0.kind == .triggerReceived }
             #expect(received.count == 6)
             #expect(Set(received.map(\.at)).count == 6, "each trigger at the time it arrived, not the run's")
-            let fates = journal.indices.filter { journal[$0].kind == "trigger" && journal[$0].details["fate"] != "ignored" }
-            let runStarted = try #require(journal.firstIndex { $0.kind == "scheduler.run" })
-            let syncStarted = try #require(journal.firstIndex { $0.kind == "run.started" })
-            let lastReceived = try #require(journal.lastIndex { $0.kind == "trigger.received" })
+            let fates = journal.indices.filter { journal[$0].kind == .trigger && journal[$0].details["fate"] != "ignored" }
+            let runStarted = try #require(journal.firstIndex { $0.kind == .schedulerRun })
+            let syncStarted = try #require(journal.firstIndex { $0.kind == .runStarted })
+            let lastReceived = try #require(journal.lastIndex { $0.kind == .triggerReceived })
             #expect(fates.count == 6)
             #expect(lastReceived < fates.min()!, "a fate comes after its trigger")
             #expect(fates.max()! < runStarted && runStarted < syncStarted, "the run starts after the fates that made it, and before its sync")

@@ -231,7 +231,7 @@ struct StoreTests {
     func boundedJournal() async throws {
         let store = try ClientFixture.openStore(at: ClientFixture.storePath())
         let journal = Journal(store: store, capacity: 50)
-        for index in 0..<120 { await journal.record(JournalEvent(kind: "test", message: "event \(index)")) }
+        for index in 0..<120 { await journal.record(JournalEvent(kind: JournalEvent.Kind(rawValue: "test"), message: "event \(index)")) }
         let events = try await journal.events()
         #expect(events.count == 50)
         #expect(events.first?.message == "event 70")

@@ -124,7 +124,7 @@ struct TokenTests {
             let report = try await client.sync()
             #expect(report.upload.acknowledged == 1)
             #expect(asked.value == 2)
-            #expect(try await client.journal.events().contains { $0.kind == "token" })
+            #expect(try await client.journal.events().contains { $0.kind == .token })
 
             let refusedStore = try ClientFixture.openStore(at: ClientFixture.storePath())
             try await refusedStore.database.write { db in try db.execute(sql: "INSERT INTO events (id, value) VALUES ('e-2', 2)") }

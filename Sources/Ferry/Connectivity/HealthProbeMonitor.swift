@@ -1,3 +1,4 @@
+import FerryProtocol
 import Foundation
 
 /// A portable monitor that asks the server's `/v1/health`: every `interval` while
@@ -24,7 +25,7 @@ public struct HealthProbeMonitor: ConnectivityMonitor {
             var last: Bool?
             var retryDelay = Duration.seconds(1)
             while !Task.isCancelled {
-                let reachable = (try? await transport.send(TransportRequest(method: "GET", path: "/v1/health")).status) == 200
+                let reachable = (try? await transport.send(TransportRequest(method: "GET", path: Endpoint.health)).status) == 200
                 if reachable != last {
                     continuation.yield(reachable)
                     last = reachable

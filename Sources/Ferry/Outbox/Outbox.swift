@@ -261,22 +261,11 @@ struct Outbox: Sendable {
         }
         let outcome = try await store.database.write { db in
             try lease.confirm(db)
-            var outcome = BatchOutcome(acknowledgedEntries: batch.unsent.count)
             let meta = try Row.fetchOne(db.cachedStatement(sql: "SELECT client_id, highest_sent FROM ferry_meta"))
-            // A batch sent under a client id the store has since given up proves nothing new.
-            let underCurrentID = batch.clientID.hasSameBytes(as: meta?[0] ?? "")
             let highestSent: Int64 = meta?[1] ?? 0
-            var anotherHolder: String? =
-                underCurrentID && response.lastMutationID > highestSent
-                ? "the server has processed mutation \(response.lastMutationID), and this store never sent one above \(highestSent)"
-                : nil
-            for (mutation, result) in zip(batch.mutations, response.results) where underCurrentID && anotherHolder == nil {
-                anotherHolder = Self.anotherHolderEvidence(mutation, result, firstSent: batch.firstSent.contains(mutation.id))
-            }
+            let plan = AnswerPlan(response, to: batch, clientID: meta?[0] ?? "", highestSent: highestSent)
+            var outcome = plan.outcome(unsent: batch.unsent.count)
             var notOurs: [Int64] = []
-            var written: [Int64] = []  // mutations this answer says wrote a record
-            var notOursMutations: [OutgoingMutation] = []
-            var answeredLast: [RecordRef: Int64] = [:]  // per record (as the server names it), its last mutation written
             var absorbed: [RecordRef] = []
             var children = ForeignKeyChildren()
             var finished: [Int64] = []
@@ -286,21 +275,14 @@ struct Outbox: Sendable {
             // Saved once at the end; nothing in between reads them.
             var versions = KnownVersions()
             try FerryStore.withoutCapture(db) {
-                for (mutation, result) in zip(batch.mutations, response.results) {
-                    let entryIDs = batch.entries[mutation.id] ?? []
-                    let reused = result.status == .rejected && result.code == PushResult.mutationIDReused
-                    if reused || (result.status == .duplicate && (batch.firstSent.contains(mutation.id) || anotherHolder != nil)) {
-                        // Another holder's mutation under this id, not an acknowledgement of ours:
-                        // sent again under a new client id.
-                        notOurs += entryIDs
-                        notOursMutations.append(mutation)
+                for step in plan.steps {
+                    let mutation = step.mutation
+                    let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
+                    if step.decision == .resend {
+                        notOurs += step.entries
                         continue
                     }
-                    // A merge, a duplicate of a merged record, or a conflict judged against the
-                    // record holding the mutation's natural key: the local row takes that record's id.
-                    let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
-                    let canonical = result.status == .rejected ? nil : result.entityID.flatMap { $0.hasSameBytes(as: mutation.entityID) ? nil : $0 }
-                    if let canonical {
+                    if let canonical = step.canonical {
                         try rekey(
                             entity: mutation.entity,
                             from: mutation.entityID,
@@ -310,80 +292,35 @@ struct Outbox: Sendable {
                             children: &children,
                             db: db
                         )
-                        later.follow(own, to: RecordRef(entity: mutation.entity, entityID: canonical), after: mutation.id)
+                        later.follow(own, to: step.serverRecord, after: mutation.id)
                         rekeys.append((own, canonical))
-                        outcome.rekeyed += 1
                     }
-                    switch result.status {
-                    case .applied, .merged, .duplicate:
-                        if result.status != .duplicate {
-                            written.append(mutation.id)
-                            let record = RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID)
-                            answeredLast[record] = max(answeredLast[record] ?? 0, mutation.id)
-                        }
-                        if let version = result.version {
-                            versions.set(version, of: RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID))
-                        }
-                        if result.status == .duplicate, let current = result.current {
-                            serverStates.append(
-                                ServerState(
-                                    record: RecordRef(entity: mutation.entity, entityID: result.entityID ?? mutation.entityID),
-                                    state: current,
-                                    space: mutation.space
-                                )
-                            )
-                        }
-                        finished += entryIDs
-                        outcome.acknowledgedEntries += entryIDs.count
-                        if result.status == .merged { outcome.merged += 1 }
-                    case .rejected:
-                        try Self.deadLetter(entryIDs, reason: result.error ?? "rejected", db: db)
-                        outcome.deadLettered += entryIDs.count
+                    switch step.decision {
+                    case .resend:
+                        break
+                    case .finish(_, _, let version, let current):
+                        if let version { versions.set(version, of: step.serverRecord) }
+                        if let current { serverStates.append(ServerState(record: step.serverRecord, state: current, space: mutation.space)) }
+                        finished += step.entries
+                    case .deadLetter(let reason, let code, let current):
+                        try Self.deadLetter(step.entries, reason: reason, db: db)
                         // A refused change of a record the user may still read: the dead letter holds
                         // what was attempted, and the row shows what the server holds again.
-                        if let current = result.current {
+                        if let current {
                             serverStates.append(ServerState(record: own, state: current, space: mutation.space))
-                        } else if try Self.unreadable(mutation, refusedWith: result.code, db: db) {
+                        } else if try Self.unreadable(mutation, refusedWith: code, db: db) {
                             // Refused in a space the user cannot read: the row goes with the refusal.
                             serverStates.append(ServerState(record: own, state: .absent, space: mutation.space))
                         }
-                    case .conflict:
-                        finished += entryIDs
-                        outcome.acknowledgedEntries += entryIDs.count
-                        outcome.conflicts += 1
-                        var judged = mutation
-                        if let holder = canonical {
-                            // Judged against the holder of the mutation's natural key: the same
-                            // thing under another id, re-keyed above; the policy decides between the two.
-                            judged.entityID = holder
-                            // The server has the mutation's own record too: it goes, as a merge would delete it.
-                            if (mutation.baseVersion ?? 0) > 0 { absorbed.append(own) }
-                        }
-                        try resolve(
-                            judged,
-                            current: result.current,
-                            policy: policy,
-                            resolved: &outcome.resolved,
-                            later: &later,
-                            versions: &versions,
-                            db: db
-                        )
+                    case .resolve(let judged, let current, let absorbsOwn):
+                        finished += step.entries
+                        // The server has the mutation's own record too: it goes, as a merge would delete it.
+                        if absorbsOwn { absorbed.append(own) }
+                        try resolve(judged, current: current, policy: policy, resolved: &outcome.resolved, later: &later, versions: &versions, db: db)
                     }
                 }
                 if !notOurs.isEmpty {
-                    // Sent again under a new client id, it lands after every change answered
-                    // here: one whose record a later change already wrote (in this batch, merges
-                    // included) or will write (queued) is superseded, and would put older data
-                    // over newer. It is done with, not sent again.
-                    let records = notOursMutations.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }
-                    let queued = try Self.queuedEntries(of: records, db: db)
-                    var superseded: Set<Int64> = []
-                    for (mutation, record) in zip(notOursMutations, records) {
-                        let entries = Set(batch.entries[mutation.id] ?? [])
-                        let writtenLater = (answeredLast[record] ?? 0) > mutation.id
-                        let queuedLater = queued[record]?.contains { $0 > mutation.id && !entries.contains($0) } ?? false
-                        if writtenLater || queuedLater { superseded.formUnion(entries) }
-                    }
+                    let superseded = try Self.superseded(resending: plan, db: db)
                     finished += superseded
                     notOurs.removeAll { superseded.contains($0) }
                     try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = NULL, sent_as = NULL WHERE \(Self.idIn)")
@@ -394,22 +331,7 @@ struct Outbox: Sendable {
                 for record in absorbed {  // queued after the re-keying, which would move them to the holder
                     try Self.queue(entity: record.entity, entityID: record.entityID, op: .delete, data: nil, naturalKey: nil, db: db)
                 }
-                if !finished.isEmpty {
-                    // A dead letter of a record whose later change is answered is superseded:
-                    // retried, it would put older data over newer. Found from the answered
-                    // entries by record (an index), never by scanning the queue for dead letters.
-                    try Self.remove(
-                        where: """
-                            id IN (SELECT dead.id FROM json_each(?) AS answered
-                                JOIN ferry_outbox AS done ON done.id = answered.value
-                                JOIN ferry_outbox AS dead ON dead.entity_id = done.entity_id AND dead.entity = done.entity
-                                    AND dead.id < done.id AND dead.state = \(OutboxState.deadLettered.rawValue))
-                            """,
-                        arguments: [Self.idList(finished)],
-                        db: db
-                    )
-                    try Self.remove(where: Self.idIn, arguments: [Self.idList(finished)], db: db)
-                }
+                try Self.finish(finished, db: db)
                 try adopt(serverStates, versions: &versions, db: db)
             }
             try versions.save(db: db)
@@ -417,7 +339,7 @@ struct Outbox: Sendable {
             // under which nothing above them was sent: a batch read ahead may already have gone
             // out above them under the current id.
             let reason =
-                anotherHolder.map {
+                plan.anotherHolder.map {
                     "another store holds client id \(batch.clientID) (a copy of this store on another device, or a backup restored here): \($0)"
                 }
                 ?? notOurs.min().flatMap { lowest in
@@ -430,17 +352,54 @@ struct Outbox: Sendable {
                 try db.execute(sql: "UPDATE ferry_meta SET client_id = ?, highest_sent = 0", arguments: [clientID])
                 try db.execute(sql: "DELETE FROM ferry_answered")
                 outcome.newClientID = (meta?[0] ?? batch.clientID, clientID, reason)
-            } else if underCurrentID, !written.isEmpty {
+            } else if plan.underCurrentID, !plan.written.isEmpty {
                 // Writes of this store's own, answered: the next pull names them, and the server
                 // leaves them out (`Puller`). Only these ids, never a ceiling: a copy of this
                 // store elsewhere may write under the same client id with ids in between.
                 try db.cachedStatement(sql: "INSERT OR IGNORE INTO ferry_answered (id) SELECT value FROM json_each(?)")
-                    .execute(arguments: [Self.idList(written)])
+                    .execute(arguments: [Self.idList(plan.written)])
             }
             return outcome
         }
         if let change = outcome.newClientID { store.identity.clientID = change.new }
         return outcome
+    }
+
+    /// The entries of `plan`'s resent mutations that are done with instead: sent again under a
+    /// new client id, each lands after every change answered here, so one whose record a later
+    /// change already wrote (in this batch, merges included) or will write (queued) would put
+    /// older data over newer.
+    private static func superseded(resending plan: AnswerPlan, db: Database) throws -> Set<Int64> {
+        let resent = plan.steps.filter { $0.decision == .resend }
+        let records = resent.map { RecordRef(entity: $0.mutation.entity, entityID: $0.mutation.entityID) }
+        let queued = try queuedEntries(of: records, db: db)
+        let lastWritten = plan.lastWritten
+        var superseded: Set<Int64> = []
+        for (step, record) in zip(resent, records) {
+            let entries = Set(step.entries)
+            let writtenLater = (lastWritten[record] ?? 0) > step.mutation.id
+            let queuedLater = queued[record]?.contains { $0 > step.mutation.id && !entries.contains($0) } ?? false
+            if writtenLater || queuedLater { superseded.formUnion(entries) }
+        }
+        return superseded
+    }
+
+    /// Removes answered entries, and the dead letters their answers supersede: retried, such a
+    /// dead letter would put older data over newer. Found from the answered entries by record
+    /// (an index), never by scanning the queue for dead letters.
+    private static func finish(_ entries: [Int64], db: Database) throws {
+        guard !entries.isEmpty else { return }
+        try remove(
+            where: """
+                id IN (SELECT dead.id FROM json_each(?) AS answered
+                    JOIN ferry_outbox AS done ON done.id = answered.value
+                    JOIN ferry_outbox AS dead ON dead.entity_id = done.entity_id AND dead.entity = done.entity
+                        AND dead.id < done.id AND dead.state = \(OutboxState.deadLettered.rawValue))
+                """,
+            arguments: [idList(entries)],
+            db: db
+        )
+        try remove(where: idIn, arguments: [idList(entries)], db: db)
     }
 
     /// Why `result` shows that another store holds the batch's client id, or `nil`: a mutation
@@ -596,313 +555,5 @@ struct Outbox: Sendable {
 
     static func idList(_ ids: [Int64]) -> String {
         "[" + ids.map(String.init).joined(separator: ",") + "]"
-    }
-
-    /// Later pending edits of re-keyed records follow them to their canonical ids: one
-    /// statement for the whole batch, through the outbox's index by record.
-    private func rekeyQueuedEntries(_ rekeys: [(record: RecordRef, canonical: String)], db: Database) throws {
-        guard !rekeys.isEmpty else { return }
-        try db.execute(
-            sql: Self.rekeySQL(count: rekeys.count),
-            arguments: StatementArguments(rekeys.flatMap { [$0.record.entity, $0.record.entityID, $0.canonical] }) + [OutboxState.pending.rawValue]
-        )
-    }
-
-    /// Moves the pending entries of `count` records to their canonical ids (`OutboxCostTests` checks its plan).
-    static func rekeySQL(count: Int) -> String {
-        """
-        WITH rekey(entity, local, canonical) AS (VALUES \(Array(repeating: "(?, ?, ?)", count: count).joined(separator: ", ")))
-        UPDATE ferry_outbox
-        SET entity_id = (SELECT canonical FROM rekey WHERE rekey.entity = ferry_outbox.entity AND rekey.local = ferry_outbox.entity_id)
-        WHERE state = ? AND (entity, entity_id) IN (SELECT entity, local FROM rekey)
-        """
-    }
-
-    /// The local record takes the server's identity. The server now holds this client's data
-    /// under the canonical id, so a stale local copy of the canonical record (pulled earlier)
-    /// gives way to the re-keyed row; its later pending edits follow it (`rekeyQueuedEntries`).
-    /// But when this store changed the canonical record after the merged mutation, and more
-    /// recently than it changed the merged row, that change reaches the server last and decides
-    /// the record: the local canonical row (or its absence) stays, and the merged row goes.
-    ///
-    /// Rows of the app's other tables that reference the local row through a foreign key follow
-    /// it to the canonical id, checked at commit (`defer_foreign_keys`), and those of synced
-    /// tables are queued for upload, since the server's copies still name the local id.
-    private func rekey(
-        entity: String,
-        from local: String,
-        to canonical: String,
-        after mutationID: Int64,
-        later: LaterChanges,
-        children: inout ForeignKeyChildren,
-        db: Database
-    ) throws {
-        guard let table = store.table(forEntity: entity) else { return }
-        let name = table.table.quotedDatabaseIdentifier
-        let canonicalRow = table.rowCondition(entity: entity, entityID: canonical)
-        let localRow = table.rowCondition(entity: entity, entityID: local)
-        let moving = try children.rows(referencing: local, in: table, store: store, db: db)
-        let canonicalWins =
-            later.newest(of: RecordRef(entity: entity, entityID: canonical), after: mutationID).map {
-                $0 > later.newest(of: RecordRef(entity: entity, entityID: local), after: mutationID) ?? 0
-            } ?? false
-        // Only asked when rows reference this table: the cost of a merge stays as it was without.
-        let canonicalHere =
-            try moving.references.isEmpty
-            || Bool.fetchOne(
-                db,
-                sql: "SELECT EXISTS (SELECT 1 FROM \(name) WHERE \(canonicalRow.sql))",
-                arguments: StatementArguments(canonicalRow.arguments)
-            ) == true
-        if canonicalWins && !canonicalHere {
-            // This store deleted the canonical record after the merged change: the local row's
-            // children go with it, their deletes queued as the app's own would be.
-            try moving.delete(referencing: local, db: db)
-        } else {
-            // The local row's children point at the canonical id first: deleting or renaming
-            // the local row then cascades to none of them (an `ON DELETE CASCADE` would delete
-            // them without capture).
-            try moving.move(from: local, to: canonical, db: db)
-        }
-        if canonicalWins {
-            try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(localRow.sql)").execute(arguments: StatementArguments(localRow.arguments))
-            try db.cachedStatement(sql: "DELETE FROM ferry_extras WHERE entity = ? AND entity_id = ?").execute(arguments: [entity, local])
-        } else if !moving.references.isEmpty, canonicalHere,
-            let values = try Row.fetchOne(db, sql: "SELECT * FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments))
-        {
-            // Rows reference this table, and the canonical row is here (pulled): it stays, with
-            // the children that reference it, and takes the local row's values; deleting it
-            // would cascade to its children.
-            let columns = values.columnNames.filter { $0.lowercased() != table.primaryKey.lowercased() }
-            try db.execute(sql: "DELETE FROM \(name) WHERE \(localRow.sql)", arguments: StatementArguments(localRow.arguments))
-            try db.execute(
-                sql: "UPDATE \(name) SET \(columns.map { "\($0.quotedDatabaseIdentifier) = ?" }.joined(separator: ", ")) WHERE \(canonicalRow.sql)",
-                arguments: StatementArguments(columns.map { values[$0] as DatabaseValue }) + StatementArguments(canonicalRow.arguments)
-            )
-        } else {
-            // Cached: the statements are the same for every record of the table, and preparing
-            // them for each merged record was most of the cost of a batch of merges.
-            try db.cachedStatement(sql: "DELETE FROM \(name) WHERE \(canonicalRow.sql)").execute(
-                arguments: StatementArguments(canonicalRow.arguments)
-            )
-            try db.cachedStatement(sql: "UPDATE \(name) SET \(table.primaryKey.quotedDatabaseIdentifier) = ? WHERE \(localRow.sql)")
-                .execute(arguments: StatementArguments([canonical] + localRow.arguments))
-        }
-        // Fields the row's columns do not hold follow it too.
-        try db.cachedStatement(
-            sql:
-                "DELETE FROM ferry_extras WHERE entity = ?1 AND entity_id = ?3 AND EXISTS (SELECT 1 FROM ferry_extras WHERE entity = ?1 AND entity_id = ?2)"
-        )
-        .execute(arguments: [entity, local, canonical])
-        try db.cachedStatement(sql: "UPDATE ferry_extras SET entity_id = ? WHERE entity = ? AND entity_id = ?").execute(arguments: [
-            canonical, entity, local,
-        ])
-    }
-
-    /// Ends a conflict as `policy` says. Changes of the record queued after the conflicting one
-    /// were made on the same stale knowledge: the policy sees the newest of them as the local
-    /// state, and its decision replaces them all (else they would be sent over the server's
-    /// version afterwards and silently undo an accepted server state or a merge).
-    private func resolve(
-        _ mutation: OutgoingMutation,
-        current: RecordState?,
-        policy: ConflictPolicy,
-        resolved: inout [ResolvedConflict],
-        later: inout LaterChanges,
-        versions: inout KnownVersions,
-        db: Database
-    ) throws {
-        var local = try mutation.data()
-        var changedAt = mutation.changedAt
-        var writer = RecordWriter(store: store)
-        let record = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
-        if let newest = later.newest(of: record, after: mutation.id),
-            let row = try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT op, data, coalesce(changed_at, queued_at) FROM ferry_outbox WHERE id = ?"),
-                arguments: [newest]
-            )
-        {
-            let op = MutationOp(rawValue: row[0]) ?? .upsert
-            local = try OutgoingMutation(id: newest, entity: mutation.entity, entityID: mutation.entityID, op: op, dataText: row[1]).data()
-            changedAt = OutgoingMutation.milliseconds(row[2]) ?? changedAt
-            let ids = later.take(of: record, after: mutation.id)
-            try Self.remove(where: "state = \(OutboxState.pending.rawValue) AND \(Self.idIn)", arguments: [Self.idList(ids)], db: db)
-        }
-        let conflict = Conflict(
-            entity: mutation.entity,
-            entityID: mutation.entityID,
-            local: local,
-            server: current,
-            localChangedAt: changedAt.map { Date(timeIntervalSince1970: Double($0) / 1000) },
-            base: try mutation.baseText.map { try JSONDecoder().decode(JSONObject.self, from: Data($0.utf8)) }
-        )
-        let resolution = policy.resolve(conflict)
-        resolved.append(ResolvedConflict(conflict: conflict, resolution: resolution))
-        switch resolution {
-        case .acceptServer:
-            try writer.write(
-                entity: mutation.entity,
-                entityID: mutation.entityID,
-                data: current?.deleted == false ? current?.data : nil,
-                naturalKey: current?.naturalKey ?? mutation.naturalKey,
-                space: .some(mutation.space),
-                db: db
-            )
-            if let current { versions.set(current.version, of: record) }
-        case .keep(let data):
-            // Re-send over the server's version: a new entry, so it goes through the queue like any change.
-            if let current { versions.set(current.version, of: record) }
-            try writer.write(
-                entity: mutation.entity,
-                entityID: mutation.entityID,
-                data: data,
-                naturalKey: mutation.naturalKey ?? current?.naturalKey,
-                space: .some(mutation.space),
-                db: db
-            )
-            let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
-            // Queued with the local change's time: the resolution is that change, sent again.
-            try Self.queue(
-                entity: mutation.entity,
-                entityID: mutation.entityID,
-                op: data == nil ? .delete : .upsert,
-                data: text,
-                naturalKey: data == nil ? nil : mutation.naturalKey ?? current?.naturalKey,
-                queuedAt: changedAt.map { Double($0) / 1000 },
-                space: mutation.space,
-                spaceIncarnation: mutation.spaceIncarnation,
-                db: db
-            )
-            later.add(db.lastInsertedRowID, of: record)  // a merge into this record later in the batch must see it
-        }
-    }
-}
-
-/// A record within the user's data; ids are equal when their bytes are, as in SQLite.
-struct RecordRef: Hashable {
-    var entity: String
-    var entityID: String
-
-    static func == (a: Self, b: Self) -> Bool { a.entity.hasSameBytes(as: b.entity) && a.entityID.hasSameBytes(as: b.entityID) }
-
-    func hash(into hasher: inout Hasher) {
-        entity.hashBytes(into: &hasher)
-        entityID.hashBytes(into: &hasher)
-    }
-}
-
-/// What `Outbox.nextBatch` took.
-struct OutboxBatch: Sendable {
-    /// Entries read from the queue for this batch.
-    var entryCount: Int
-    /// The client id it is sent under.
-    var clientID: String
-    var mutations: [OutgoingMutation] = []
-    /// The mutations whose entries were never sent before: an answer that calls one of them
-    /// already processed came from another holder of the client id.
-    var firstSent: Set<Int64> = []
-    /// The outbox entries each mutation stands for (itself and the edits coalesced into it).
-    var entries: [Int64: [Int64]] = [:]
-    /// Entries removed without being sent: they cancelled out, or were folded into the
-    /// mutation that carries their record's latest state.
-    var unsent: [Int64] = []
-    /// Mutations the protocol cannot carry, dead-lettered instead of sent.
-    var refused: [RefusedMutation] = []
-    /// `requestBody`, when the uploader encoded it ahead of sending.
-    var body: Data?
-
-    /// Whether this batch, read before `previous`'s answer was applied, can be sent as it is:
-    /// it must not touch a record of `previous`, under its local id or the canonical one
-    /// the server answered with, whose version or identity that answer may change.
-    func isIndependent(of previous: OutboxBatch, results: [PushResult]) -> Bool {
-        var touched = previous.records
-        for (mutation, result) in zip(previous.mutations, results) {
-            if let canonical = result.entityID { touched.insert(RecordRef(entity: mutation.entity, entityID: canonical)) }
-        }
-        return !mutations.contains { touched.contains(RecordRef(entity: $0.entity, entityID: $0.entityID)) }
-    }
-
-    /// The records this batch sends changes of.
-    var records: Set<RecordRef> {
-        Set(mutations.map { RecordRef(entity: $0.entity, entityID: $0.entityID) })
-    }
-
-    /// The `PushRequest` body of PROTOCOL.md for this batch.
-    func requestBody() -> Data {
-        var json = JSONTextWriter(capacity: 64 + mutations.reduce(0) { $0 + 128 + ($1.dataText?.utf8.count ?? 0) })
-        json.raw("{\"clientID\":")
-        json.string(clientID)
-        json.raw(",\"mutations\":[")
-        for (index, mutation) in mutations.enumerated() {
-            if index > 0 { json.raw(",") }
-            mutation.write(to: &json)
-        }
-        json.raw("]}")
-        return Data(json.bytes)
-    }
-}
-
-/// A mutation dead-lettered without being sent, and why.
-struct RefusedMutation: Sendable {
-    var id: Int64
-    var entries: [Int64]
-    var reason: String
-}
-
-/// What applying one push response did.
-struct BatchOutcome: Sendable {
-    var acknowledgedEntries = 0
-    var deadLettered = 0
-    var merged = 0
-    var rekeyed = 0
-    var conflicts = 0
-    /// Each conflict and how the policy ended it, for the journal.
-    var resolved: [ResolvedConflict] = []
-    /// Entries answered as another holder's mutations, queued again to go under a new client id.
-    var returnedToQueue = 0
-    /// The client id the store gave up, the one it took, and why.
-    var newClientID: (old: String, new: String, reason: String)?
-}
-
-/// The queued entry ids of the records a batch's answer re-keys or reports in conflict, read
-/// in one statement per batch (`Outbox.queuedEntries`), so each result can ask what this store
-/// changed after its mutation.
-struct LaterChanges {
-    private var ids: [RecordRef: [Int64]] = [:]
-
-    init<Results: Sequence>(for results: Results, db: Database) throws where Results.Element == (OutgoingMutation, PushResult) {
-        var records: [RecordRef] = []
-        for (mutation, result) in results {
-            let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
-            if result.status == .conflict { records.append(own) }
-            if let canonical = result.entityID, !canonical.hasSameBytes(as: mutation.entityID) {
-                records += [own, RecordRef(entity: mutation.entity, entityID: canonical)]
-            }
-        }
-        ids = try Outbox.queuedEntries(of: records, db: db)
-    }
-
-    /// The id of the newest entry of `record` after `id`, if any.
-    func newest(of record: RecordRef, after id: Int64) -> Int64? {
-        ids[record]?.filter { $0 > id }.max()
-    }
-
-    /// A change of `record` queued while the batch's answer is applied (a kept conflict's resend).
-    mutating func add(_ id: Int64, of record: RecordRef) {
-        ids[record, default: []].append(id)
-    }
-
-    /// `record`'s entries after `id` now change `canonical` (`rekeyQueuedEntries` moves them
-    /// at the end of the batch): a later merge into the same record in this batch sees them.
-    mutating func follow(_ record: RecordRef, to canonical: RecordRef, after id: Int64) {
-        let moved = take(of: record, after: id)
-        if !moved.isEmpty { ids[canonical, default: []] += moved }
-    }
-
-    /// The ids of `record`'s entries after `id`, which the caller removes from the outbox.
-    mutating func take(of record: RecordRef, after id: Int64) -> [Int64] {
-        let taken = ids[record]?.filter { $0 > id } ?? []
-        ids[record]?.removeAll { $0 > id }
-        return taken
     }
 }

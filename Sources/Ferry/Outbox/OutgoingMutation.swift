@@ -4,7 +4,7 @@ import Foundation
 /// A mutation as a batch carries it: an upsert's data is still the JSON text stored with its
 /// outbox entry, spliced into the request as is (it was written by SQLite's `json_object`
 /// or `json`, or by Ferry's encoder, so it is valid JSON).
-struct OutgoingMutation: Sendable {
+struct OutgoingMutation: Sendable, Equatable {
     var id: Int64
     var entity: String
     var entityID: String

@@ -49,37 +49,56 @@ struct SchedulerStateMachine {
         var recordedOffline = 0
     }
 
+    /// Whether runs may start.
+    enum Gate: Equatable {
+        case open
+        /// A background task's time ran out (`holdStarted`): no run starts; triggers are kept.
+        case held(Hold)
+        /// For good (the user signed out): no run starts, no trigger is kept.
+        case stopped
+    }
+
+    enum Hold: Equatable {
+        /// The run the hold cut short is still ending (`holdFinished` follows); what would lift
+        /// the hold waits until then, and `releaseAfterwards` says whether something did.
+        case stoppingRun(releaseAfterwards: Bool)
+        /// No run in progress: held until the app is active again or a person waits.
+        case settled
+    }
+
+    /// The run in progress.
+    struct Run: Equatable {
+        var number: Int
+        /// The callers it serves.
+        var callers: [UUID]
+        /// A hold cut it short: its callers are told so.
+        var interrupted = false
+    }
+
     let configuration: SchedulerConfiguration
+    private(set) var gate = Gate.open
+    private(set) var run: Run?
     private(set) var pending: Request?
-    /// The number of the run in progress; `nil` while none is.
-    private(set) var running: Int?
     private(set) var runNumber = 0
     private(set) var runSucceeded = false
     private var lastRunEnded: Duration?
     /// The latest connectivity report; `nil` before the first.
     private(set) var online: Bool?
     private var active = true
-    private(set) var stopped = false
-    /// No run starts while held (see `holdStarted`); triggers are kept.
-    private(set) var held = false
-    /// A hold is stopping the run: what would lift it waits until `holdFinished`.
-    private var holding = false
-    private var releaseAfterHold = false
     /// When the event stream began opening, until its `ready` or its end.
     private var streamOpening: Duration?
     /// How many times the app said it became active.
     private(set) var activations = 0
-    /// The run in progress was cut short by a hold: its callers are told so.
-    private var runInterrupted = false
-    /// Callers waiting for the next run, and those the current run serves.
+    /// Callers waiting for the next run.
     private var waitingForNextRun: [UUID] = []
-    private var servedByCurrentRun: [UUID] = []
     /// The latest triggers and their fates, oldest first; at most `historyCapacity`.
     private(set) var history: [(SyncTrigger, TriggerFate)] = []
 
     init(configuration: SchedulerConfiguration) {
         self.configuration = configuration
     }
+
+    private var stopped: Bool { gate == .stopped }
 
     // MARK: - Events
 
@@ -100,7 +119,7 @@ struct SchedulerStateMachine {
         } else {
             pending = Request(kind: kind, triggers: [trigger], due: due)
         }
-        if let running { record(trigger, .queuedAfterRun(running), &actions) }
+        if let run { record(trigger, .queuedAfterRun(run.number), &actions) }
         evaluate(now: now, &actions)
         return actions
     }
@@ -112,8 +131,8 @@ struct SchedulerStateMachine {
         var actions: [Action] = []
         // A person waiting, or a new background task: the app runs (the trigger below evaluates).
         if trigger.isForeground || trigger == .backgroundTask { releaseHold(&actions) }
-        if joiningRun, running != nil {
-            servedByCurrentRun.append(id)
+        if joiningRun, run != nil {
+            run?.callers.append(id)
         } else {
             waitingForNextRun.append(id)
             actions += self.trigger(trigger, kind: kind, now: now)
@@ -130,7 +149,7 @@ struct SchedulerStateMachine {
         streamOpening = nil
         guard pending == nil else {
             var actions: [Action] = []
-            record(.serverChange, .ignored("event stream opened; the pending run pulls after it"), &actions, keep: false)
+            record(.serverChange, .ignored(.streamOpenedWithRunPending), &actions, keep: false)
             if waited { evaluate(now: now, &actions) }  // a run that waited for `ready` may start now
             return actions
         }
@@ -160,12 +179,12 @@ struct SchedulerStateMachine {
         online = isOnline
         var actions: [Action] = []
         guard let previous else {
-            record(.connectivityRestored, .ignored("first report (\(isOnline ? "online" : "offline")) is a baseline"), &actions, keep: false)
+            record(.connectivityRestored, .ignored(.baseline(online: isOnline)), &actions, keep: false)
             evaluate(now: now, &actions)  // an offline baseline puts what is pending on hold at once
             return actions
         }
         if !previous && isOnline { return trigger(.connectivityRestored, kind: nil, now: now) }
-        record(.connectivityRestored, .ignored(isOnline ? "still online" : "went offline"), &actions, keep: false)
+        record(.connectivityRestored, .ignored(isOnline ? .stillOnline : .wentOffline), &actions, keep: false)
         evaluate(now: now, &actions)
         return actions
     }
@@ -178,8 +197,8 @@ struct SchedulerStateMachine {
             activations += 1
             releaseHold(&actions)
             evaluate(now: now, &actions)
-        } else {
-            releaseAfterHold = false  // back in the background before the hold was done: it stays
+        } else if case .held(.stoppingRun) = gate {
+            gate = .held(.stoppingRun(releaseAfterwards: false))  // back in the background before the hold was done: it stays
         }
         return actions
     }
@@ -188,18 +207,18 @@ struct SchedulerStateMachine {
     /// `activation` (or is already held). Returns `nil` when nothing is held; otherwise the
     /// actions, after which the actor stops the run in progress and calls `holdFinished`.
     mutating func holdStarted(unlessActivatedAfter activation: Int) -> [Action]? {
-        guard !stopped, !held, activations == activation else { return nil }
-        held = true
-        holding = true
-        if running != nil { runInterrupted = true }
+        guard gate == .open, activations == activation else { return nil }
+        gate = .held(.stoppingRun(releaseAfterwards: false))
+        run?.interrupted = true
         return [.emit(.held(true)), .cancelTimer]
     }
 
     /// The run a hold stopped has ended.
     mutating func holdFinished(now: Duration) -> [Action] {
-        holding = false
+        guard case .held(.stoppingRun(let releaseAfterwards)) = gate else { return [] }
+        gate = .held(.settled)
         var actions: [Action] = []
-        if releaseAfterHold {  // the app came back meanwhile: its callers get their run
+        if releaseAfterwards {  // the app came back meanwhile: its callers get their run
             releaseHold(&actions)
             evaluate(now: now, &actions)
         } else {
@@ -219,19 +238,18 @@ struct SchedulerStateMachine {
 
     /// The run in progress ended.
     mutating func runFinished(succeeded: Bool, errorIsFerryError: Bool, now: Duration) -> [Action] {
-        guard let number = running else { return [] }
-        running = nil
+        guard let run else { return [] }
+        self.run = nil
+        let number = run.number
         lastRunEnded = now
         if succeeded { runSucceeded = true }
         // A run cut short by a stop did not fail its callers: their user signed out. (One that
         // succeeded before the stop was heard is a success.) One cut short by a hold was
         // interrupted, which its callers can tell from a failure.
         let outcome: WaiterOutcome =
-            if succeeded { .ran(number) } else if stopped { .stopped } else if runInterrupted && !errorIsFerryError { .held } else { .runFailed }
+            if succeeded { .ran(number) } else if stopped { .stopped } else if run.interrupted && !errorIsFerryError { .held } else { .runFailed }
         var actions: [Action] = []
-        if !servedByCurrentRun.isEmpty { actions.append(.resume(servedByCurrentRun, outcome)) }
-        servedByCurrentRun = []
-        runInterrupted = false
+        if !run.callers.isEmpty { actions.append(.resume(run.callers, outcome)) }
         actions.append(.emit(.runFinished(number, succeeded: succeeded)))
         evaluate(now: now, &actions)
         return actions
@@ -240,7 +258,7 @@ struct SchedulerStateMachine {
     /// The scheduler stops: no new runs, and the callers no run will serve are told. The run in
     /// progress, if any, still reports its end (its callers learn `stopped` then).
     mutating func stop() -> [Action] {
-        stopped = true
+        gate = .stopped
         pending = nil
         var actions: [Action] = [.cancelTimer, .stopPeriodic]
         if !waitingForNextRun.isEmpty { actions.append(.resume(waitingForNextRun, .stopped)) }
@@ -253,8 +271,8 @@ struct SchedulerStateMachine {
     /// What the scheduler is doing about the triggers it holds, and until when (`wallNow` is the date at `now`).
     func state(now: Duration, wallNow: Date) -> SchedulerState {
         if stopped { return .stopped }
-        if running != nil { return .running(queued: pending?.triggers.count ?? 0) }
-        if held { return .held(triggers: pending?.triggers.count ?? 0) }
+        if run != nil { return .running(queued: pending?.triggers.count ?? 0) }
+        if case .held = gate { return .held(triggers: pending?.triggers.count ?? 0) }
         guard let pending else { return .idle }
         if online == false { return .waitingForNetwork(triggers: pending.triggers.count) }
         let interval = minimumInterval(of: pending)
@@ -269,7 +287,7 @@ struct SchedulerStateMachine {
 
     /// Starts a run if one is wanted and allowed now, else arms a timer for when it will be.
     private mutating func evaluate(now: Duration, _ actions: inout [Action]) {
-        guard !stopped, !held, running == nil, var request = pending else { return }
+        guard gate == .open, run == nil, var request = pending else { return }
         guard online != false else {
             for trigger in request.triggers[request.recordedOffline...] { record(trigger, .waitingForNetwork, &actions) }
             // Callers are told at once, not left waiting for a network that may be gone for
@@ -294,9 +312,8 @@ struct SchedulerStateMachine {
             record(trigger, index == 0 ? .startedRun(runNumber) : .coalescedIntoRun(runNumber), &actions)
         }
         actions.append(.emit(.runStarted(runNumber, request.kind)))
-        servedByCurrentRun = waitingForNextRun
+        run = Run(number: runNumber, callers: waitingForNextRun)
         waitingForNextRun = []
-        running = runNumber
         actions.append(.startRun(number: runNumber, kind: request.kind))
     }
 
@@ -310,14 +327,15 @@ struct SchedulerStateMachine {
     /// Lets runs start again after a hold (while it is still stopping the run, once it has);
     /// the caller evaluates.
     private mutating func releaseHold(_ actions: inout [Action]) {
-        guard held else { return }
-        guard !holding else {
-            releaseAfterHold = true
+        switch gate {
+        case .open, .stopped:
             return
+        case .held(.stoppingRun):
+            gate = .held(.stoppingRun(releaseAfterwards: true))
+        case .held(.settled):
+            gate = .open
+            actions.append(.emit(.held(false)))
         }
-        held = false
-        releaseAfterHold = false
-        actions.append(.emit(.held(false)))
     }
 
     private var periodicAction: Action {

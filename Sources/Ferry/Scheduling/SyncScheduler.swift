@@ -139,7 +139,7 @@ public actor SyncScheduler {
     /// offline (the trigger still runs when the network returns). Cancelling the caller stops
     /// the wait, not the run.
     @discardableResult
-    public func run(for trigger: SyncTrigger, kind: SyncKind? = nil) async throws -> Int {
+    package func run(for trigger: SyncTrigger, kind: SyncKind? = nil) async throws -> Int {
         try await wait(for: trigger, kind: kind, joiningRun: false)
     }
 

@@ -58,8 +58,52 @@ public enum TriggerFate: Sendable, Equatable, CustomStringConvertible {
     case queuedAfterRun(Int)
     /// The device is offline; it waits for the link to return.
     case waitingForNetwork
-    /// A connectivity report that changes nothing (a first report, or going offline).
-    case ignored(String)
+    /// A report that asks for no run: a first connectivity report, a link still up or going
+    /// down, an event stream opening while a run is pending anyway.
+    case ignored(IgnoredReason)
+}
+
+/// Why a trigger asked for no run; the journal's `reason` detail is its case's name, and
+/// `online` says what a connectivity report said.
+public enum IgnoredReason: Sendable, Equatable, CustomStringConvertible {
+    /// The first connectivity report, online or not: a baseline, not a change.
+    case baseline(online: Bool)
+    /// Online again while already online.
+    case stillOnline
+    /// The link went down: nothing can run; the triggers wait for it.
+    case wentOffline
+    /// The event stream opened while a run was pending: that run pulls after it.
+    case streamOpenedWithRunPending
+
+    /// The case's name, as the journal's `reason` detail: `wentOffline`.
+    public var name: String {
+        switch self {
+        case .baseline: "baseline"
+        case .stillOnline: "stillOnline"
+        case .wentOffline: "wentOffline"
+        case .streamOpenedWithRunPending: "streamOpenedWithRunPending"
+        }
+    }
+
+    /// What a connectivity report said; `nil` for other reasons.
+    public var online: Bool? {
+        switch self {
+        case .baseline(let online): online
+        case .stillOnline: true
+        case .wentOffline: false
+        case .streamOpenedWithRunPending: nil
+        }
+    }
+
+    /// In words, as the journal's message and its `why` detail give it.
+    public var description: String {
+        switch self {
+        case .baseline(let online): "first report (\(online ? "online" : "offline")) is a baseline"
+        case .stillOnline: "still online"
+        case .wentOffline: "went offline"
+        case .streamOpenedWithRunPending: "event stream opened; the pending run pulls after it"
+        }
+    }
 }
 
 extension TriggerFate {
@@ -74,12 +118,18 @@ extension TriggerFate {
         }
     }
 
-    /// The journal's details for the fate: its `fate` name, the `run` it names, why it was `ignored`.
+    /// The journal's details for the fate: its `fate` name, the `run` it names; for an ignored
+    /// report, its `reason` (named), `why` (in words) and, for a connectivity report, `online`.
     var details: [String: String] {
         switch self {
-        case .startedRun(let run), .coalescedIntoRun(let run), .queuedAfterRun(let run): ["fate": name, "run": "\(run)"]
-        case .waitingForNetwork: ["fate": name]
-        case .ignored(let why): ["fate": name, "why": why]
+        case .startedRun(let run), .coalescedIntoRun(let run), .queuedAfterRun(let run):
+            return ["fate": name, "run": "\(run)"]
+        case .waitingForNetwork:
+            return ["fate": name]
+        case .ignored(let reason):
+            var details = ["fate": name, "reason": reason.name, "why": reason.description]
+            details["online"] = reason.online.map { "\($0)" }
+            return details
         }
     }
 
@@ -90,7 +140,7 @@ extension TriggerFate {
         case .coalescedIntoRun(let run): "coalesced into run \(run)"
         case .queuedAfterRun(let run): "queued as the follow-up to run \(run)"
         case .waitingForNetwork: "waiting for the network"
-        case .ignored(let why): "ignored: \(why)"
+        case .ignored(let reason): "ignored: \(reason)"
         }
     }
 }

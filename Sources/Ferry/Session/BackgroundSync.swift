@@ -15,7 +15,7 @@ public struct BackgroundSyncResult: Sendable, Equatable {
         /// The device is offline; the sync runs when the network returns.
         case offline
         /// A run failed, and why (the server unreachable after retries, credentials refused…).
-        case failed(String)
+        case failed(FerryError)
         /// Nobody is signed in, or the user signed out meanwhile: there is nothing to sync.
         case signedOut
     }
@@ -90,8 +90,7 @@ extension SyncSession {
             case _ where await scheduler.state == .stopped: outcome = .signedOut  // signed out meanwhile, whatever the error
             case FerryError.Code.interrupted: outcome = .timeLimitReached  // another background sync's time ran out; it holds
             case FerryError.Code.unreachable where await scheduler.state.isWaitingForNetwork: outcome = .offline
-            case let error as FerryError: outcome = .failed(error.description)
-            default: outcome = .failed("\(error)")
+            default: outcome = .failed(FerryError(wrapping: error))
             }
         }
         // In a task of its own: when the system cancelled us, the store still has to be read

@@ -1,3 +1,4 @@
+import FerryProtocol
 import Foundation
 import Logging
 
@@ -126,10 +127,10 @@ actor LiveUpdates {
             if ready { lived = true }
             guard case .event(let name, _) = event else { continue }  // a keep-alive
             switch name {
-            case "ready":
+            case LiveEventName.ready:
                 ready = true
                 await scheduler.liveStreamOpened()
-            case "change":
+            case LiveEventName.change:
                 await scheduler.trigger(.serverChange)
             default:
                 break  // an event a newer server sends: ignored, as the protocol says

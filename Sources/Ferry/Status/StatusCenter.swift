@@ -64,7 +64,8 @@ actor StatusCenter {
     }
 
     private func publish(_ next: SyncStatus) {
-        guard next != status else { return }
+        // A `FerryError` is equal to another of its code; a failure that says something new is news.
+        guard next != status || next.lastError?.description != status.lastError?.description else { return }
         status = next
         observers.send(next)
     }

@@ -13,8 +13,9 @@ public struct SyncStatus: Sendable, Equatable {
         case downloading(received: Int)
         /// Waiting before the next request, and why (rate limit, server unavailable, backoff).
         case waiting(seconds: Double, reason: String)
-        /// The last run failed, and why; the next trigger tries again.
-        case failed(String)
+        /// The last run failed, and why; the next trigger tries again. Match its `code`
+        /// (`FerryError.Code.unauthorized`: ask for a new token); show its `description`.
+        case failed(FerryError)
         /// Nobody is signed in to the session: there is nothing to sync.
         case signedOut
     }
@@ -28,7 +29,7 @@ public struct SyncStatus: Sendable, Equatable {
     /// When the last successful run ended, kept in the store across launches; `nil` if none has.
     public var lastSyncedAt: Date?
     /// Why the last run failed; `nil` once a run succeeds.
-    public var lastError: String?
+    public var lastError: FerryError?
     /// The spaces the user is a member of, with their roles, as the latest pull read them
     /// (PROTOCOL.md, "Spaces"); a revoked space leaves this list, and its queued changes count in `deadLettered`.
     public var spaces: [Membership] = []
@@ -47,7 +48,7 @@ public struct SyncStatus: Sendable, Equatable {
             "Synced \(done.formatted()) of \(total.formatted()) (\(total <= 0 ? 100 : Int(min(100, max(0, Double(done) * 100 / Double(total)))))%)"
         case .downloading(let received): "Received \(received.formatted()) changes"
         case .waiting(let seconds, let reason): "Waiting \(Self.wait(seconds)): \(reason)"
-        case .failed(let why): "Sync failed: \(why)"
+        case .failed(let error): "Sync failed: \(error)"
         case .signedOut: "Signed out"
         }
     }

@@ -54,6 +54,9 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The server refused a space request (PROTOCOL.md, "Spaces"); ``FerryError/serverCode``
         /// holds its code (`forbidden`, `not_found`, `space_exists`, `last_admin`, `too_many_spaces`, `bad_request`).
         public static let refused = Code(rawValue: "refused")
+        /// Something Ferry does not name went wrong during a run (the store's disk full, an
+        /// error of the app's own schema); ``FerryError/underlying`` holds it.
+        public static let unexpected = Code(rawValue: "unexpected")
 
         /// The code's name.
         public var description: String { rawValue }
@@ -124,6 +127,11 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func interrupted(_ message: String) -> FerryError { FerryError(.interrupted, message) }
     /// A write to a space the store may only read.
     public static func readOnlySpace(_ message: String) -> FerryError { FerryError(.readOnlySpace, message) }
+    /// `error` as a `FerryError`: itself if it is one, else ``Code/unexpected`` holding it.
+    public init(wrapping error: any Error) {
+        self = error as? FerryError ?? FerryError(.unexpected, "\(error)", underlying: error)
+    }
+
     /// The server refused a space request with its error `code` and `message`.
     public static func refused(code: String, message: String) -> FerryError { FerryError(.refused, message, serverCode: code) }
 

@@ -9,7 +9,7 @@ extension FerryClient {
     /// Creates `space` with the signed-in user its admin; the same if they already administer it.
     @discardableResult
     public func createSpace(_ space: String) async throws -> Membership {
-        let membership = try await request("PUT", Self.path(space: space), answer: Membership.self)
+        let membership = try await request("PUT", Self.path(Endpoint.space(space)), answer: Membership.self)
         // The creator's first writes are bound to this space before any pull has seen it.
         try await store.database.write { db in try SpaceMemberships.noteIncarnation(of: membership, db: db) }
         return membership
@@ -17,17 +17,17 @@ extension FerryClient {
 
     /// Deletes `space` and its records; every member loses access. Admins only.
     public func deleteSpace(_ space: String) async throws {
-        try await request("DELETE", Self.path(space: space))
+        try await request("DELETE", Self.path(Endpoint.space(space)))
     }
 
     /// The signed-in user's memberships, from the server, sorted by space id.
     public func spaces() async throws -> [Membership] {
-        try await request("GET", "/v1/spaces", answer: SpaceList.self).spaces
+        try await request("GET", Endpoint.spaces, answer: SpaceList.self).spaces
     }
 
     /// The members of `space`, sorted by user.
     public func members(of space: String) async throws -> [SpaceMember] {
-        try await request("GET", Self.path(space: space) + "/members", answer: MemberList.self).members
+        try await request("GET", Self.path(Endpoint.members(of: space)), answer: MemberList.self).members
     }
 
     /// Adds `user` to `space` with `role`, or changes their role. Admins only.
@@ -35,7 +35,7 @@ extension FerryClient {
     public func setRole(_ role: SpaceRole, of user: String, in space: String) async throws -> SpaceMember {
         try await request(
             "PUT",
-            try Self.path(space: space, user: user),
+            try Self.path(Endpoint.member(user, of: space)),
             body: try JSONEncoder().encode(RoleRequest(role: role)),
             answer: SpaceMember.self
         )
@@ -43,7 +43,7 @@ extension FerryClient {
 
     /// Removes `user` from `space`: an admin's request, or the user's own (leaving).
     public func removeMember(_ user: String, from space: String) async throws {
-        try await request("DELETE", try Self.path(space: space, user: user))
+        try await request("DELETE", try Self.path(Endpoint.member(user, of: space)))
     }
 
     /// A store from before incarnations (`ferry-v13`) holds memberships without one, and a pull
@@ -67,15 +67,9 @@ extension FerryClient {
         }
     }
 
-    private static func path(space: String) throws -> String {
-        if let problem = ProtocolValidation.spaceIDProblem(space) { throw FerryError.refused(code: ErrorCode.badRequest.rawValue, message: problem) }
-        return "/v1/spaces/\(space)"
-    }
-
-    private static func path(space: String, user: String) throws -> String {
-        guard !user.isEmpty, let encoded = user.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(.init(charactersIn: "-_.~")))
-        else { throw FerryError.refused(code: ErrorCode.badRequest.rawValue, message: "user must be 1 to 256 characters") }
-        return try path(space: space) + "/members/\(encoded)"
+    /// A path of `Endpoint`, or a `bad_request` refusal before any request.
+    private static func path(_ path: Result<String, EndpointProblem>) throws -> String {
+        try path.mapError { FerryError.refused(code: ErrorCode.badRequest.rawValue, message: $0.message) }.get()
     }
 
     @discardableResult

@@ -330,11 +330,11 @@ public actor FerryClient {
         } catch let error where error is CancellationError || Task.isCancelled {
             throw error  // performSync says so
         } catch {
-            let why = (error as? FerryError)?.description ?? "\(error)"
-            await journal.record(JournalEvent(kind: .runFinished, message: "sync failed: \(why)", details: ["outcome": "failed"]))
+            let failure = FerryError(wrapping: error)
+            await journal.record(JournalEvent(kind: .runFinished, message: "sync failed: \(failure)", details: ["outcome": "failed"]))
             await statusCenter.update {
-                $0.phase = .failed(why)
-                $0.lastError = why
+                $0.phase = .failed(failure)
+                $0.lastError = failure
             }
             await refreshCounts()
             throw error

@@ -174,7 +174,7 @@ struct Puller: Sendable {
 
     /// One page after `cursor`, or the server's refusal of it.
     private func fetchPage(after cursor: String?, answered: String) async throws -> Fetched {
-        var path = "/v1/pull?limit=\(pageSize)"
+        var path = Endpoint.pull + "?limit=\(pageSize)"
         if !answered.isEmpty { path += "&answered=\(answered)" }
         if let cursor { path += "&cursor=\(cursor.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? cursor)" }
         let response = try await connection.send(TransportRequest(method: "GET", path: path))

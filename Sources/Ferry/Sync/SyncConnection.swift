@@ -128,7 +128,7 @@ actor SyncConnection {
         let token = try await tokens.token()
         let request = TransportRequest(
             method: "GET",
-            path: "/v1/events",
+            path: Endpoint.events,
             headers: ["Authorization": "Bearer \(token)", "Ferry-Client-ID": clientID(), "Accept": "text/event-stream"]
         )
         let stream: TransportStream
@@ -137,14 +137,16 @@ actor SyncConnection {
         } catch let error as EventStreamsUnsupported {
             throw error
         } catch {
-            await journal.record(JournalEvent(kind: .liveStream, message: "GET /v1/events failed: \(error)", details: ["path": "/v1/events"]))
+            await journal.record(
+                JournalEvent(kind: .liveStream, message: "GET \(Endpoint.events) failed: \(error)", details: ["path": Endpoint.events])
+            )
             throw error
         }
         await journal.record(
             JournalEvent(
                 kind: .liveStream,
                 message: "GET /v1/events → \(stream.status)",
-                details: ["path": "/v1/events", "status": "\(stream.status)"]
+                details: ["path": Endpoint.events, "status": "\(stream.status)"]
             )
         )
         if stream.status == 401 { await tokens.refused(token) }

@@ -217,7 +217,7 @@ struct Uploader: Sendable {
     private func send(_ batch: OutboxBatch) async throws -> TransportResponse {
         do {
             return try await connection.send(
-                TransportRequest(method: "POST", path: "/v1/push", body: batch.body ?? batch.requestBody())
+                TransportRequest(method: "POST", path: Endpoint.push, body: batch.body ?? batch.requestBody())
             )
         } catch {
             await returnToQueue(batch)

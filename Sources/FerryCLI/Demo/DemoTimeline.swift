@@ -16,12 +16,12 @@ enum DemoTimeline {
         }
         for event in events where event.at >= origin {
             switch event.kind {
-            case "request":
+            case .request:
                 let outcome = "\(event.details["path"] ?? "") \(event.details["status"] ?? "failed")"
                 if requests == nil { requests = (event.at, 0, [:]) }
                 requests?.count += 1
                 requests?.outcomes[outcome, default: 0] += 1
-            case "trigger", "scheduler.run", "run.finished", "wait", "deadLettered", "batch.halved", "space.revoked", "space.joined":
+            case .trigger, .schedulerRun, .runFinished, .wait, .deadLettered, .batchHalved, .spaceRevoked, .spaceJoined:
                 flushRequests()
                 lines.append((event.at, event.message + detailText(event)))
             default:

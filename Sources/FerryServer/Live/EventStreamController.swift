@@ -88,8 +88,8 @@ private struct StreamLoop: Sendable {
     let isService: Bool
     let subscription: LiveChanges.Subscription
 
-    static let ready = ByteBuffer(string: "event: ready\ndata: {}\n\n")
-    static let change = ByteBuffer(string: "event: change\ndata: {}\n\n")
+    static let ready = ByteBuffer(string: "event: \(LiveEventName.ready)\ndata: {}\n\n")
+    static let change = ByteBuffer(string: "event: \(LiveEventName.change)\ndata: {}\n\n")
     static let keepAlive = ByteBuffer(string: ": keep-alive\n\n")
 
     func run(_ writer: inout any ResponseBodyWriter) async throws {

@@ -10,7 +10,7 @@ import Foundation
 struct BatchPlanner {
     /// Which records a batch may read: by identity, and live holders of natural keys.
     struct Lookups {
-        var keys: Set<RecordKey> = []
+        var keys: Set<RecordRef> = []
         var naturalKeys: Set<NaturalKeyRef> = []
     }
 
@@ -21,7 +21,7 @@ struct BatchPlanner {
         var writes: [StoredRecord]
         /// Records that held a live natural key before the batch and no longer hold it; the
         /// storage releases these keys before writing so the uniqueness index never sees two holders.
-        var releasedNaturalKeys: [RecordKey]
+        var releasedNaturalKeys: [RecordRef]
     }
 
     /// - Parameter replays: the results kept for resent mutations; a replayed conflict reports
@@ -34,10 +34,10 @@ struct BatchPlanner {
             if let replay = replays[incoming.mutation.id]?.result(for: incoming.mutation), replay.status == .conflict,
                 let entityID = replay.entityID
             {
-                lookups.keys.insert(RecordKey(entity: incoming.mutation.entity, entityID: entityID))
+                lookups.keys.insert(RecordRef(entity: incoming.mutation.entity, entityID: entityID))
             }
             let mutation = incoming.mutation
-            lookups.keys.insert(RecordKey(entity: mutation.entity, entityID: mutation.entityID))
+            lookups.keys.insert(RecordRef(entity: mutation.entity, entityID: mutation.entityID))
             if let naturalKey = mutation.naturalKey {
                 lookups.naturalKeys.insert(NaturalKeyRef(entity: mutation.entity, naturalKey: naturalKey))
             }
@@ -49,10 +49,10 @@ struct BatchPlanner {
     private let clientID: String
     private let now: Int64
     private let replays: [Int64: RecentResults.Kept]
-    private let initial: [RecordKey: StoredRecord]
-    private var records: [RecordKey: StoredRecord]
-    private var naturalKeyHolders: [NaturalKeyRef: RecordKey] = [:]
-    private var lastTouch: [RecordKey: Int] = [:]
+    private let initial: [RecordRef: StoredRecord]
+    private var records: [RecordRef: StoredRecord]
+    private var naturalKeyHolders: [NaturalKeyRef: RecordRef] = [:]
+    private var lastTouch: [RecordRef: Int] = [:]
 
     /// - Parameters:
     ///   - clientID: the pushing client, recorded as the writer of what its mutations write.
@@ -71,7 +71,7 @@ struct BatchPlanner {
         self.now = now
         self.initialLastMutationID = lastMutationID
         self.replays = replays
-        var records: [RecordKey: StoredRecord] = [:]
+        var records: [RecordRef: StoredRecord] = [:]
         for record in loaded {
             records[record.key] = record
             if let naturalKey = record.liveNaturalKey { naturalKeyHolders[naturalKey] = record.key }
@@ -88,7 +88,7 @@ struct BatchPlanner {
         }
         let lastMutationID = max(initialLastMutationID, mutations.last?.mutation.id ?? 0)
         let writes = lastTouch.sorted { $0.value < $1.value }.compactMap { records[$0.key] }
-        let released = writes.compactMap { final -> RecordKey? in
+        let released = writes.compactMap { final -> RecordRef? in
             guard let before = initial[final.key], let held = before.liveNaturalKey, final.liveNaturalKey != held else {
                 return nil
             }
@@ -132,7 +132,7 @@ struct BatchPlanner {
         }
         var result = kept.result(for: mutation)
         if result.status == .conflict {
-            let record = result.entityID.flatMap { records[RecordKey(entity: mutation.entity, entityID: $0)] }
+            let record = result.entityID.flatMap { records[RecordRef(entity: mutation.entity, entityID: $0)] }
             result.version = record?.version
             result.current = try? record?.state()
         }
@@ -148,15 +148,15 @@ struct BatchPlanner {
         if let naturalKey = mutation.naturalKey {
             record =
                 naturalKeyHolders[NaturalKeyRef(entity: mutation.entity, naturalKey: naturalKey)].flatMap { records[$0] }
-                ?? records[RecordKey(entity: mutation.entity, entityID: mutation.entityID)]
+                ?? records[RecordRef(entity: mutation.entity, entityID: mutation.entityID)]
         } else {
-            record = records[RecordKey(entity: mutation.entity, entityID: mutation.entityID)]
+            record = records[RecordRef(entity: mutation.entity, entityID: mutation.entityID)]
         }
         return PushResult(id: mutation.id, status: .duplicate, entityID: record?.entityID, version: nil, current: try? record?.state())
     }
 
     private mutating func upsert(_ mutation: Mutation, data: Data?, at index: Int) -> PushResult {
-        var key = RecordKey(entity: mutation.entity, entityID: mutation.entityID)
+        var key = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
         var merged = false
         if let naturalKey = mutation.naturalKey,
             let holder = naturalKeyHolders[NaturalKeyRef(entity: mutation.entity, naturalKey: naturalKey)],
@@ -196,14 +196,14 @@ struct BatchPlanner {
             // The mutation's own record, if the server has it live, is the same thing as the
             // key's holder: it is merged into the holder and deleted, so every device ends with
             // one record (a device that already had both learns of the deletion by pull).
-            let own = RecordKey(entity: mutation.entity, entityID: mutation.entityID)
+            let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
             if let absorbed = records[own], !absorbed.deleted { tombstone(absorbed, by: mutation, at: index) }
         }
         return PushResult(id: mutation.id, status: merged ? .merged : .applied, entityID: key.entityID, version: record.version)
     }
 
     private mutating func delete(_ mutation: Mutation, at index: Int) -> PushResult {
-        let key = RecordKey(entity: mutation.entity, entityID: mutation.entityID)
+        let key = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
         if let baseVersion = mutation.baseVersion, baseVersion != (records[key]?.version ?? 0) {
             // A delete of a record that changed since the client saw it: the client's policy decides.
             return PushResult(

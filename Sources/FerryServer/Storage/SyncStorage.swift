@@ -179,19 +179,6 @@ public struct OwnWrites: Sendable, Equatable {
     }
 }
 
-/// Identity of a record within one user's data; ids are equal when their bytes are, as in SQLite.
-struct RecordKey: Hashable, Sendable {
-    var entity: String
-    var entityID: String
-
-    static func == (a: Self, b: Self) -> Bool { a.entity.hasSameBytes(as: b.entity) && a.entityID.hasSameBytes(as: b.entityID) }
-
-    func hash(into hasher: inout Hasher) {
-        entity.hashBytes(into: &hasher)
-        entityID.hashBytes(into: &hasher)
-    }
-}
-
 /// A natural key within one user's entity; keys are equal when their bytes are, as in SQLite.
 struct NaturalKeyRef: Hashable, Sendable {
     var entity: String
@@ -224,7 +211,7 @@ struct StoredRecord: Sendable, Equatable {
     /// The id of the space the record lives in, on a pull page; `nil` for the personal space.
     var space: String? = nil
 
-    var key: RecordKey { RecordKey(entity: entity, entityID: entityID) }
+    var key: RecordRef { RecordRef(entity: entity, entityID: entityID) }
 
     /// The natural key this record holds for uniqueness purposes: only live records hold one.
     var liveNaturalKey: NaturalKeyRef? {

@@ -67,7 +67,7 @@ struct ClientWatchCommand: AsyncParsableCommand {
                 let milliseconds = started.removeValue(forKey: run).map { Int($0.duration(to: .now).milliseconds) } ?? 0
                 let status = await engine.client.status
                 let records = (try? await engine.store.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM records") }) ?? 0
-                let outcome = succeeded ? "synced" : "failed (\(status.lastError ?? "unknown error"))"
+                let outcome = succeeded ? "synced" : "failed (\(status.lastError?.description ?? "unknown error"))"
                 printNow(
                     "run \(run) (\(describe(triggers.removeValue(forKey: run) ?? []))) \(outcome) in \(milliseconds) ms: "
                         + "\(records) records, \(status.pending) pending, \(status.deadLettered) dead-lettered"

@@ -60,15 +60,11 @@ struct ServerOptions: ParsableArguments {
 
 /// A space id argument, refused before any request when invalid.
 func spacePath(_ space: String) throws -> String {
-    if let problem = ProtocolValidation.spaceIDProblem(space) { throw ValidationError(problem) }
-    return "/v1/spaces/\(space)"
+    try Endpoint.space(space).mapError { ValidationError($0.message) }.get()
 }
 
 func memberPath(_ space: String, _ user: String) throws -> String {
-    guard !user.isEmpty, let encoded = user.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(.init(charactersIn: "-_.~"))) else {
-        throw ValidationError("--user must not be empty")
-    }
-    return try spacePath(space) + "/members/\(encoded)"
+    try Endpoint.member(user, of: space).mapError { ValidationError($0.message) }.get()
 }
 
 struct SpaceCreateCommand: AsyncParsableCommand {
@@ -103,7 +99,7 @@ struct SpaceListCommand: AsyncParsableCommand {
     @Flag(help: "Print the server's JSON.") var json = false
 
     func run() async throws {
-        let body = try await server.send("GET", "/v1/spaces")
+        let body = try await server.send("GET", Endpoint.spaces)
         if json { return printNow(String(decoding: body, as: UTF8.self)) }
         for membership in try JSONDecoder().decode(SpaceList.self, from: body).spaces { printNow("\(membership.space)\t\(membership.role.rawValue)") }
     }
@@ -118,7 +114,7 @@ struct SpaceMembersCommand: AsyncParsableCommand {
     func validate() throws { _ = try spacePath(space) }
 
     func run() async throws {
-        let body = try await server.send("GET", try spacePath(space) + "/members")
+        let body = try await server.send("GET", try Endpoint.members(of: space).mapError { ValidationError($0.message) }.get())
         if json { return printNow(String(decoding: body, as: UTF8.self)) }
         for member in try JSONDecoder().decode(MemberList.self, from: body).members { printNow("\(member.user)\t\(member.role.rawValue)") }
     }

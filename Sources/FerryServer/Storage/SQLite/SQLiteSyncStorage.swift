@@ -13,18 +13,18 @@ import NIOConcurrencyHelpers
 public final class SQLiteSyncStorage: SyncStorage {
     /// Rows per multi-row statement: a whole batch, so each step of a push is one statement.
     /// Padded to 1,024 rows of 11 values that is 11,264 variables, well under SQLite's limit of 32,766.
-    private static let rowsPerStatement = ProtocolLimits.maxMutationsPerPush
+    static let rowsPerStatement = ProtocolLimits.maxMutationsPerPush
 
     /// Internal, not private: tests read the connections' settings through it.
     let writer: any DatabaseWriter
-    private let cursors: CursorCodec
+    let cursors: CursorCodec
     /// Where a test pauses a pull between its memberships and its spaces' rows.
     package let interleaving = PullInterleaving()
     /// One push per user at a time reaches the writer: a user's burst of large pushes waits here,
     /// in memory, so another user's push waits behind at most one of them, not all.
     private let pushes = UserLine()
     /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
-    private let epoch = newEpoch()
+    let epoch = newEpoch()
     /// What each commit changed, for the event streams.
     let changes = LocalChangeFeed()
     /// The writer connection's `data_version` when last read (`watchOtherProcesses`).
@@ -449,164 +449,6 @@ public final class SQLiteSyncStorage: SyncStorage {
         return PushResponse(lastMutationID: last, results: results)
     }
 
-    /// Reads up to `limit` records changed after `cursor` in one read transaction, leaving out
-    /// `ownWrites` and stopping at the page's data budget (`PullPage.Builder`): the personal
-    /// history first, then each space the user reads (`SpacedPage`). Throws `ProtocolViolation`
-    /// (`invalid_cursor`) for a cursor this database did not issue for `userID`.
-    public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
-        let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
-        let (codec, interleaving) = (cursors, interleaving)
-        return try await mapErrors {
-            try await writer.read { db in
-                let row = try Row.fetchOne(
-                    db.cachedStatement(
-                        sql: """
-                            SELECT value, epoch, epoch_base, (SELECT purged_through FROM user_horizons WHERE user_id = ?)
-                            FROM change_sequence WHERE id = 1
-                            """
-                    ),
-                    arguments: [userID]
-                )
-                guard let row else { throw StorageError.corrupt("change_sequence is empty") }
-                var head = ChangeHead(position: row[0], epoch: row[1], epochBase: row[2], purgedThrough: row[3] ?? 0)
-                if let ownWrites {
-                    head.lastMutationID =
-                        try Int64.fetchOne(
-                            db.cachedStatement(sql: "SELECT last_mutation_id FROM clients WHERE user_id = ? AND client_id = ?"),
-                            arguments: [userID, ownWrites.clientID]
-                        ) ?? 0
-                }
-                let start = try head.start(from: from?.personal, naming: ownWrites)
-                var personal = PullPage.Builder(after: start.position, limit: limit, leavingOut: ownWrites)
-                try Self.read(&personal, partition: userID, from: start, scan: PullPage.scanLimit(limit, leavingOut: ownWrites), db: db)
-                let page = SpacedPage(
-                    from: from,
-                    personal: personal,
-                    head: head,
-                    start: start,
-                    limit: limit,
-                    ownWrites: ownWrites,
-                    userID: userID
-                )
-                // One statement says whether any space needs a look: the memberships' version and
-                // count, and the last position of any of their rows or purges.
-                let summary = try Row.fetchOne(
-                    db.cachedStatement(
-                        sql: """
-                            SELECT (SELECT version FROM member_versions WHERE user_id = ?1), count(*), max(s.last_position)
-                            FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = ?1
-                            """
-                    ),
-                    arguments: [userID]
-                )
-                let version: Int64 = summary?[0] ?? 0
-                if (from ?? PullPosition(personal: start)).spacesUnchanged(
-                    version: version,
-                    count: summary?[1] ?? 0,
-                    last: summary?[2] ?? 0,
-                    head: head
-                ) {
-                    return page.pageWithSpacesUnchanged(cursors: codec, cursor: cursor)
-                }
-                return try Self.readSpaces(
-                    page,
-                    version: version,
-                    head: head,
-                    userID: userID,
-                    ownWrites: ownWrites,
-                    cursors: codec,
-                    interleaving: interleaving,
-                    db: db
-                )
-            }
-        }
-    }
-
-    /// The rest of a page after the personal history: each space the user reads, in order of key.
-    private static func readSpaces(
-        _ page: SpacedPage,
-        version: Int64,
-        head: ChangeHead,
-        userID: String,
-        ownWrites: OwnWrites?,
-        cursors: CursorCodec,
-        interleaving: PullInterleaving,
-        db: Database
-    ) throws -> PullPage {
-        var page = page
-        // Every space the user reads, with the last position its rows hold and its purge horizon.
-        let spaces = try Row.fetchAll(
-            db.cachedStatement(
-                sql: """
-                    SELECT m.space_key, s.id, m.role,
-                        (SELECT max(seq) FROM records r WHERE r.user_id = char(1) || m.space_key),
-                        (SELECT purged_through FROM user_horizons h WHERE h.user_id = char(1) || m.space_key)
-                    FROM space_members m JOIN spaces s ON s.key = m.space_key WHERE m.user_id = ? ORDER BY m.space_key
-                    """
-            ),
-            arguments: [userID]
-        ).map { row in
-            var spaceHead = head
-            spaceHead.purgedThrough = row[4] ?? 0
-            spaceHead.lastMutationID = 0
-            return ReadableSpace(
-                key: row[0],
-                id: row[1],
-                role: SpaceRole(rawValue: row[2]) ?? .read,
-                head: spaceHead,
-                last: row[3] ?? 0
-            )
-        }
-        // The read transaction holds its snapshot: what commits from here on is not in this page.
-        interleaving.reached()
-        for space in spaces {
-            let start = try page.start(of: space)
-            guard page.needsRead(space, from: start) else { continue }
-            var builder = page.builder(for: space, from: start)
-            try Self.read(
-                &builder,
-                partition: SpacePartition.name(space.key),
-                from: start,
-                scan: PullPage.scanLimit(builder.limit, leavingOut: ownWrites),
-                db: db
-            )
-            page.add(builder, of: space, from: start)
-        }
-        let revokedKeys = page.revoked(readable: spaces)
-        var revoked: [String] = []
-        if !revokedKeys.isEmpty {
-            revoked = try String.fetchAll(
-                db,
-                sql: "SELECT id FROM spaces WHERE key IN (SELECT value FROM json_each(?)) ORDER BY id",
-                arguments: [String(decoding: try JSONEncoder().encode(revokedKeys), as: UTF8.self)]
-            )
-        }
-        return page.page(cursors: cursors, spaces: spaces, version: version, revoked: revoked)
-    }
-
-    /// Offers `builder` the rows of `partition` after `start`, in change order. A cursor steps
-    /// one row at a time: the rows past the page's budget are never read, and a row's data is
-    /// copied out only when the page takes it.
-    private static func read(_ builder: inout PullPage.Builder, partition: String, from start: PullCursor, scan: Int, db: Database) throws {
-        let rows = try Row.fetchCursor(
-            db.cachedStatement(
-                sql: """
-                    SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at,
-                        written_by, written_mutation, written_seq, coalesce(length(data), 0)
-                    FROM records WHERE user_id = ? AND seq > ? AND NOT (deleted = 1 AND seq <= ?) ORDER BY seq LIMIT ?
-                    """
-            ),
-            arguments: [partition, start.position, start.horizon, scan]
-        )
-        while let row = try rows.next() {
-            var record = Self.record(from: row, withData: false)
-            record.writtenBy = row[8]
-            record.writtenMutation = row[9]
-            record.writtenSeq = row[10]
-            guard builder.offer(record, seq: row[6], size: row[11], data: { row[5] }) else { break }
-        }
-    }
-
     /// Deletes, in one transaction, the tombstones written before `cutoff` (each user's purge
     /// horizon moved past them first) and the clients that have not pushed since, with their
     /// kept results.
@@ -685,120 +527,6 @@ public final class SQLiteSyncStorage: SyncStorage {
             return .commit
         }
         return value!  // set: `inSavepoint` returned without an error, so `body` ran to the end
-    }
-
-    // MARK: - Set-based reads and writes
-
-    /// Loads, in a few queries, every record a batch names by identity and every live holder of its natural keys.
-    private static func load(_ lookups: BatchPlanner.Lookups, userID: String, db: Database) throws -> [StoredRecord] {
-        var found: [RecordKey: StoredRecord] = [:]
-        let columns = "r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.seq, r.changed_at"
-        for chunk in Array(lookups.keys).chunked(rowsPerStatement) {
-            let rows = ValuesList(rows: chunk.count, columns: 2)
-            let statement = try db.cachedStatement(
-                sql: """
-                    WITH wanted (entity, entity_id) AS (VALUES \(rows.sql))
-                    SELECT \(columns) FROM wanted JOIN records r
-                    ON r.user_id = ? AND r.entity = wanted.entity AND r.entity_id = wanted.entity_id
-                    """
-            )
-            let arguments = rows.arguments(chunk.flatMap { [$0.entity, $0.entityID] }) + [userID]
-            for row in try Row.fetchAll(statement, arguments: arguments) {
-                let record = record(from: row)
-                found[record.key] = record
-            }
-        }
-        for chunk in Array(lookups.naturalKeys).chunked(rowsPerStatement) {
-            let rows = ValuesList(rows: chunk.count, columns: 2)
-            let statement = try db.cachedStatement(
-                sql: """
-                    WITH wanted (entity, natural_key) AS (VALUES \(rows.sql))
-                    SELECT \(columns) FROM wanted JOIN records r
-                    ON r.user_id = ? AND r.entity = wanted.entity AND r.natural_key = wanted.natural_key AND r.deleted = 0
-                    """
-            )
-            let arguments = rows.arguments(chunk.flatMap { [$0.entity, $0.naturalKey] }) + [userID]
-            for row in try Row.fetchAll(statement, arguments: arguments) {
-                let record = record(from: row)
-                found[record.key] = record
-            }
-        }
-        return Array(found.values)
-    }
-
-    /// Writes a batch's final record states with fresh change positions, in order of last change.
-    private static func write(_ plan: BatchPlanner.BatchPlan, userID: String, epoch: Int64, db: Database) throws {
-        guard !plan.writes.isEmpty else { return }
-        for chunk in plan.releasedNaturalKeys.chunked(rowsPerStatement) {
-            let rows = ValuesList(rows: chunk.count, columns: 2)
-            let statement = try db.cachedStatement(
-                sql: """
-                    UPDATE records SET natural_key = NULL WHERE user_id = ? AND (entity, entity_id) IN
-                        (SELECT column1, column2 FROM (VALUES \(rows.sql)))
-                    """
-            )
-            try statement.execute(arguments: [userID] + rows.arguments(chunk.flatMap { [$0.entity, $0.entityID] }))
-        }
-        guard
-            let end = try Int64.fetchOne(
-                // A write of another epoch than the head's first moves the epoch's base to the head (`ChangeHead`).
-                db.cachedStatement(
-                    sql: """
-                        UPDATE change_sequence SET value = value + ?, epoch = ?, epoch_base = CASE WHEN epoch = ? THEN epoch_base ELSE value END
-                        WHERE id = 1 RETURNING value
-                        """
-                ),
-                arguments: [plan.writes.count, epoch, epoch]
-            )
-        else { throw StorageError.corrupt("change_sequence is empty") }
-        var position = end - Int64(plan.writes.count)
-        if userID.unicodeScalars.first == "\u{1}", let key = Int64(userID.dropFirst()) {
-            try db.cachedStatement(sql: "UPDATE spaces SET last_position = ? WHERE key = ?").execute(arguments: [end, key])
-        }
-        let now = serverMilliseconds()
-        for chunk in plan.writes.chunked(rowsPerStatement) {
-            let rows = ValuesList(rows: chunk.count, columns: 12)
-            // `WHERE` ends the SELECT before `ON CONFLICT` (SQLite's rule for an upsert from a
-            // SELECT); it also drops the padding rows.
-            let statement = try db.cachedStatement(
-                sql: """
-                    INSERT INTO records
-                        (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation,
-                        written_seq, written_at)
-                    SELECT ?, * FROM (VALUES \(rows.sql)) WHERE column1 IS NOT NULL
-                    ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
-                        version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
-                        data = excluded.data, seq = excluded.seq, changed_at = excluded.changed_at,
-                        written_by = excluded.written_by, written_mutation = excluded.written_mutation,
-                        written_seq = excluded.written_seq, written_at = excluded.written_at
-                    """
-            )
-            var values: [(any DatabaseValueConvertible)?] = []
-            values.reserveCapacity(chunk.count * 12)
-            for record in chunk {
-                position += 1
-                values += [
-                    record.entity, record.entityID, record.version, record.deleted, record.naturalKey, record.data, position,
-                    record.changedAt, record.writtenBy, record.writtenMutation, position, now,
-                ]
-            }
-            try statement.execute(arguments: [userID] + rows.arguments(values))
-        }
-    }
-
-    /// A record from a row whose columns are entity, entity_id, version, deleted, natural_key,
-    /// data, seq, changed_at, read by position: GRDB matches names case-insensitively, which
-    /// costs more than the rest of reading a row.
-    private static func record(from row: Row, withData: Bool = true) -> StoredRecord {
-        StoredRecord(
-            entity: row[0],
-            entityID: row[1],
-            version: row[2],
-            deleted: row[3],
-            naturalKey: row[4],
-            data: withData ? row[5] : nil,
-            changedAt: row[7]
-        )
     }
 
     /// Turns SQLite failures a client should retry (busy, I/O, full disk, closed) into `StorageError.unavailable`.

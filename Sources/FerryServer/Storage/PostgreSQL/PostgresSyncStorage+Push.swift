@@ -1,0 +1,428 @@
+import FerryProtocol
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOSSL
+import PostgresNIO
+
+/// A push on PostgreSQL: the user's change lock, the batch's records loaded, planned (`BatchPlanner`), written, and its results kept.
+extension PostgresSyncStorage {
+    /// Applies the batch in one transaction that holds the user's change-position lock, as the overview describes.
+    /// Throws ``StorageError`` when no connection is available within the deadline.
+    public func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
+        try await withDatabase(queueingFor: caller.userID) { [logger, epoch] db in
+            try await Self.push(mutations, caller: caller, clientID: clientID, epoch: epoch, db: db, logger: logger)
+        }
+    }
+
+    /// A push's transaction, and again one mutation at a time if the database refused a write.
+    static func push(
+        _ mutations: [IncomingMutation],
+        caller: Caller,
+        clientID: String,
+        epoch: Int64,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws -> PushResponse {
+        do {
+            return try await Self.transaction(db, logger: logger) { db in
+                try await Self.push(mutations, caller: caller, clientID: clientID, oneByOne: false, epoch: epoch, db: db, logger: logger)
+            }
+        } catch let error as PSQLError where error.isRefusedWrite {
+            // The planner should make this impossible; if a rule was missed, the batch
+            // (rolled back whole) still gets one result per mutation instead of a 500.
+            return try await Self.transaction(db, logger: logger) { db in
+                try await Self.push(mutations, caller: caller, clientID: clientID, oneByOne: true, epoch: epoch, db: db, logger: logger)
+            }
+        }
+    }
+
+    /// One push's transaction: takes the user's lock and reads the client's position (and, for
+    /// a resend, its recent results), applies the batch, then, if it processed new mutations,
+    /// stores the client's new position and all its results. Seven round trips, whatever the
+    /// batch's size: a round trip is most of a push's cost.
+    static func push(
+        _ mutations: [IncomingMutation],
+        caller: Caller,
+        clientID: String,
+        oneByOne: Bool,
+        epoch: Int64,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws -> PushResponse {
+        let userID = caller.userID
+        let (position, lastMutationID, pushes) = try await lock(userID, clientID: clientID, db: db, logger: logger)
+        if pushes == 0 {
+            // A client this server does not know: one more of the user's, within the limit.
+            for try await count in try await db.query("SELECT count(*) FROM clients WHERE user_id = \(userID)", logger: logger).decode(Int.self)
+            where count >= ProtocolLimits.maxClientsPerUser {
+                throw ProtocolViolation.tooManyClients
+            }
+        }
+        // Most pushes carry new ids only: the kept results are read for a resend alone, the
+        // older of the two slots first.
+        var replays: [Int64: RecentResults.Kept] = [:]
+        if mutations.contains(where: { $0.mutation.id <= lastMutationID }) {
+            var kept: [Data] = []
+            for try await results in try await db.query(
+                """
+                SELECT results FROM client_results WHERE user_id = \(userID) AND client_id = \(clientID)
+                ORDER BY slot = \(Int((pushes - 1) % 2))
+                """,
+                logger: logger
+            ).decode(ByteBuffer.self) {
+                kept.append(Data(results.readableBytesView))
+            }
+            replays = try RecentResults.decode(kept)
+        }
+
+        let batch = SpacedBatch(mutations)
+        // The spaces' change locks, in order of key after the user's (no two pushes wait for
+        // each other in a cycle), then the memberships again: a statement after the locks sees
+        // every deletion and membership change that committed before them, and the whole batch
+        // is judged by that one statement. A space that became writable between the two reads
+        // is locked and read again, so every space the judgement lets the batch write is locked.
+        var positions = [userID: position]
+        var targets: [String: SpacedBatch.Target] = [:]
+        if !batch.spaceIDs.isEmpty {
+            targets = try await Self.targets(of: batch, caller: caller, db: db, logger: logger)
+            while case let unlocked = targets.values.filter({
+                (caller.isService || $0.role?.canWrite == true) && positions[SpacePartition.name($0.key)] == nil
+            }), !unlocked.isEmpty {
+                for key in unlocked.map(\.key).sorted() {
+                    positions[SpacePartition.name(key)] = try await lockChanges(of: SpacePartition.name(key), db: db, logger: logger)
+                }
+                targets = try await Self.targets(of: batch, caller: caller, db: db, logger: logger)
+            }
+        }
+        var (groups, refused) = batch.groups(caller: caller, clientID: clientID, targets: targets, lastMutationID: lastMutationID, replays: replays)
+        for refusal in batch.readableRefusals(refused, targets: targets) {
+            var current = RecordState.absent
+            for try await (version, deleted, naturalKey, data, changedAt) in try await db.query(
+                """
+                SELECT version, deleted, natural_key, data, changed_at FROM records
+                WHERE user_id = \(refusal.partition) AND entity = \(refusal.entity) AND entity_id = \(refusal.entityID)
+                """,
+                logger: logger
+            ).decode((Int64, Bool, String?, ByteBuffer?, Int64?).self) {
+                current = try StoredRecord(
+                    entity: refusal.entity,
+                    entityID: refusal.entityID,
+                    version: version,
+                    deleted: deleted,
+                    naturalKey: naturalKey,
+                    data: data.map { Data($0.readableBytesView) },
+                    changedAt: changedAt
+                ).state()
+            }
+            refused[refusal.id]?.current = current
+        }
+        var responses: [PushResponse] = []
+        for group in groups {
+            guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }
+            responses.append(
+                try await apply(
+                    group.mutations,
+                    clientID: group.writer,
+                    partition: group.partition,
+                    after: position,
+                    oneByOne: oneByOne,
+                    lastMutationID: lastMutationID,
+                    replays: replays,
+                    epoch: epoch,
+                    db: db,
+                    logger: logger
+                )
+            )
+        }
+        let response = batch.response(lastMutationID: lastMutationID, groups: responses, refused: refused)
+        // Announced in the transaction: PostgreSQL delivers it to every process at the commit,
+        // and never without it, so no commit goes unannounced whatever fails after it.
+        try await notify(
+            ChangeSignal.of(push: mutations, response: response, after: lastMutationID, caller: caller, clientID: clientID),
+            db: db,
+            logger: logger
+        )
+        // A push of resent mutations only changes nothing.
+        guard response.lastMutationID > lastMutationID else { return response }
+        let results = ByteBuffer(data: RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays))
+        try await db.query(
+            """
+            WITH client AS (
+                INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at)
+                VALUES (\(userID), \(clientID), \(response.lastMutationID), 1, \(serverMilliseconds()))
+                ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
+                    last_seen_at = excluded.last_seen_at
+            )
+            INSERT INTO client_results (user_id, client_id, slot, results) VALUES (\(userID), \(clientID), \(Int(pushes % 2)), \(results))
+            ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
+            """,
+            logger: logger
+        )
+        return response
+    }
+
+    /// The live spaces `batch` names, by id, with the caller's role in each.
+    static func targets(
+        of batch: SpacedBatch,
+        caller: Caller,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws -> [String: SpacedBatch.Target] {
+        var targets: [String: SpacedBatch.Target] = [:]
+        for try await (id, key, role) in try await db.query(
+            """
+            SELECT s.id, s.key, m.role FROM spaces s LEFT JOIN space_members m ON m.space_key = s.key AND m.user_id = \(caller.userID)
+            WHERE NOT s.deleted AND s.id = ANY(\(batch.spaceIDs)::text[])
+            """,
+            logger: logger
+        ).decode((String, Int64, String?).self) {
+            targets[id] = SpacedBatch.Target(key: key, role: role.flatMap(SpaceRole.init(rawValue:)))
+        }
+        return targets
+    }
+
+    /// One history's mutations of a push (`SpacedBatch.Group`), written after `position`, all at
+    /// once or, with `oneByOne`, each in a savepoint.
+    static func apply(
+        _ mutations: [IncomingMutation],
+        clientID: String,
+        partition userID: String,
+        after position: Int64,
+        oneByOne: Bool,
+        lastMutationID: Int64,
+        replays: [Int64: RecentResults.Kept],
+        epoch: Int64,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws -> PushResponse {
+        let response: PushResponse
+        if oneByOne {
+            // One mutation per savepoint: one whose write breaks a constraint is `rejected`
+            // with the database's reason, and the others are applied as usual.
+            var last = lastMutationID
+            var results: [PushResult] = []
+            var position = position
+            for incoming in mutations {
+                try await db.query("SAVEPOINT mutation", logger: logger)
+                do {
+                    let plan = try await plan(
+                        [incoming],
+                        clientID: clientID,
+                        lastMutationID: last,
+                        replays: replays,
+                        userID: userID,
+                        db: db,
+                        logger: logger
+                    )
+                    try await release(plan, userID: userID, db: db, logger: logger)
+                    if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger) }
+                    try await db.query("RELEASE SAVEPOINT mutation", logger: logger)
+                    position += Int64(plan.writes.count)
+                    results.append(plan.response.results[0])
+                } catch let error as PSQLError where error.isRefusedWrite {
+                    try await db.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
+                    results.append(
+                        PushResult(
+                            id: incoming.mutation.id,
+                            status: .rejected,
+                            entityID: nil,
+                            version: nil,
+                            error: "the server cannot store this mutation: \(error.serverInfo?[.message] ?? "a constraint failed")"
+                        )
+                    )
+                }
+                last = max(last, incoming.mutation.id)
+            }
+            response = PushResponse(lastMutationID: last, results: results)
+        } else {
+            let plan = try await plan(
+                mutations,
+                clientID: clientID,
+                lastMutationID: lastMutationID,
+                replays: replays,
+                userID: userID,
+                db: db,
+                logger: logger
+            )
+            try await release(plan, userID: userID, db: db, logger: logger)
+            if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger) }
+            response = plan.response
+        }
+        return response
+    }
+
+    /// Locks the user's change position until the transaction ends; returns it with the
+    /// client's `lastMutationID` and count of pushes (0 for a new client).
+    ///
+    /// The client is read by a statement of its own, after the lock: under READ COMMITTED a
+    /// statement that waited for a row lock re-reads that row but not the rows it joined, so a
+    /// join would read the client as it was before the push that held the lock, and apply a
+    /// resent batch twice.
+    static func lock(
+        _ userID: String,
+        clientID: String,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws
+        -> (position: Int64, lastMutationID: Int64, pushes: Int64)
+    {
+        let position = try await lockChanges(of: userID, db: db, logger: logger)
+        for try await (last, pushes) in try await db.query(
+            "SELECT last_mutation_id, pushes FROM clients WHERE user_id = \(userID) AND client_id = \(clientID)",
+            logger: logger
+        ).decode((Int64, Int64).self) {
+            return (position, last, pushes)
+        }
+        return (position, 0, 0)
+    }
+
+    static func lockChanges(of userID: String, db: PostgresConnection, logger: Logger) async throws -> Int64 {
+        for attempt in 0..<2 {
+            for try await position in try await db.query(
+                "SELECT position FROM user_changes WHERE user_id = \(userID) FOR UPDATE",
+                logger: logger
+            ).decode(Int64.self) {
+                return position
+            }
+            // A user's first push: create the row. If another process creates it first, this
+            // insert waits for that transaction and does nothing; the lock is then taken above.
+            if attempt == 0 {
+                try await db.query(
+                    "INSERT INTO user_changes (user_id, position) VALUES (\(userID), 0) ON CONFLICT (user_id) DO NOTHING",
+                    logger: logger
+                )
+            }
+        }
+        throw StorageError.corrupt("user_changes has no row for a user just inserted")
+    }
+
+    /// Loads what a batch touches and decides every result.
+    static func plan(
+        _ mutations: [IncomingMutation],
+        clientID: String,
+        lastMutationID: Int64,
+        replays: [Int64: RecentResults.Kept],
+        userID: String,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws -> BatchPlanner.BatchPlan {
+        let loaded = try await load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db, logger: logger)
+        var planner = BatchPlanner(
+            clientID: clientID,
+            lastMutationID: lastMutationID,
+            replays: replays,
+            loaded: loaded
+        )
+        return planner.plan(mutations)
+    }
+
+    /// Every record a batch names by identity and every live holder of its natural keys, in one query.
+    static func load(
+        _ lookups: BatchPlanner.Lookups,
+        userID: String,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws
+        -> [StoredRecord]
+    {
+        let keys = Array(lookups.keys)
+        let naturalKeys = Array(lookups.naturalKeys)
+        var found: [RecordRef: StoredRecord] = [:]
+        for try await (entity, entityID, version, deleted, naturalKey, data, changedAt) in try await db.query(
+            loadQuery(keys: keys, naturalKeys: naturalKeys, userID: userID),
+            logger: logger
+        ).decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64?).self) {
+            let record = StoredRecord(
+                entity: entity,
+                entityID: entityID,
+                version: version,
+                deleted: deleted,
+                naturalKey: naturalKey,
+                data: data.map { Data($0.readableBytesView) },
+                changedAt: changedAt
+            )
+            found[record.key] = record
+        }
+        return Array(found.values)
+    }
+
+    /// A push's lookup: the records named by `keys` and the live holders of `naturalKeys`, each
+    /// an index probe (the primary key, `records_live_natural_key`) per key. Each probe is a
+    /// LATERAL subquery with a LIMIT, which PostgreSQL cannot turn into a join: whatever the
+    /// statistics say, it walks the batch's keys and probes for each, and never scans the user's
+    /// records against the keys (a join that stale statistics made it pick, quadratic in the data).
+    /// Which index each probe uses does not depend on statistics either: `records.user_id` and
+    /// `records.seq` keep none (`PostgresSchema` migration 5), so every user looks the same size to
+    /// the planner and the unique key is always the cheapest probe.
+    static func loadQuery(keys: [RecordRef], naturalKeys: [NaturalKeyRef], userID: String) -> PostgresQuery {
+        """
+        SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at
+        FROM unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
+        CROSS JOIN LATERAL (
+            SELECT * FROM records r WHERE r.user_id = \(userID) AND r.entity = w.entity AND r.entity_id = w.entity_id LIMIT 1
+        ) r
+        UNION ALL
+        SELECT r.entity, r.entity_id, r.version, r.deleted, r.natural_key, r.data, r.changed_at
+        FROM unnest(\(naturalKeys.map(\.entity))::text[], \(naturalKeys.map(\.naturalKey))::text[]) AS w (entity, natural_key)
+        CROSS JOIN LATERAL (
+            SELECT * FROM records r
+            WHERE r.user_id = \(userID) AND r.entity = w.entity AND r.natural_key = w.natural_key AND NOT r.deleted LIMIT 1
+        ) r
+        """
+    }
+
+    /// Releases the natural keys of records that held one before the batch and no longer do,
+    /// so the uniqueness index never sees two holders while the batch is written. The rows are
+    /// found by a probe per key (as `loadQuery`), then updated by their row ids: no join that
+    /// statistics could turn into a scan of the user's records. The user's lock keeps them in place.
+    static func release(_ plan: BatchPlanner.BatchPlan, userID: String, db: PostgresConnection, logger: Logger) async throws {
+        let keys = plan.releasedNaturalKeys
+        guard !keys.isEmpty else { return }
+        try await db.query(
+            """
+            UPDATE records SET natural_key = NULL WHERE ctid = ANY (ARRAY(
+                SELECT r.ctid FROM unnest(\(keys.map(\.entity))::text[], \(keys.map(\.entityID))::text[]) AS w (entity, entity_id)
+                CROSS JOIN LATERAL (
+                    SELECT ctid FROM records r WHERE r.user_id = \(userID) AND r.entity = w.entity AND r.entity_id = w.entity_id LIMIT 1
+                ) r
+            ))
+            """,
+            logger: logger
+        )
+    }
+
+    /// The statement writing a batch's final record states at the positions after `position`,
+    /// in order of last change, and moving the user's position past them.
+    static func write(_ writes: [StoredRecord], after position: Int64, userID: String, epoch: Int64) -> PostgresQuery {
+        // Every state a push writes, its pushing client's mutations wrote (`BatchPlanner`).
+        let writer = writes.first?.writtenBy ?? ""
+        // Arrays cannot hold NULLs through PostgresNIO's encoders: a flag beside each nullable column.
+        let seqs = (0..<Int64(writes.count)).map { position + 1 + $0 }
+        return """
+            WITH moved AS (
+                UPDATE user_changes SET position = \(position + Int64(writes.count)), epoch = \(epoch),
+                    epoch_base = CASE WHEN epoch = \(epoch) THEN epoch_base ELSE position END
+                WHERE user_id = \(userID)
+            )
+            INSERT INTO records
+                (user_id, entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation, written_seq,
+                written_at)
+            SELECT \(userID), w.entity, w.entity_id, w.version, w.deleted,
+                CASE WHEN w.has_key THEN w.natural_key END, CASE WHEN w.has_data THEN w.data END, w.seq,
+                w.changed_at, \(writer), w.written_mutation, w.seq, \(serverMilliseconds())
+            FROM unnest(
+                \(writes.map(\.entity))::text[], \(writes.map(\.entityID))::text[], \(writes.map(\.version))::int8[],
+                \(writes.map(\.deleted))::bool[], \(writes.map { $0.naturalKey != nil })::bool[], \(writes.map { $0.naturalKey ?? "" })::text[],
+                \(writes.map { $0.data != nil })::bool[], \(writes.map { ByteBuffer(bytes: $0.data ?? Data()) })::bytea[], \(seqs)::int8[],
+                \(writes.map { $0.changedAt ?? 0 })::int8[], \(writes.map { $0.writtenMutation ?? 0 })::int8[]
+            ) AS w (entity, entity_id, version, deleted, has_key, natural_key, has_data, data, seq, changed_at, written_mutation)
+            ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
+                version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
+                data = excluded.data, seq = excluded.seq, changed_at = excluded.changed_at,
+                written_by = excluded.written_by, written_mutation = excluded.written_mutation, written_seq = excluded.written_seq,
+                written_at = excluded.written_at
+            """
+    }
+}
