@@ -406,7 +406,7 @@ public actor SyncSession {
     }
 
     private func publish(_ status: SyncStatus) {
-        guard status != statusObservers.latestValue else { return }
+        guard statusObservers.latestValue.map(status.isNews(after:)) ?? true else { return }
         statusObservers.send(status)
     }
 

@@ -64,8 +64,7 @@ actor StatusCenter {
     }
 
     private func publish(_ next: SyncStatus) {
-        // A `FerryError` is equal to another of its code; a failure that says something new is news.
-        guard next != status || next.lastError?.description != status.lastError?.description else { return }
+        guard next.isNews(after: status) else { return }
         status = next
         observers.send(next)
     }

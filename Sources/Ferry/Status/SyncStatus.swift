@@ -53,6 +53,12 @@ public struct SyncStatus: Sendable, Equatable {
         }
     }
 
+    /// Whether observers should hear of this status after `previous`: it differs, or its failure
+    /// says something new (a `FerryError` is equal to another of its code, whatever its message).
+    func isNews(after previous: SyncStatus) -> Bool {
+        self != previous || lastError?.description != previous.lastError?.description
+    }
+
     /// "12 s"; a wait no clock reaches (infinite, NaN, centuries) reads "a long time", never traps.
     private static func wait(_ seconds: Double) -> String {
         guard seconds.isFinite, seconds < 1e9 else { return "a long time" }
