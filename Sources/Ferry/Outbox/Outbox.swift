@@ -347,17 +347,18 @@ struct Outbox: Sendable {
                         ? "changes of another holder's client id \(batch.clientID) are back in the queue below ids already sent under client id \(meta?[0] ?? "")"
                         : nil
                 }
+            let written = plan.written
             if let reason {
                 let clientID = ClientIdentity.newClientID()
                 try db.execute(sql: "UPDATE ferry_meta SET client_id = ?, highest_sent = 0", arguments: [clientID])
                 try db.execute(sql: "DELETE FROM ferry_answered")
                 outcome.newClientID = (meta?[0] ?? batch.clientID, clientID, reason)
-            } else if plan.underCurrentID, !plan.written.isEmpty {
+            } else if plan.underCurrentID, !written.isEmpty {
                 // Writes of this store's own, answered: the next pull names them, and the server
                 // leaves them out (`Puller`). Only these ids, never a ceiling: a copy of this
                 // store elsewhere may write under the same client id with ids in between.
                 try db.cachedStatement(sql: "INSERT OR IGNORE INTO ferry_answered (id) SELECT value FROM json_each(?)")
-                    .execute(arguments: [Self.idList(plan.written)])
+                    .execute(arguments: [Self.idList(written)])
             }
             return outcome
         }

@@ -58,14 +58,14 @@ struct ServerOptions: ParsableArguments {
     }
 }
 
-/// A space id argument, refused before any request when invalid.
-func spacePath(_ space: String) throws -> String {
-    try Endpoint.space(space).mapError { ValidationError($0.message) }.get()
+/// A path of `Endpoint` for arguments, refused before any request when invalid.
+func endpointPath(_ endpoint: Result<String, EndpointProblem>) throws -> String {
+    try endpoint.mapError { ValidationError($0.message) }.get()
 }
 
-func memberPath(_ space: String, _ user: String) throws -> String {
-    try Endpoint.member(user, of: space).mapError { ValidationError($0.message) }.get()
-}
+func spacePath(_ space: String) throws -> String { try endpointPath(Endpoint.space(space)) }
+
+func memberPath(_ space: String, _ user: String) throws -> String { try endpointPath(Endpoint.member(user, of: space)) }
 
 struct SpaceCreateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "create", abstract: "Create a space; you become its admin.")
@@ -114,7 +114,7 @@ struct SpaceMembersCommand: AsyncParsableCommand {
     func validate() throws { _ = try spacePath(space) }
 
     func run() async throws {
-        let body = try await server.send("GET", try Endpoint.members(of: space).mapError { ValidationError($0.message) }.get())
+        let body = try await server.send("GET", try endpointPath(Endpoint.members(of: space)))
         if json { return printNow(String(decoding: body, as: UTF8.self)) }
         for member in try JSONDecoder().decode(MemberList.self, from: body).members { printNow("\(member.user)\t\(member.role.rawValue)") }
     }
