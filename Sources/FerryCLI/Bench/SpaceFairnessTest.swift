@@ -32,6 +32,7 @@ struct SpaceFairnessTest {
         /// Whole downloads of the space the heavy member finished under load, and its answers by status.
         var downloadsFinished: Int
         var heavyStatuses: [Int: Int]
+        /// The server's most resident memory under load, in MiB (Linux's VmHWM).
         var memoryPeak: Double
     }
 
@@ -120,6 +121,7 @@ struct SpaceFairnessTest {
         guard opened.withLockedValue({ $0 }) == self.streams else {
             throw CommandFailure("the heavy member opened \(opened.withLockedValue { $0 }) of \(self.streams) live streams in a minute")
         }
+        server.resetPeakMemory()
         return try await withThrowingTaskGroup(of: (finished: Int, statuses: [Int]).self) { group in
             // The load stops however the probes end (the group awaits its tasks before it returns).
             defer { done.set() }
@@ -151,20 +153,11 @@ struct SpaceFairnessTest {
                 }
                 return (0, statuses)
             }
-            let sampling = Task {
-                var peak = server.residentMB
-                while !Task.isCancelled {
-                    peak = max(peak, server.residentMB)
-                    try? await Task.sleep(for: .milliseconds(50))
-                }
-                return peak
-            }
-            defer { sampling.cancel() }
             // The downloads get under way before the first probe.
             try await Task.sleep(for: .seconds(1))
             let loaded = try await probe(space, client: client, token: other, cursor: &cursor, nextID: &nextID)
             done.set()
-            sampling.cancel()
+            let peak = server.peakMemoryMB ?? server.residentMB
             var (finished, statuses) = (0, [Int: Int]())
             for try await answer in group {
                 finished += answer.finished
@@ -177,7 +170,7 @@ struct SpaceFairnessTest {
                 pullUnderLoad: loaded.pull,
                 downloadsFinished: finished,
                 heavyStatuses: statuses,
-                memoryPeak: await sampling.value
+                memoryPeak: peak
             )
         }
     }
