@@ -13,8 +13,8 @@ struct OutboxCostTests {
         let store = try ClientFixture.openStore(at: ClientFixture.storePath())
         let plans = try await store.database.read { db in
             let statements: [(String, StatementArguments)] = [
-                (Outbox.queuedEntriesSQL, ["[\"e-1\",\"e-2\"]"]),
-                (Outbox.rekeySQL(count: 2), ["events", "e-1", "s-1", "events", "e-2", "s-2", 0]),
+                (OutboxTable.queuedEntriesSQL, ["[\"e-1\",\"e-2\"]"]),
+                (OutboxTable.rekeySQL(count: 2), ["events", "e-1", "s-1", "events", "e-2", "s-2", 0]),
             ]
             return try statements.map { sql, arguments in
                 try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments).map { $0["detail"] as String }

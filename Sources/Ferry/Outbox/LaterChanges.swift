@@ -3,7 +3,7 @@ import Foundation
 import GRDB
 
 /// The queued entry ids of the records a batch's answer re-keys or reports in conflict, read
-/// in one statement per batch (`Outbox.queuedEntries`), so each result can ask what this store
+/// in one statement per batch (`OutboxTable.queuedEntries`), so each result can ask what this store
 /// changed after its mutation.
 struct LaterChanges {
     private var ids: [RecordRef: [Int64]] = [:]
@@ -17,7 +17,7 @@ struct LaterChanges {
                 records += [own, RecordRef(entity: mutation.entity, entityID: canonical)]
             }
         }
-        ids = try Outbox.queuedEntries(of: records, db: db)
+        ids = try OutboxTable.queuedEntries(of: records, db: db)
     }
 
     /// The id of the newest entry of `record` after `id`, if any.
@@ -30,7 +30,7 @@ struct LaterChanges {
         ids[record, default: []].append(id)
     }
 
-    /// `record`'s entries after `id` now change `canonical` (`rekeyQueuedEntries` moves them
+    /// `record`'s entries after `id` now change `canonical` (`OutboxTable.rekeyQueuedEntries` moves them
     /// at the end of the batch): a later merge into the same record in this batch sees them.
     mutating func follow(_ record: RecordRef, to canonical: RecordRef, after id: Int64) {
         let moved = take(of: record, after: id)

@@ -4,26 +4,6 @@ import GRDB
 
 /// Re-keying a record to the id the server holds it under, and ending conflicts as the policy says.
 extension Outbox {
-    /// Later pending edits of re-keyed records follow them to their canonical ids: one
-    /// statement for the whole batch, through the outbox's index by record.
-    func rekeyQueuedEntries(_ rekeys: [(record: RecordRef, canonical: String)], db: Database) throws {
-        guard !rekeys.isEmpty else { return }
-        try db.execute(
-            sql: Self.rekeySQL(count: rekeys.count),
-            arguments: StatementArguments(rekeys.flatMap { [$0.record.entity, $0.record.entityID, $0.canonical] }) + [OutboxState.pending.rawValue]
-        )
-    }
-
-    /// Moves the pending entries of `count` records to their canonical ids (`OutboxCostTests` checks its plan).
-    static func rekeySQL(count: Int) -> String {
-        """
-        WITH rekey(entity, local, canonical) AS (VALUES \(Array(repeating: "(?, ?, ?)", count: count).joined(separator: ", ")))
-        UPDATE ferry_outbox
-        SET entity_id = (SELECT canonical FROM rekey WHERE rekey.entity = ferry_outbox.entity AND rekey.local = ferry_outbox.entity_id)
-        WHERE state = ? AND (entity, entity_id) IN (SELECT entity, local FROM rekey)
-        """
-    }
-
     /// The local record takes the server's identity. The server now holds this client's data
     /// under the canonical id, so a stale local copy of the canonical record (pulled earlier)
     /// gives way to the re-keyed row; its later pending edits follow it (`rekeyQueuedEntries`).
@@ -123,16 +103,16 @@ extension Outbox {
         var writer = RecordWriter(store: store)
         let record = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
         if let newest = later.newest(of: record, after: mutation.id),
-            let row = try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT op, data, coalesce(changed_at, queued_at) FROM ferry_outbox WHERE id = ?"),
-                arguments: [newest]
-            )
+            let entry = try OutboxTable.entry(newest, db: db)
         {
-            let op = MutationOp(rawValue: row[0]) ?? .upsert
-            local = try OutgoingMutation(id: newest, entity: mutation.entity, entityID: mutation.entityID, op: op, dataText: row[1]).data()
-            changedAt = OutgoingMutation.milliseconds(row[2]) ?? changedAt
+            local = try OutgoingMutation(id: newest, entity: mutation.entity, entityID: mutation.entityID, op: entry.op, dataText: entry.data).data()
+            changedAt = OutgoingMutation.milliseconds(entry.changedAt) ?? changedAt
             let ids = later.take(of: record, after: mutation.id)
-            try Self.remove(where: "state = \(OutboxState.pending.rawValue) AND \(Self.idIn)", arguments: [Self.idList(ids)], db: db)
+            try OutboxTable.remove(
+                where: "state = \(OutboxState.pending.rawValue) AND \(OutboxTable.idIn)",
+                arguments: [OutboxTable.idList(ids)],
+                db: db
+            )
         }
         let conflict = Conflict(
             entity: mutation.entity,
@@ -151,7 +131,7 @@ extension Outbox {
                 entityID: mutation.entityID,
                 data: current?.deleted == false ? current?.data : nil,
                 naturalKey: current?.naturalKey ?? mutation.naturalKey,
-                space: .some(mutation.space),
+                placement: SpacePlacement(server: mutation.space),
                 db: db
             )
             if let current { versions.set(current.version, of: record) }
@@ -163,12 +143,12 @@ extension Outbox {
                 entityID: mutation.entityID,
                 data: data,
                 naturalKey: mutation.naturalKey ?? current?.naturalKey,
-                space: .some(mutation.space),
+                placement: SpacePlacement(server: mutation.space),
                 db: db
             )
             let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
             // Queued with the local change's time: the resolution is that change, sent again.
-            try Self.queue(
+            try OutboxTable.insert(
                 entity: mutation.entity,
                 entityID: mutation.entityID,
                 op: data == nil ? .delete : .upsert,

@@ -22,12 +22,10 @@ struct Outbox: Sendable {
     /// envelope, so that a batch of large records is cut by size instead of refused with 413.
     static let bodyBudget = ProtocolLimits.maxPushBodyBytes - 64 * 1024
 
-    /// Pending and dead-lettered entry counts.
+    /// Pending and dead-lettered entry counts, and when the store last synced.
     static func counts(in store: FerryStore) async throws -> (pending: Int, deadLettered: Int, lastSyncedAt: Date?) {
         try await store.database.read { db in
-            let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE \(OutboxState.queuedCondition)") ?? 0
-            let dead =
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.deadLettered.rawValue]) ?? 0
+            let (pending, dead) = try OutboxTable.counts(db)
             let lastSynced = try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta")
             return (pending, dead, lastSynced.map(Date.init(timeIntervalSince1970:)))
         }
@@ -35,16 +33,13 @@ struct Outbox: Sendable {
 
     /// The newest entry's id (0 for an empty queue).
     static func newestEntry(in store: FerryStore) async throws -> Int64 {
-        try await store.database.read { db in try Int64.fetchOne(db, sql: "SELECT max(id) FROM ferry_outbox") ?? 0 }
+        try await store.database.read(OutboxTable.newest)
     }
 
-    /// How many changes were queued after entry `id` and still wait, and the newest entry's id:
-    /// a range of the primary key, however long the queue.
+    /// How many changes were queued after entry `id` and still wait, and the newest entry's id.
     static func queuedEntries(after id: Int64, in store: FerryStore) async throws -> (count: Int, newest: Int64) {
         try await store.database.read { db in
-            let count =
-                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE id > ? AND \(OutboxState.queuedCondition)", arguments: [id]) ?? 0
-            return (count, max(id, try Int64.fetchOne(db, sql: "SELECT max(id) FROM ferry_outbox") ?? 0))
+            (try OutboxTable.queuedCount(after: id, db: db), max(id, try OutboxTable.newest(db)))
         }
     }
 
@@ -64,138 +59,122 @@ struct Outbox: Sendable {
     func nextBatch(limit: Int, inFlight: Set<RecordRef> = []) async throws -> OutboxBatch? {
         try await store.database.write { db in
             try lease.confirm(db)
-            var rows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, coalesce(changed_at, queued_at), space, space_incarnation,
-                        base
-                    FROM ferry_outbox
-                    WHERE state = ? ORDER BY id LIMIT ?
-                    """,
-                arguments: [OutboxState.pending.rawValue, limit]
-            )
-            guard !rows.isEmpty else { return nil }
+            let pending = try OutboxTable.pending(limit: limit, db: db)
+            guard !pending.isEmpty else { return nil }
             // The client id the batch goes out under, read with it: another process on this
-            // store may have taken a new one. An entry sent before goes out again under the id
-            // it was sent under (its answer may have been lost: the server answers it from that
-            // id's kept results, and under another id would apply it twice), so a batch holds
-            // entries of one client id.
+            // store may have taken a new one.
             let meta = try Row.fetchOne(db.cachedStatement(sql: "SELECT client_id, highest_sent FROM ferry_meta"))
             let current: String = meta?[0] ?? store.clientID
             store.identity.clientID = current
-            let goesAs = { (row: Row) -> String in ((row[6] as Bool?) == true ? row[7] as String? : nil) ?? current }
-            var batch = OutboxBatch(entryCount: rows.count, clientID: goesAs(rows[0]))
-            var bytes = 0
-            // Per record in this batch: whether one of its entries was sent before.
-            var sentBefore: [RecordRef: Bool] = [:]
-            for (index, row) in rows.enumerated() {
-                let record = RecordRef(entity: row[1], entityID: row[2])
-                let sent = (row[6] as Bool?) ?? false
-                // Ids and keys as the body writes them, escapes included: ids full of quotes
-                // or backslashes took a batch of 1,000 past the limit.
-                bytes +=
-                    OutgoingMutation.envelopeBytes + ((row[4] as String?)?.utf8.count ?? 0) + JSONTextWriter.encodedLength(of: record.entityID)
-                    + ((row[5] as String?).map(JSONTextWriter.encodedLength(of:)) ?? 0)
-                // An entry sent before stands for exactly one mutation (the entries coalesced
-                // into it were folded into it when it was sent): it goes out again alone, as
-                // it was sent, and the record's other changes wait for its answer (the version
-                // or identity it brings) instead of being coalesced on stale knowledge.
-                let mixesSent = sentBefore[record].map { $0 || sent } ?? false
-                let otherClientID = !goesAs(row).hasSameBytes(as: batch.clientID)
-                if inFlight.contains(record) || (index > 0 && (bytes > Self.bodyBudget || mixesSent || otherClientID)) {
-                    rows.removeSubrange(index...)
-                    break
-                }
-                sentBefore[record] = (sentBefore[record] ?? false) || sent
-            }
-            guard !rows.isEmpty else { return nil }
-            batch.entryCount = rows.count
-            var latest: [RecordRef: Row] = [:]
-            var entries: [RecordRef: [Int64]] = [:]
-            // What the record was before the first change the batch folds: what its change started from.
-            var bases: [RecordRef: String] = [:]
-            // Columns by position: GRDB matches names case-insensitively, which costs more
-            // than the rest of reading a row.
-            for row in rows {
-                let record = RecordRef(entity: row[1], entityID: row[2])
-                latest[record] = row
-                if entries[record] == nil, let base = row[11] as String? { bases[record] = base }
-                entries[record, default: []].append(row[0])
-            }
-            var coalesced: [(kept: Int64, folded: [Int64])] = []
-            // The version the server last gave a record: a delete needs it (none means the
-            // server never saw the record) and so does an upsert that detects conflicts.
-            let versioned = latest.filter { record, row in
-                MutationOp(rawValue: row[3]) == .delete || store.table(forEntity: record.entity)?.detectsConflicts == true
-            }
-            let versions = try KnownVersions.of(versioned.keys, db: db)
-            for (record, row) in latest {
-                let op = MutationOp(rawValue: row[3]) ?? .upsert
-                let detectsConflicts = store.table(forEntity: record.entity)?.detectsConflicts == true
-                let version = versions[record]
-                if op == .delete, version == nil {
-                    // Created and deleted before the server saw it: nothing to send.
-                    batch.unsent += entries[record] ?? []
-                    continue
-                }
-                var mutation = OutgoingMutation(id: row[0], entity: record.entity, entityID: record.entityID, op: op)
-                mutation.changedAt = OutgoingMutation.milliseconds(row[8])
-                mutation.space = row[9]
-                mutation.spaceIncarnation = row[10]
-                if detectsConflicts { mutation.baseText = bases[record] }
-                if op == .upsert {
-                    mutation.dataText = row[4]
-                    mutation.naturalKey = row[5]
-                }
-                // A delete is checked too: a stale delete must not silently beat another device's edit.
-                if detectsConflicts { mutation.baseVersion = version ?? 0 }
-                if let problem = mutation.problem() {
-                    batch.refused.append(RefusedMutation(id: mutation.id, entries: entries[record] ?? [], reason: problem))
-                    continue
-                }
-                batch.mutations.append(mutation)
-                if (row[6] as Bool?) != true { batch.firstSent.insert(mutation.id) }
-                // The entries coalesced into the mutation are folded into its own: from now on
-                // one entry stands for what was sent, so a resend is the same mutation.
-                batch.entries[mutation.id] = [mutation.id]
-                let folded = (entries[record] ?? []).filter { $0 != mutation.id }
-                batch.unsent += folded
-                if !folded.isEmpty { coalesced.append((mutation.id, folded)) }
-            }
-            batch.mutations.sort { $0.id < $1.id }
-            // The entry that stands for coalesced edits keeps the time the first of them was
-            // queued: how long a change has waited is counted from the first edit (and stays
-            // untimed if one of them was queued by a version that recorded no time). The time the
-            // change was made stays its own, the last edit's, for every resend (`changedAt`).
-            for (kept, folded) in coalesced {
-                try db.cachedStatement(
-                    sql: """
-                        UPDATE ferry_outbox SET changed_at = coalesce(changed_at, queued_at), queued_at = (
-                            SELECT CASE WHEN COUNT(*) = COUNT(queued_at) THEN MIN(queued_at) END
-                            FROM ferry_outbox WHERE id = ?1 OR id IN (SELECT value FROM json_each(?2)))
-                        WHERE id = ?1
-                        """
-                )
-                .execute(arguments: [kept, Self.idList(folded)])
-            }
-            if !batch.unsent.isEmpty {
-                try db.cachedStatement(sql: "DELETE FROM ferry_outbox WHERE \(Self.idIn)").execute(arguments: [Self.idList(batch.unsent)])
-            }
-            for refused in batch.refused {
-                try Self.deadLetter(refused.entries, reason: refused.reason, db: db)
-            }
-            let sent = batch.entries.values.flatMap { $0 }
-            if !sent.isEmpty {
-                try db.cachedStatement(
-                    sql: "UPDATE ferry_outbox SET state = ?, sent = 1, sent_as = ?, sent_at = \(OutboxState.nowSQL) WHERE \(Self.idIn)"
-                )
-                .execute(arguments: [OutboxState.inFlight.rawValue, batch.clientID, Self.idList(sent)])
-            }
+            let entries = Self.cut(pending, current: current, inFlight: inFlight)
+            guard let first = entries.first else { return nil }
+            var batch = OutboxBatch(entryCount: entries.count, clientID: first.goesAs(current))
+            let coalesced = try coalesce(entries, into: &batch, db: db)
+            try Self.take(batch, coalesced: coalesced, db: db)
             if batch.clientID.hasSameBytes(as: current), let highest = batch.mutations.last?.id, highest > meta?[1] ?? 0 {
                 try db.cachedStatement(sql: "UPDATE ferry_meta SET highest_sent = ?").execute(arguments: [highest])
             }
             return batch
         }
+    }
+
+    /// The prefix of `pending` one batch may carry. An entry sent before goes out again under
+    /// the client id it was sent under (its answer may have been lost: the server answers it
+    /// from that id's kept results, and under another id would apply it twice), so a batch holds
+    /// entries of one client id. It stops before the entry that would take its body past
+    /// `bodyBudget`, and before the first change of a record in `inFlight`.
+    static func cut(_ pending: [OutboxTable.Entry], current: String, inFlight: Set<RecordRef>) -> [OutboxTable.Entry] {
+        guard let first = pending.first else { return [] }
+        let clientID = first.goesAs(current)
+        var bytes = 0
+        // Per record in this batch: whether one of its entries was sent before.
+        var sentBefore: [RecordRef: Bool] = [:]
+        for (index, entry) in pending.enumerated() {
+            // Ids and keys as the body writes them, escapes included: ids full of quotes
+            // or backslashes took a batch of 1,000 past the limit.
+            bytes +=
+                OutgoingMutation.envelopeBytes + (entry.data?.utf8.count ?? 0) + JSONTextWriter.encodedLength(of: entry.record.entityID)
+                + (entry.naturalKey.map(JSONTextWriter.encodedLength(of:)) ?? 0)
+            // An entry sent before stands for exactly one mutation (the entries coalesced
+            // into it were folded into it when it was sent): it goes out again alone, as
+            // it was sent, and the record's other changes wait for its answer (the version
+            // or identity it brings) instead of being coalesced on stale knowledge.
+            let mixesSent = sentBefore[entry.record].map { $0 || entry.sent } ?? false
+            let otherClientID = !entry.goesAs(current).hasSameBytes(as: clientID)
+            if inFlight.contains(entry.record) || (index > 0 && (bytes > bodyBudget || mixesSent || otherClientID)) {
+                return Array(pending[..<index])
+            }
+            sentBefore[entry.record] = (sentBefore[entry.record] ?? false) || entry.sent
+        }
+        return pending
+    }
+
+    /// Folds `entries` into one mutation per record, its latest state carried by its latest
+    /// entry's id, into `batch`: a record created and deleted before the server saw it is
+    /// `unsent`, a mutation the protocol cannot carry is `refused`. Returns the entries each
+    /// kept entry stands for besides its own.
+    private func coalesce(_ entries: [OutboxTable.Entry], into batch: inout OutboxBatch, db: Database) throws -> [(kept: Int64, folded: [Int64])] {
+        var latest: [RecordRef: OutboxTable.Entry] = [:]
+        var ids: [RecordRef: [Int64]] = [:]
+        // What the record was before the first change the batch folds: what its change started from.
+        var bases: [RecordRef: String] = [:]
+        for entry in entries {
+            latest[entry.record] = entry
+            if ids[entry.record] == nil, let base = entry.base { bases[entry.record] = base }
+            ids[entry.record, default: []].append(entry.id)
+        }
+        var coalesced: [(kept: Int64, folded: [Int64])] = []
+        // The version the server last gave a record: a delete needs it (none means the
+        // server never saw the record) and so does an upsert that detects conflicts.
+        let versioned = latest.filter { record, entry in entry.op == .delete || store.table(forEntity: record.entity)?.detectsConflicts == true }
+        let versions = try KnownVersions.of(versioned.keys, db: db)
+        for (record, entry) in latest {
+            let detectsConflicts = store.table(forEntity: record.entity)?.detectsConflicts == true
+            let version = versions[record]
+            let folding = ids[record] ?? []
+            if entry.op == .delete, version == nil {
+                // Created and deleted before the server saw it: nothing to send.
+                batch.unsent += folding
+                continue
+            }
+            var mutation = OutgoingMutation(id: entry.id, entity: record.entity, entityID: record.entityID, op: entry.op)
+            mutation.changedAt = OutgoingMutation.milliseconds(entry.changedAt)
+            mutation.space = entry.space
+            mutation.spaceIncarnation = entry.spaceIncarnation
+            if detectsConflicts { mutation.baseText = bases[record] }
+            if entry.op == .upsert {
+                mutation.dataText = entry.data
+                mutation.naturalKey = entry.naturalKey
+            }
+            // A delete is checked too: a stale delete must not silently beat another device's edit.
+            if detectsConflicts { mutation.baseVersion = version ?? 0 }
+            if let problem = mutation.problem() {
+                batch.refused.append(RefusedMutation(id: mutation.id, entries: folding, reason: problem))
+                continue
+            }
+            batch.mutations.append(mutation)
+            if !entry.sent { batch.firstSent.insert(mutation.id) }
+            // The entries coalesced into the mutation are folded into its own: from now on
+            // one entry stands for what was sent, so a resend is the same mutation.
+            batch.entries[mutation.id] = [mutation.id]
+            let folded = folding.filter { $0 != mutation.id }
+            batch.unsent += folded
+            if !folded.isEmpty { coalesced.append((mutation.id, folded)) }
+        }
+        batch.mutations.sort { $0.id < $1.id }
+        return coalesced
+    }
+
+    /// Writes down that `batch` is taken: each kept entry stands for its folded ones (which go,
+    /// with the unsent), refused entries become dead letters, the rest are in flight.
+    private static func take(_ batch: OutboxBatch, coalesced: [(kept: Int64, folded: [Int64])], db: Database) throws {
+        for (kept, folded) in coalesced { try OutboxTable.fold(folded, into: kept, db: db) }
+        if !batch.unsent.isEmpty { try OutboxTable.delete(batch.unsent, db: db) }
+        for refused in batch.refused {
+            try OutboxTable.deadLetter(refused.entries, reason: refused.reason, db: db)
+        }
+        let sent = batch.entries.values.flatMap { $0 }
+        if !sent.isEmpty { try OutboxTable.markInFlight(sent, clientID: batch.clientID, db: db) }
     }
 
     /// Puts a batch's entries back to pending, to be taken again (after a 413, or when sync stops).
@@ -204,8 +183,7 @@ struct Outbox: Sendable {
         guard !ids.isEmpty else { return }
         try await store.database.write { db in
             try lease.confirm(db)
-            try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ? WHERE state = ? AND \(Self.idIn)")
-                .execute(arguments: [OutboxState.pending.rawValue, OutboxState.inFlight.rawValue, Self.idList(ids)])
+            try OutboxTable.release(ids, db: db)
         }
     }
 
@@ -213,32 +191,8 @@ struct Outbox: Sendable {
     func deadLetter(_ batch: OutboxBatch, reason: String) async throws {
         try await store.database.write { db in
             try lease.confirm(db)
-            try Self.deadLetter(batch.entries.values.flatMap { $0 }, reason: reason, db: db)
+            try OutboxTable.deadLetter(batch.entries.values.flatMap { $0 }, reason: reason, db: db)
         }
-    }
-
-    /// Sets `entries` aside with `reason`. A record keeps one dead letter, its newest change:
-    /// the dead letters of its earlier changes go (101 autosaves of a document too large to
-    /// send were 101 dead letters; retrying the old ones would only undo the newest).
-    private static func deadLetter(_ entries: [Int64], reason: String, db: Database) throws {
-        // The entries of one mutation are one record's edits, the newest carrying its state:
-        // that one is kept, the ones folded into it go.
-        guard let newest = entries.max() else { return }
-        if entries.count > 1 {
-            try remove(where: "\(idIn) AND id != ?", arguments: [idList(entries), newest], db: db)
-        }
-        let ids = idList([newest])
-        try remove(
-            where: """
-                state = \(OutboxState.deadLettered.rawValue) AND id < (SELECT min(value) FROM json_each(?1))
-                AND (entity, entity_id) IN (SELECT entity, entity_id FROM ferry_outbox WHERE id IN (SELECT value FROM json_each(?1)))
-                AND entity_id IN (SELECT entity_id FROM ferry_outbox WHERE id IN (SELECT value FROM json_each(?1)))
-                """,
-            arguments: [ids],
-            db: db
-        )
-        try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, error = ? WHERE \(idIn)")
-            .execute(arguments: [OutboxState.deadLettered.rawValue, reason, ids])
     }
 
     /// Applies the server's results in one transaction: acknowledged entries leave the
@@ -303,7 +257,7 @@ struct Outbox: Sendable {
                         if let current { serverStates.append(ServerState(record: step.serverRecord, state: current, space: mutation.space)) }
                         finished += step.entries
                     case .deadLetter(let reason, let code, let current):
-                        try Self.deadLetter(step.entries, reason: reason, db: db)
+                        try OutboxTable.deadLetter(step.entries, reason: reason, db: db)
                         // A refused change of a record the user may still read: the dead letter holds
                         // what was attempted, and the row shows what the server holds again.
                         if let current {
@@ -323,15 +277,14 @@ struct Outbox: Sendable {
                     let superseded = try Self.superseded(resending: plan, db: db)
                     finished += superseded
                     notOurs.removeAll { superseded.contains($0) }
-                    try db.cachedStatement(sql: "UPDATE ferry_outbox SET state = ?, sent = NULL, sent_as = NULL WHERE \(Self.idIn)")
-                        .execute(arguments: [OutboxState.pending.rawValue, Self.idList(notOurs)])
+                    try OutboxTable.returnToQueue(notOurs, db: db)
                     outcome.returnedToQueue = notOurs.count
                 }
-                try rekeyQueuedEntries(rekeys, db: db)
+                try OutboxTable.rekeyQueuedEntries(rekeys, db: db)
                 for record in absorbed {  // queued after the re-keying, which would move them to the holder
-                    try Self.queue(entity: record.entity, entityID: record.entityID, op: .delete, data: nil, naturalKey: nil, db: db)
+                    try OutboxTable.insert(entity: record.entity, entityID: record.entityID, op: .delete, data: nil, naturalKey: nil, db: db)
                 }
-                try Self.finish(finished, db: db)
+                try OutboxTable.finish(finished, db: db)
                 try adopt(serverStates, versions: &versions, db: db)
             }
             try versions.save(db: db)
@@ -358,7 +311,7 @@ struct Outbox: Sendable {
                 // leaves them out (`Puller`). Only these ids, never a ceiling: a copy of this
                 // store elsewhere may write under the same client id with ids in between.
                 try db.cachedStatement(sql: "INSERT OR IGNORE INTO ferry_answered (id) SELECT value FROM json_each(?)")
-                    .execute(arguments: [Self.idList(written)])
+                    .execute(arguments: [OutboxTable.idList(written)])
             }
             return outcome
         }
@@ -373,7 +326,7 @@ struct Outbox: Sendable {
     private static func superseded(resending plan: AnswerPlan, db: Database) throws -> Set<Int64> {
         let resent = plan.steps.filter { $0.decision == .resend }
         let records = resent.map { RecordRef(entity: $0.mutation.entity, entityID: $0.mutation.entityID) }
-        let queued = try queuedEntries(of: records, db: db)
+        let queued = try OutboxTable.queuedEntries(of: records, db: db)
         let lastWritten = plan.lastWritten
         var superseded: Set<Int64> = []
         for (step, record) in zip(resent, records) {
@@ -383,24 +336,6 @@ struct Outbox: Sendable {
             if writtenLater || queuedLater { superseded.formUnion(entries) }
         }
         return superseded
-    }
-
-    /// Removes answered entries, and the dead letters their answers supersede: retried, such a
-    /// dead letter would put older data over newer. Found from the answered entries by record
-    /// (an index), never by scanning the queue for dead letters.
-    private static func finish(_ entries: [Int64], db: Database) throws {
-        guard !entries.isEmpty else { return }
-        try remove(
-            where: """
-                id IN (SELECT dead.id FROM json_each(?) AS answered
-                    JOIN ferry_outbox AS done ON done.id = answered.value
-                    JOIN ferry_outbox AS dead ON dead.entity_id = done.entity_id AND dead.entity = done.entity
-                        AND dead.id < done.id AND dead.state = \(OutboxState.deadLettered.rawValue))
-                """,
-            arguments: [idList(entries)],
-            db: db
-        )
-        try remove(where: idIn, arguments: [idList(entries)], db: db)
     }
 
     /// Why `result` shows that another store holds the batch's client id, or `nil`: a mutation
@@ -427,27 +362,6 @@ struct Outbox: Sendable {
             return false
         }
         return state.data == sent
-    }
-
-    /// Adds a change to the queue, as capture would.
-    static func queue(
-        entity: String,
-        entityID: String,
-        op: MutationOp,
-        data: String?,
-        naturalKey: String?,
-        queuedAt: Double? = nil,
-        space: String? = nil,
-        spaceIncarnation: String? = nil,
-        db: Database
-    ) throws {
-        try db.cachedStatement(
-            sql: """
-                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation)
-                VALUES (?, ?, ?, ?, ?, coalesce(?, \(OutboxState.nowSQL)), ?, ?)
-                """
-        )
-        .execute(arguments: [entity, entityID, op.rawValue, data, naturalKey, queuedAt, space, spaceIncarnation])
     }
 
     /// Whether the server refused `mutation` for its space (`code`) in a space this store does not
@@ -491,7 +405,7 @@ struct Outbox: Sendable {
                         entityID: server.record.entityID,
                         data: server.state.data ?? [:],
                         naturalKey: server.state.naturalKey,
-                        space: .some(server.space),
+                        placement: SpacePlacement(server: server.space),
                         db: db
                     )
                 } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
@@ -508,53 +422,6 @@ struct Outbox: Sendable {
 
     /// Which of `records` have local changes waiting to be sent.
     static func queuedRecords(among records: [RecordRef], db: Database) throws -> Set<RecordRef> {
-        Set(try queuedEntries(of: records, db: db).keys)
-    }
-
-    /// The ids of the entries of `records` waiting to be sent, found through the outbox's index
-    /// by record (`ferry-v6`).
-    static func queuedEntries(of records: [RecordRef], db: Database) throws -> [RecordRef: [Int64]] {
-        guard !records.isEmpty else { return [:] }
-        let wanted = Set(records)
-        let rows = try Row.fetchCursor(
-            db.cachedStatement(sql: queuedEntriesSQL),
-            arguments: [String(decoding: try JSONEncoder().encode(records.map(\.entityID)), as: UTF8.self)]
-        )
-        var queued: [RecordRef: [Int64]] = [:]
-        while let row = try rows.next() {
-            let record = RecordRef(entity: row[0], entityID: row[1])
-            if wanted.contains(record) { queued[record, default: []].append(row[2]) }
-        }
-        return queued
-    }
-
-    /// Selects the queued entries whose ids are in a JSON array (`OutboxCostTests` checks its plan).
-    static let queuedEntriesSQL =
-        "SELECT entity, entity_id, id FROM ferry_outbox WHERE \(OutboxState.queuedCondition) AND entity_id IN (SELECT value FROM json_each(?))"
-
-    /// Deletes the entries matching `condition` (acknowledged or discarded ones).
-    ///
-    /// SQLite gives a new entry the highest id plus one, so deleting the entry with the highest
-    /// id would hand that id, which the server has already seen, to the next change, and the
-    /// server would answer it `duplicate` without applying it. The high-water mark row then
-    /// takes that id.
-    ///
-    /// Finding that row scans the table (it has no index on `state`), so it is looked for only
-    /// when the highest id went: a drain acknowledges the oldest entries, and a scan per batch
-    /// made draining a million entries cost the square of their count.
-    static func remove(where condition: String, arguments: StatementArguments = [], db: Database) throws {
-        let highest = try db.cachedStatement(sql: "SELECT max(id) FROM ferry_outbox")
-        let top = try Int64.fetchOne(highest) ?? 0
-        try db.cachedStatement(sql: "DELETE FROM ferry_outbox WHERE \(condition)").execute(arguments: arguments)
-        guard try Int64.fetchOne(highest) ?? 0 < top else { return }
-        try db.cachedStatement(sql: "UPDATE ferry_outbox SET id = ? WHERE state = ?").execute(arguments: [top, OutboxState.highWaterMark.rawValue])
-    }
-
-    /// `id IN` the JSON array of `idList`, one argument: the statement is the same for every
-    /// batch, so it is prepared once (a list of 500 literal ids took as long to parse as to run).
-    static let idIn = "id IN (SELECT value FROM json_each(?))"
-
-    static func idList(_ ids: [Int64]) -> String {
-        "[" + ids.map(String.init).joined(separator: ",") + "]"
+        Set(try OutboxTable.queuedEntries(of: records, db: db).keys)
     }
 }

@@ -120,12 +120,7 @@ public struct QueueSnapshot: Sendable, Equatable {
                     holderIsRunning: SyncLease.processExists(row[1])
                 )
             } : nil
-        let deadLetters = try Row.fetchAll(
-            db,
-            sql: "SELECT id, entity, entity_id, op, error FROM ferry_outbox WHERE state = ? ORDER BY id",
-            arguments: [OutboxState.deadLettered.rawValue]
-        )
-        .map { DeadLetter(id: $0[0], entity: $0[1], entityID: $0[2], op: MutationOp(rawValue: $0[3]) ?? .upsert, reason: $0[4] ?? "") }
+        let deadLetters = try OutboxTable.deadLetters(db)
         let setAside =
             try db.tableExists("ferry_set_aside")
             ? try Row.fetchAll(db, sql: "SELECT entity, entity_id, version, error FROM ferry_set_aside ORDER BY at").map {

@@ -14,7 +14,7 @@ enum OtherProcessWrites {
         clock: any Clock<Duration>,
         changed: @escaping @Sendable () async -> Void
     ) async {
-        let highest = { try? await store.database.read { db in try Int64.fetchOne(db, sql: "SELECT max(id) FROM ferry_outbox") } }
+        let highest = { try? await store.database.read(OutboxTable.newest) }
         var queued = own.queuedTransactions
         var last = await highest()
         while true {

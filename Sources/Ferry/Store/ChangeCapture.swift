@@ -30,12 +30,12 @@ enum ChangeCapture {
                 BEGIN \(sql.upsert("NEW")) END;
                 CREATE TRIGGER \("ferry_capture_\(name)_update".quotedDatabaseIdentifier) AFTER UPDATE ON \(quoted) WHEN \(capturing)
                 BEGIN
-                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at, space, space_incarnation) SELECT \(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL), \(sql.space("OLD")), \(sql.incarnation("OLD")) WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"));
+                    \(sql.delete("OLD", tail: " WHERE OLD.\(sql.pk) IS NOT NEW.\(sql.pk) OR \(sql.entity("OLD")) IS NOT \(sql.entity("NEW"))"));
                     \(sql.upsert("NEW", base: table.detectsConflicts ? "OLD" : nil))
                 END;
                 CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
                 BEGIN
-                    INSERT INTO ferry_outbox (entity, entity_id, op, queued_at, space, space_incarnation) VALUES (\(sql.entity("OLD")), OLD.\(sql.pk), 'delete', \(OutboxState.nowSQL), \(sql.space("OLD")), \(sql.incarnation("OLD")));
+                    \(sql.delete("OLD"));
                     DELETE FROM ferry_extras WHERE entity = \(sql.entity("OLD")) AND entity_id = OLD.\(sql.pk);
                 END;
                 """
@@ -95,9 +95,7 @@ enum ChangeCapture {
         let sql = try Expressions(table: table, db: db)
         try db.execute(
             sql: """
-                INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation)
-                SELECT \(sql.entity("NEW")), NEW.\(sql.pk), 'upsert', \(sql.data("NEW")), \(sql.naturalKey("NEW")), \(OutboxState.nowSQL), \(sql.space("NEW")), \(sql.incarnation("NEW"))
-                FROM \(table.table.quotedDatabaseIdentifier) AS NEW\(condition.map { " WHERE \($0)" } ?? "")
+                \(sql.upsert("NEW", tail: " FROM \(table.table.quotedDatabaseIdentifier) AS NEW\(condition.map { " WHERE \($0)" } ?? "")"))
                 """,
             arguments: arguments
         )
@@ -222,10 +220,31 @@ private struct Expressions {
 
     /// The outbox entry of an upsert of `row`; with `base` (an update's `OLD`), the row as it
     /// was before, for a conflict policy (only where the id stays: a changed id is a new record).
-    func upsert(_ row: String, base: String? = nil) -> String {
+    func upsert(_ row: String, base: String? = nil, tail: String = "") -> String {
         let before = base.map { "CASE WHEN \($0).\(pk) IS \(row).\(pk) THEN \(data($0)) END" } ?? "NULL"
-        return
-            "INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation, base) VALUES (\(entity(row)), \(row).\(pk), 'upsert', \(data(row)), \(naturalKey(row)), \(OutboxState.nowSQL), \(space(row)), \(incarnation(row)), \(before));"
+        return OutboxTable.captureSQL(
+            entity: entity(row),
+            entityID: "\(row).\(pk)",
+            op: .upsert,
+            data: data(row),
+            naturalKey: naturalKey(row),
+            space: space(row),
+            incarnation: incarnation(row),
+            base: before,
+            tail: tail
+        ) + ";"
+    }
+
+    /// The outbox entry of a delete of `row`.
+    func delete(_ row: String, tail: String = "") -> String {
+        OutboxTable.captureSQL(
+            entity: entity(row),
+            entityID: "\(row).\(pk)",
+            op: .delete,
+            space: space(row),
+            incarnation: incarnation(row),
+            tail: tail
+        )
     }
 }
 

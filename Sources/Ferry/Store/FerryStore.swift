@@ -366,12 +366,15 @@ public final class FerryStore: Sendable {
             {
                 throw FerryError.readOnlySpace(SpaceGuard.message(space: space, role: role))
             }
-            try db.execute(
-                sql: """
-                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, space, space_incarnation)
-                    VALUES (?1, ?2, ?3, ?4, ?5, \(OutboxState.nowSQL), ?6, (SELECT incarnation FROM ferry_space_incarnations WHERE space = ?6))
-                    """,
-                arguments: [entity, entityID, op.rawValue, text, naturalKey, space]
+            try OutboxTable.insert(
+                entity: entity,
+                entityID: entityID,
+                op: op,
+                data: text,
+                naturalKey: naturalKey,
+                space: space,
+                spaceIncarnation: try space.flatMap { try SpaceMemberships.lastIncarnation(of: $0, db: db) },
+                db: db
             )
         }
     }
@@ -421,19 +424,4 @@ public final class FerryStore: Sendable {
             throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed", underlying: error)
         }
     }
-}
-
-/// States of an outbox entry.
-enum OutboxState: Int {
-    case pending = 0
-    case inFlight = 1
-    case deadLettered = 2
-    /// The one row that is not a change: it holds the highest id ever sent once that
-    /// entry is gone, so SQLite's next id (the highest plus one) never reuses a sent id.
-    case highWaterMark = 3
-
-    /// SQL for entries still to be acknowledged by the server.
-    static let queuedCondition = "state IN (\(pending.rawValue), \(inFlight.rawValue))"
-    /// SQL for the time now in seconds since 1970 (to the millisecond), as `queued_at` holds it.
-    static let nowSQL = "((julianday('now') - 2440587.5) * 86400.0)"
 }

@@ -96,7 +96,7 @@ extension ForeignKeyChildren {
         /// Deletes the referencing rows, and queues the deletes of the synced ones: their parent is gone.
         func delete(referencing parentID: String, db: Database) throws {
             for (table, ids) in uploads {
-                for id in ids { try Outbox.queue(entity: table.entity, entityID: id, op: .delete, data: nil, naturalKey: nil, db: db) }
+                for id in ids { try OutboxTable.insert(entity: table.entity, entityID: id, op: .delete, data: nil, naturalKey: nil, db: db) }
             }
             for reference in references {
                 try db.execute(

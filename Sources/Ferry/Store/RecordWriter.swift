@@ -22,28 +22,35 @@ struct RecordWriter {
 
     /// Upserts the row with `data`, or deletes it when `data` is `nil`. Entities without a
     /// synced table (explicitly enqueued changes) have no row to write.
-    /// A table whose rows name their space (`SyncedTable.Space.column`) gets `space` in that
-    /// column; without one (`nil`, not `.some(nil)`: the personal space) a row keeps its space.
+    /// A table whose rows name their space (`SyncedTable.Space.column`) gets a stated
+    /// `placement`'s space in that column; an unstated one leaves the row its space.
     ///
-    /// With a `space`, the record is the server's and may only touch a row of that space: a
+    /// With a stated `placement`, the record is the server's and may only touch a row of that space: a
     /// table placed elsewhere, or a row of the same id in another space (the user's own, say,
     /// when someone who shares a space with them picked that id), refuses it as a constraint
     /// would (`PulledRecords` sets it aside with the reason); a delete leaves such a row alone.
-    mutating func write(entity: String, entityID: String, data: JSONObject?, naturalKey: String?, space: String?? = nil, db: Database) throws {
+    mutating func write(
+        entity: String,
+        entityID: String,
+        data: JSONObject?,
+        naturalKey: String?,
+        placement: SpacePlacement = .unstated,
+        db: Database
+    ) throws {
         guard let table = store.table(forEntity: entity) else { return }
-        if case .some(let space) = space, !table.holds(space: space) {
+        if placement.isStated, !table.holds(space: placement.space) {
             throw DatabaseError(
                 resultCode: .SQLITE_CONSTRAINT,
-                message: "table \(table.table) holds no record of \(space.map { "space '\($0)'" } ?? "the personal space")"
+                message: "table \(table.table) holds no record of \(placement.name)"
             )
         }
         guard let data else {
             try keepExtras([:], entity: entity, entityID: entityID, db: db)
             var row = table.rowCondition(entity: entity, entityID: entityID)
             var arguments = StatementArguments(row.arguments)
-            if let column = table.spaceColumn, case .some(let space) = space {
+            if let column = table.spaceColumn, placement.isStated {
                 row.sql += " AND \(column.quotedDatabaseIdentifier) IS ?"
-                arguments += [space]
+                arguments += [placement.space]
             }
             try db.cachedStatement(sql: "DELETE FROM \(table.table.quotedDatabaseIdentifier) WHERE \(row.sql)").execute(arguments: arguments)
             return
@@ -58,9 +65,9 @@ struct RecordWriter {
             columns.append(column)
             values.append(naturalKey)
         }
-        if let column = table.spaceColumn, case .some(let space) = space {
+        if let column = table.spaceColumn, placement.isStated {
             columns.append(column)
-            values.append(space)
+            values.append(placement.space)
         }
         switch table.layout {
         case .document(let column):
@@ -84,10 +91,10 @@ struct RecordWriter {
             case .columns: try dataColumns(of: table, db: db)
             }
         try upsert(into: table, columns: columns, writing: written, db: db).execute(arguments: StatementArguments(values))
-        if table.spaceColumn != nil, case .some(let space) = space, db.changesCount == 0 {
+        if table.spaceColumn != nil, placement.isStated, db.changesCount == 0 {
             throw DatabaseError(
                 resultCode: .SQLITE_CONSTRAINT,
-                message: "\(entity)/\(entityID) of \(space.map { "space '\($0)'" } ?? "the personal space") has the id of a row of another space here"
+                message: "\(entity)/\(entityID) of \(placement.name) has the id of a row of another space here"
             )
         }
     }

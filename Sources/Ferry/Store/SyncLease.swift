@@ -46,10 +46,7 @@ struct SyncLease: Sendable {
                 sql: "INSERT OR REPLACE INTO ferry_lease (id, holder, pid, expires_at) VALUES (1, ?, ?, ?)",
                 arguments: [holder, ProcessInfo.processInfo.processIdentifier, now + duration]
             )
-            try db.execute(
-                sql: "UPDATE ferry_outbox SET state = ? WHERE state = ?",
-                arguments: [OutboxState.pending.rawValue, OutboxState.inFlight.rawValue]
-            )
+            try OutboxTable.releaseAll(db)
             return nil
         }
     }

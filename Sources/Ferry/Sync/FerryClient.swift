@@ -413,22 +413,7 @@ public actor FerryClient {
 
     /// Every dead-lettered outbox entry, oldest first. Throws the database's error if the store cannot be read.
     public func deadLetters() async throws -> [DeadLetter] {
-        try await store.database.read { db in
-            try Row.fetchAll(
-                db,
-                sql: "SELECT id, entity, entity_id, op, error FROM ferry_outbox WHERE state = ? ORDER BY id",
-                arguments: [OutboxState.deadLettered.rawValue]
-            )
-            .map {
-                DeadLetter(
-                    id: $0["id"],
-                    entity: $0["entity"],
-                    entityID: $0["entity_id"],
-                    op: MutationOp(rawValue: $0["op"]) ?? .upsert,
-                    reason: $0["error"] ?? ""
-                )
-            }
-        }
+        try await store.database.read(OutboxTable.deadLetters)
     }
 
     /// Queues dead-lettered changes again, as new entries at the end of the queue (new ids:
@@ -446,41 +431,23 @@ public actor FerryClient {
     /// space comes back whole), and once the server takes the change the store holds it.
     @discardableResult
     public func retryDeadLetters() async throws -> Int {
-        let dead = OutboxState.deadLettered.rawValue
         let queued = try await store.database.write { [store] db in
-            try db.execute(
-                sql: """
-                    DELETE FROM ferry_outbox AS d WHERE d.state = ? AND EXISTS (
-                        SELECT 1 FROM ferry_outbox AS later WHERE later.entity = d.entity AND later.entity_id = d.entity_id
-                        AND later.id > d.id AND later.\(OutboxState.queuedCondition))
-                    """,
-                arguments: [dead]
-            )
             var writer = RecordWriter(store: store)
-            try FerryStore.withoutCapture(db) {
-                for row in try Row.fetchAll(
-                    db,
-                    sql: "SELECT entity, entity_id, op, data, natural_key, space FROM ferry_outbox WHERE state = ? ORDER BY id",
-                    arguments: [dead]
-                ) {
+            return try FerryStore.withoutCapture(db) {
+                try OutboxTable.requeueDeadLetters(db) { dead in
                     let data: JSONObject? =
-                        MutationOp(rawValue: row[2]) == .delete
-                        ? nil : (try? JSONDecoder().decode(JSONObject.self, from: Data(((row[3] as String?) ?? "{}").utf8))) ?? [:]
+                        dead.op == .delete ? nil : (try? JSONDecoder().decode(JSONObject.self, from: Data((dead.data ?? "{}").utf8))) ?? [:]
                     // A row the schema refuses now (another space's row holds its id) keeps what it shows.
-                    try? writer.write(entity: row[0], entityID: row[1], data: data, naturalKey: row[4], space: .some(row[5]), db: db)
+                    try? writer.write(
+                        entity: dead.record.entity,
+                        entityID: dead.record.entityID,
+                        data: data,
+                        naturalKey: dead.naturalKey,
+                        placement: SpacePlacement(server: dead.space),
+                        db: db
+                    )
                 }
             }
-            try db.execute(
-                sql: """
-                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, changed_at, space, space_incarnation)
-                    SELECT entity, entity_id, op, data, natural_key, queued_at, changed_at, space, space_incarnation FROM ferry_outbox
-                    WHERE state = ? ORDER BY id
-                    """,
-                arguments: [dead]
-            )
-            let queued = db.changesCount
-            try db.execute(sql: "DELETE FROM ferry_outbox WHERE state = ?", arguments: [dead])
-            return queued
         }
         await journal.record(
             JournalEvent(kind: .deadLettersRetried, message: "\(queued) dead-lettered changes queued again", details: ["count": "\(queued)"])
@@ -495,9 +462,7 @@ public actor FerryClient {
     @discardableResult
     public func discardDeadLetters() async throws -> Int {
         let discarded = try await store.database.write { db in
-            let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM ferry_outbox WHERE state = \(OutboxState.deadLettered.rawValue)") ?? 0
-            try Outbox.remove(where: "state = \(OutboxState.deadLettered.rawValue)", db: db)
-            return count
+            try OutboxTable.discardDeadLetters(db)
         }
         await journal.record(
             JournalEvent(kind: .deadLettersDiscarded, message: "\(discarded) dead-lettered changes discarded", details: ["count": "\(discarded)"])

@@ -74,7 +74,7 @@ struct PulledRecords {
             entityID: record.ref.entityID,
             data: record.data,
             naturalKey: record.naturalKey,
-            space: .some(record.space),
+            placement: SpacePlacement(server: record.space),
             db: db
         )
     }

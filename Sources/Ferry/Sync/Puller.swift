@@ -201,7 +201,7 @@ struct Puller: Sendable {
             try lease.confirm(db)
             // Spaces revoked leave the store first: a space revoked and granted again comes back whole in this page or the next.
             let spaces = try SpaceMemberships.apply(page, store: store, db: db)
-            try SpaceMemberships.noteJoins(page.changes, db: db)
+            try SpaceJoins.noteJoins(page.changes, db: db)
             var writer = RecordWriter(store: store)
             let records = page.changes.map { RecordRef(entity: $0.entity, entityID: $0.entityID) }
             // From scratch, every record is taken as sent, whatever version this store knew: a
@@ -298,12 +298,7 @@ struct Puller: Sendable {
                     """
             ).map { RecordRef(entity: $0[0], entityID: $0[1]) }
             // Changes queued, in flight or set aside as dead letters: the record stays with them.
-            let queued = Set(
-                try Row.fetchAll(
-                    db,
-                    sql: "SELECT DISTINCT entity, entity_id FROM ferry_outbox WHERE state != \(OutboxState.highWaterMark.rawValue)"
-                ).map { RecordRef(entity: $0[0], entityID: $0[1]) }
-            )
+            let queued = try OutboxTable.recordsWithChanges(db)
             let gone = unseen.filter { !queued.contains($0) }
             var writer = RecordWriter(store: store)
             _ = try FerryStore.withoutCapture(db) { try writer.remove(try RecordWriter.Selection.records(gone, in: store), db: db) }
@@ -331,13 +326,13 @@ struct Puller: Sendable {
         )
     }
 
-    /// Ends the joins of spaces this store held rows of, once the pull is caught up (`SpaceMemberships.finishJoins`).
+    /// Ends the joins of spaces this store held rows of, once the pull is caught up (`SpaceJoins.finishJoins`).
     private func finishJoins() async throws {
         let joining = try await store.database.read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_joins)") }
         guard joining == true else { return }
         let removed = try await store.database.write { [store, lease] db in
             try lease.confirm(db)
-            return try SpaceMemberships.finishJoins(store: store, db: db)
+            return try SpaceJoins.finishJoins(store: store, db: db)
         }
         guard removed > 0 else { return }
         await connection.journal.record(

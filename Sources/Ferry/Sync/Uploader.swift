@@ -17,83 +17,57 @@ struct Uploader: Sendable {
     let conflictPolicy: ConflictPolicy
     let maximumBatchSize: Int
 
+    /// Where a drain stands: what it did, its batch size, and what its progress counted.
+    private struct Progress {
+        var summary = UploadSummary()
+        var batchSize: Int
+        /// The changes to send, grown by those queued during the drain.
+        var total: Int
+        /// The newest entry `total` counts.
+        var counted: Int64
+        var journaledTenth = -1
+    }
+
+    /// A batch's answer and the batch read after it, when both came while the batch before was applied.
+    private typealias Answered = (response: TransportResponse, next: OutboxBatch?)
+
     /// Uploads everything pending; returns what happened.
     func drain() async throws -> UploadSummary {
-        var summary = UploadSummary()
-        var batchSize = maximumBatchSize
         let commits = outbox.store.outboxCommits.count
-        var total = try await Outbox.counts(in: outbox.store).pending
-        var counted = try await Outbox.newestEntry(in: outbox.store)
-        await status.update(asOfCommit: commits) {
+        var progress = Progress(
+            batchSize: maximumBatchSize,
+            total: try await Outbox.counts(in: outbox.store).pending,
+            counted: try await Outbox.newestEntry(in: outbox.store)
+        )
+        await status.update(asOfCommit: commits) { [total = progress.total] in
             if total > 0 { $0.phase = .uploading(done: 0, total: total) }  // "Synced 0 of 0" would say nothing true
             $0.pending = total
         }
-        var journaledTenth = -1
-        await journalProgress(done: 0, total: total, journaledTenth: &journaledTenth)
-        var current = try await read(limit: batchSize, into: &summary)
-        // `current`'s answer and the batch after it, when both came while the batch before was applied.
-        var ahead: (response: TransportResponse, next: OutboxBatch?)?
+        await journalProgress(done: 0, total: progress.total, journaledTenth: &progress.journaledTenth)
+        var current = try await read(limit: progress.batchSize, into: &progress.summary)
+        var ahead: Answered?
         while let batch = current {
-            let (response, next) = if let ahead { ahead } else { try await sendReadingAhead(batch, limit: batchSize, into: &summary) }
+            let (response, next) =
+                if let ahead { ahead } else { try await sendReadingAhead(batch, limit: progress.batchSize, into: &progress.summary) }
             ahead = nil
-            summary.requests += 1
-            // Refused whole: a 413, or a 400 in the protocol's own words (one from a proxy or a
-            // firewall may pass, so it is retried like any failure).
-            let refusedWhole =
-                response.status == 413
-                || (response.status == 400 && (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body))?.code == .badRequest)
-            switch response.status {
-            case 200:
-                let push: PushResponse
-                do {
-                    push = try PushResponse.decode(from: response.body)
-                } catch {
-                    await returnToQueue(batch, next)
-                    throw FerryError.protocolViolation("push response is not valid: \(error)", underlying: error)
-                }
+            progress.summary.requests += 1
+            switch PushVerdict(response, mutations: batch.mutations.count) {
+            case .answered(let push):
                 // Back to full size in a few steps after the batch was split.
-                batchSize = min(maximumBatchSize, batchSize * 2)
-                if let next, next.isIndependent(of: batch, results: push.results) {
-                    async let nextResponse = send(next)
-                    let local = await attempt { (try await apply(push, to: batch), try await read(limit: batchSize, while: next)) }
-                    let answer: Result<TransportResponse, any Error>
-                    do { answer = .success(try await nextResponse) } catch { answer = .failure(error) }
-                    switch (local, answer) {
-                    case (.success(let (outcome, following)), .success(let response)):
-                        await record(outcome, push: push, into: &summary)
-                        await count(following, into: &summary)
-                        ahead = (response, following.batch)
-                        current = next
-                    case (.success(let (_, following)), .failure(let error)):
-                        await returnToQueue(following.batch)
-                        throw error
-                    case (.failure(let error), _):
-                        await returnToQueue(next)
-                        throw error
-                    }
-                } else {
-                    if let next { try await outbox.release(next) }
-                    try await record(apply(push, to: batch), push: push, into: &summary)
-                    current = try await read(limit: batchSize, into: &summary)
-                }
-                try await report(summary, total: &total, counted: &counted, journaledTenth: &journaledTenth)
-            case 408 where batch.mutations.count > 1:
-                // The body did not arrive within the server's body timeout: a slow link. Smaller
-                // batches take less time each; nothing was applied.
-                if let next { try await outbox.release(next) }
-                try await outbox.release(batch)
-                batchSize = max(1, min(batchSize, batch.entryCount) / 2)
+                progress.batchSize = min(maximumBatchSize, progress.batchSize * 2)
+                (current, ahead) = try await apply(push, to: batch, next: next, progress: &progress)
+                try await report(&progress)
+            case .malformed(let error):
+                await returnToQueue(batch, next)
+                throw FerryError.protocolViolation("push response is not valid: \(error)", underlying: error)
+            case .halveForSlowLink(let message):
+                try await release(batch, next)
+                progress.batchSize = max(1, min(progress.batchSize, batch.entryCount) / 2)
                 await journal.record(
-                    JournalEvent(
-                        kind: .batchHalved,
-                        message: "push answered 408: \(SyncConnection.message(in: response)); batch size now \(batchSize)"
-                    )
+                    JournalEvent(kind: .batchHalved, message: "push answered 408: \(message); batch size now \(progress.batchSize)")
                 )
-                current = try await read(limit: batchSize, into: &summary)
-            case 408:
-                // One mutation too slow to send on this link now: it is not at fault, so it stays
-                // queued for a later run, never a dead letter, and the upload ends here (the ones
-                // behind it keep their order) so that the run's pull still brings others' changes.
+                current = try await read(limit: progress.batchSize, into: &progress.summary)
+            case .waitForNextRun:
                 await returnToQueue(batch, next)
                 await journal.record(
                     JournalEvent(
@@ -102,37 +76,79 @@ struct Uploader: Sendable {
                             + "it stays queued for the next run"
                     )
                 )
-                return summary
-            case _ where refusedWhole:
-                // Split the batch until the mutation at fault is alone, and dead-letter that one
-                // with the server's reason: one record the server cannot take must not hold
-                // back the others.
+                return progress.summary
+            case .refusedWhole(let reason):
                 if let next { try await outbox.release(next) }
-                let reason = "push answered \(response.status): \(SyncConnection.message(in: response))"
-                if batch.mutations.count > 1 {
-                    try await outbox.release(batch)
-                    batchSize = max(1, min(batchSize, batch.entryCount) / 2)
-                    await journal.record(JournalEvent(kind: .batchHalved, message: "\(reason); batch size now \(batchSize)"))
-                } else {
-                    try await outbox.deadLetter(batch, reason: reason)
-                    let entries = batch.entries.values.reduce(0) { $0 + $1.count }
-                    summary.deadLettered += entries
-                    await journal.record(
-                        JournalEvent(
-                            kind: .deadLettered,
-                            message: "mutation \(batch.mutations[0].id) refused: \(reason)",
-                            details: ["id": "\(batch.mutations[0].id)", "entries": "\(entries)"]
-                        )
-                    )
-                }
-                current = try await read(limit: batchSize, into: &summary)
-                try await report(summary, total: &total, counted: &counted, journaledTenth: &journaledTenth)
-            default:
+                try await refused(batch, reason: reason, progress: &progress)
+                current = try await read(limit: progress.batchSize, into: &progress.summary)
+                try await report(&progress)
+            case .failed(let message):
                 await returnToQueue(batch, next)
-                throw FerryError.protocolViolation("push answered \(response.status): \(SyncConnection.message(in: response))")
+                throw FerryError.protocolViolation(message)
             }
         }
-        return summary
+        return progress.summary
+    }
+
+    /// Applies `push` to `batch`. When `next`, read while `batch` was on the wire, touches none of
+    /// the answer's records, it is sent while the answer is applied and the batch after it is
+    /// read; otherwise it goes back to the queue and is read again. Returns the batch to send
+    /// next, and its answer if it came already.
+    private func apply(
+        _ push: PushResponse,
+        to batch: OutboxBatch,
+        next: OutboxBatch?,
+        progress: inout Progress
+    ) async throws -> (current: OutboxBatch?, ahead: Answered?) {
+        guard let next, next.isIndependent(of: batch, results: push.results) else {
+            if let next { try await outbox.release(next) }
+            try await record(apply(push, to: batch), push: push, into: &progress.summary)
+            return (try await read(limit: progress.batchSize, into: &progress.summary), nil)
+        }
+        async let nextResponse = send(next)
+        let limit = progress.batchSize
+        let local = await attempt { (try await apply(push, to: batch), try await read(limit: limit, while: next)) }
+        let answer: Result<TransportResponse, any Error>
+        do { answer = .success(try await nextResponse) } catch { answer = .failure(error) }
+        switch (local, answer) {
+        case (.success(let (outcome, following)), .success(let response)):
+            await record(outcome, push: push, into: &progress.summary)
+            await count(following, into: &progress.summary)
+            return (next, (response, following.batch))
+        case (.success(let (_, following)), .failure(let error)):
+            await returnToQueue(following.batch)
+            throw error
+        case (.failure(let error), _):
+            await returnToQueue(next)
+            throw error
+        }
+    }
+
+    /// A batch refused whole: split it until the mutation at fault is alone, and dead-letter
+    /// that one with the server's reason: one record the server cannot take must not hold back
+    /// the others.
+    private func refused(_ batch: OutboxBatch, reason: String, progress: inout Progress) async throws {
+        guard batch.mutations.count == 1 else {
+            try await outbox.release(batch)
+            progress.batchSize = max(1, min(progress.batchSize, batch.entryCount) / 2)
+            await journal.record(JournalEvent(kind: .batchHalved, message: "\(reason); batch size now \(progress.batchSize)"))
+            return
+        }
+        try await outbox.deadLetter(batch, reason: reason)
+        let entries = batch.entries.values.reduce(0) { $0 + $1.count }
+        progress.summary.deadLettered += entries
+        await journal.record(
+            JournalEvent(
+                kind: .deadLettered,
+                message: "mutation \(batch.mutations[0].id) refused: \(reason)",
+                details: ["id": "\(batch.mutations[0].id)", "entries": "\(entries)"]
+            )
+        )
+    }
+
+    /// Puts batches not sent back to pending.
+    private func release(_ batches: OutboxBatch?...) async throws {
+        for case let batch? in batches { try await outbox.release(batch) }
     }
 
     /// Sends `batch` and reads the batch after it while waiting for the answer.
@@ -283,18 +299,18 @@ struct Uploader: Sendable {
     /// the total as they come (the upload sends them too), counted among the entries after
     /// the newest one `counted` (a range of ids, not the whole queue), and `pending` stays the
     /// queue's count, not an estimate a moment later corrects.
-    private func report(_ summary: UploadSummary, total: inout Int, counted: inout Int64, journaledTenth: inout Int) async throws {
-        let done = summary.acknowledged + summary.deadLettered
+    private func report(_ progress: inout Progress) async throws {
+        let done = progress.summary.acknowledged + progress.summary.deadLettered
         let commits = outbox.store.outboxCommits.count
-        let (added, newest) = try await Outbox.queuedEntries(after: counted, in: outbox.store)
-        counted = newest
-        total = max(total + added, done)
-        let phase = SyncStatus.Phase.uploading(done: done, total: total)
-        await status.update(asOfCommit: commits) { [total] in
+        let (added, newest) = try await Outbox.queuedEntries(after: progress.counted, in: outbox.store)
+        progress.counted = newest
+        progress.total = max(progress.total + added, done)
+        let phase = SyncStatus.Phase.uploading(done: done, total: progress.total)
+        await status.update(asOfCommit: commits) { [total = progress.total] in
             $0.phase = phase
             $0.pending = total - done
         }
-        await journalProgress(done: done, total: total, journaledTenth: &journaledTenth)
+        await journalProgress(done: done, total: progress.total, journaledTenth: &progress.journaledTenth)
     }
 
     /// The journal gets the words the status shows at each tenth of the way, so a timeline

@@ -1,0 +1,81 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// What the store keeps of the user's spaces: the memberships a page brings, the incarnation
+/// of each space id it saw, and the joins and revocations they start.
+enum SpaceMemberships {
+    /// What a page changed: the spaces joined and what each revocation removed.
+    struct Changes: Sendable {
+        var joined: [Membership] = []
+        var roleChanged: [(membership: Membership, from: SpaceRole)] = []
+        var revoked: [(space: String, removed: Int, deadLettered: Int)] = []
+    }
+
+    /// The memberships the store last saw, sorted by space.
+    static func read(_ db: Database) throws -> [Membership] {
+        try Row.fetchAll(db, sql: "SELECT space, role, incarnation FROM ferry_spaces ORDER BY space").map {
+            Membership(space: $0[0], role: SpaceRole(rawValue: $0[1]) ?? .read, incarnation: $0[2])
+        }
+    }
+
+    /// Applies a page's `revoked` and `spaces`, before its changes, in its transaction: each
+    /// revoked space's rows leave the store without capture (with their versions, kept fields
+    /// and set-aside copies), and its changes still queued (not in flight: those get the
+    /// server's answer) become dead letters with the reason, never silently dropped. A space
+    /// the page names with another incarnation than the store's was deleted and created again
+    /// under its id: it is another space, so the old one is revoked and the new one joined, even
+    /// when the page's cursor did not name the old one. Then the memberships are the page's,
+    /// which the guard triggers read.
+    static func apply(_ page: PullResponse, store: FerryStore, db: Database) throws -> Changes {
+        var changes = Changes()
+        let before = Dictionary(try read(db).map { ($0.space, $0) }, uniquingKeysWith: { $1 })
+        var revoked = page.revoked
+        for membership in page.spaces ?? [] {
+            guard let known = before[membership.space]?.incarnation, let incarnation = membership.incarnation, known != incarnation,
+                !revoked.contains(membership.space)
+            else { continue }
+            revoked.append(membership.space)
+        }
+        for space in revoked {
+            changes.revoked.append(try SpaceRevocation.revoke(space, store: store, db: db))
+        }
+        // Left out: the memberships the cursor was read with, which the store keeps.
+        guard let spaces = page.spaces else { return changes }
+        try db.execute(sql: "DELETE FROM ferry_spaces")
+        let insert = try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_spaces (space, role, incarnation) VALUES (?, ?, ?)")
+        for membership in spaces {
+            try insert.execute(arguments: [membership.space, membership.role.rawValue, membership.incarnation])
+            try noteIncarnation(of: membership, db: db)
+            if let old = before[membership.space], !revoked.contains(membership.space), old.role != membership.role {
+                changes.roleChanged.append((membership, old.role))
+            }
+            if before[membership.space] == nil || revoked.contains(membership.space) {
+                changes.joined.append(membership)
+                // A join sends no tombstones: rows the store holds of the space already (written
+                // here before the join) are checked against what the join brings (`noteJoins`,
+                // `finishJoins`).
+                if try SpaceJoins.noteCandidates(of: membership.space, store: store, db: db) {
+                    try db.execute(sql: "INSERT OR IGNORE INTO ferry_joins (space) VALUES (?)", arguments: [membership.space])
+                }
+            }
+        }
+        // The guards name the read-only spaces in their messages.
+        if Dictionary(spaces.map { ($0.space, $0.role) }, uniquingKeysWith: { $1 }) != before.mapValues(\.role) {
+            try ChangeCapture.reinstallGuards(for: store.tables, in: db)
+        }
+        return changes
+    }
+
+    /// The last incarnation of `space`'s id this store saw.
+    static func lastIncarnation(of space: String, db: Database) throws -> String? {
+        try String.fetchOne(db.cachedStatement(sql: "SELECT incarnation FROM ferry_space_incarnations WHERE space = ?"), arguments: [space])
+    }
+
+    /// Keeps the incarnation of `membership`'s space as the last one of its id this store saw.
+    static func noteIncarnation(of membership: Membership, db: Database) throws {
+        guard let incarnation = membership.incarnation else { return }
+        try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_space_incarnations (space, incarnation) VALUES (?, ?)")
+            .execute(arguments: [membership.space, incarnation])
+    }
+}
