@@ -2,7 +2,8 @@ import FerryProtocol
 import Foundation
 import Logging
 
-/// Keeps one server event stream open while the app is active, online and signed in, and
+/// Keeps one server event stream open while its `UserEngine` wants one (the app active and
+/// online), and
 /// turns what it says into triggers: `ready` (the stream opened, and what changed while none
 /// was open may be unpulled) and each `change` become `serverChange`, which the scheduler
 /// coalesces like any trigger. The stream carries no data: pulls stay the one way data arrives.
@@ -15,12 +16,14 @@ actor LiveUpdates {
     private let client: FerryClient
     private let scheduler: SyncScheduler
     private let clock: any Clock<Duration>
+    /// Time since the stream was made, on `clock`: how long a stream lived is measured on the
+    /// clock the waits between streams sleep on.
+    private let elapsed: @Sendable () -> Duration
     private let retry: RetryPolicy
     private var random = JitterGenerator()
     private let logger = Logger(label: "ferry.live")
-    private var active = true
-    /// The latest connectivity report; unknown counts as online.
-    private var online = true
+    /// Whether the engine wants a stream; `stopped` is for good.
+    private var wanted = false
     private var stopped = false
     private var task: Task<Void, Never>?
     /// Streams opened so far (answered 200), for tests and the journal.
@@ -35,22 +38,24 @@ actor LiveUpdates {
         self.client = client
         self.scheduler = scheduler
         self.clock = clock
+        self.elapsed = Self.stopwatch(on: clock)
         self.retry = retry
     }
 
-    /// Whether a stream is wanted: open while active, online and not stopped.
-    var isWanted: Bool { active && online && !stopped }
+    private static func stopwatch<C: Clock<Duration>>(on clock: C) -> @Sendable () -> Duration {
+        let start = clock.now
+        return { start.duration(to: clock.now) }
+    }
+
+    /// Whether a stream is wanted: open while the engine wants one, until stopped.
+    var isWanted: Bool { wanted && !stopped }
 
     /// Whether a stream is open or being opened.
     var isRunning: Bool { task != nil }
 
-    func setActive(_ isActive: Bool) async {
-        active = isActive
-        await update()
-    }
-
-    func setOnline(_ isOnline: Bool) async {
-        online = isOnline
+    /// Opens the stream, or closes it and returns once it is closed.
+    func setWanted(_ isWanted: Bool) async {
+        wanted = isWanted
         await update()
     }
 
@@ -82,8 +87,8 @@ actor LiveUpdates {
                 case 200:
                     opened += 1
                     lived = false
-                    let opening = ContinuousClock.now
-                    defer { if opening.duration(to: .now) >= Self.healthyLifetime { lived = true } }
+                    let opening = elapsed()
+                    defer { if elapsed() - opening >= Self.healthyLifetime { lived = true } }
                     try await read(stream)
                     // Ended (the token expired, the server restarted): see below.
                     failures += 1

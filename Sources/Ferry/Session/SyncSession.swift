@@ -73,9 +73,6 @@ public actor SyncSession {
     private let makeScheduler: @Sendable (@escaping SyncScheduler.Runner) -> SyncScheduler
     let clientClock: any Clock<Duration>
     private let logger = Logger(label: "ferry.session")
-    private var observer: QueuedChangeObserver?
-    private var connectivityTask: Task<Void, Never>?
-    private var otherProcessTask: Task<Void, Never>?
     /// The latest sign-in or sign-out; the next one waits for it (`oneAtATime`).
     private(set) var lastTransition: Task<Void, any Error>?
     private let engineObservers = Broadcast<Engine?>()
@@ -85,14 +82,16 @@ public actor SyncSession {
     private var followReceived = 0
     /// The status of whoever is signed in, the latest kept (`signedOut` while nobody is).
     private let statusObservers = Broadcast<SyncStatus>()
-    /// Carries the signed-in user's client status to the session's observers.
-    private var statusForwarder: Task<Void, Never>?
     /// What the app last said with `setActive(_:)`; each new engine starts with it.
     private var active = true
-    /// The signed-in user's engine; `nil` while no one is signed in.
-    public private(set) var engine: Engine? {
-        didSet { engineObservers.send(engine) }
+    /// The signed-in user's running engine, which owns the conditions its runs and stream
+    /// follow; `nil` while no one is signed in.
+    private var user: UserEngine? {
+        didSet { engineObservers.send(user?.parts) }
     }
+
+    /// The signed-in user's engine; `nil` while no one is signed in.
+    public var engine: Engine? { user?.parts }
 
     /// A session that starts no engine until `signIn(_:)` or `follow(_:)` is called.
     ///
@@ -134,8 +133,7 @@ public actor SyncSession {
     /// on coming back.
     public func setActive(_ isActive: Bool) async {
         active = isActive
-        await engine?.scheduler.setActive(isActive)
-        await engine?.live?.setActive(isActive)  // the event stream is closed in the background
+        await user?.setActive(isActive)
     }
 
     /// The signed-in user's id; `nil` while no one is signed in.
@@ -347,55 +345,45 @@ public actor SyncSession {
                 await scheduler.trigger(.localChange)
             }
         }
-        self.observer = observer
         let live =
             configuration.liveUpdates ? LiveUpdates(client: client, scheduler: scheduler, clock: clientClock, retry: configuration.sync.retry) : nil
-        engine = Engine(userID: userID, store: store, client: client, scheduler: scheduler, live: live)
+        let user = UserEngine(parts: Engine(userID: userID, store: store, client: client, scheduler: scheduler, live: live), active: active)
+        self.user = user
         publish(await client.status)  // the new user's, before signIn returns
         let statuses = await client.statusUpdates()
-        statusForwarder = Task { [weak self] in
+        let relay = Task { [weak self] in
             for await status in statuses { await self?.publish(status) }
         }
+        var readers: [Task<Void, Never>] = []
         if let interval = configuration.otherProcessCheckInterval {
             // Wall time shared with other processes, not a wait of the sync: the real clock (a
             // test clock's sleeper would also stand in the way of tests that wait for one).
-            otherProcessTask = Task {
-                await OtherProcessWrites.watch(store, own: observer, every: interval, clock: ContinuousClock()) {
-                    await client.refreshCounts()
-                    await scheduler.trigger(.localChange)
+            readers.append(
+                Task {
+                    await OtherProcessWrites.watch(store, own: observer, every: interval, clock: ContinuousClock()) {
+                        await client.refreshCounts()
+                        await scheduler.trigger(.localChange)
+                    }
                 }
-            }
+            )
         }
+        await user.start(observer: observer, relay: relay, readers: readers)
         if let connectivity {
-            connectivityTask = Task {
-                for await online in connectivity.states() {
-                    await scheduler.connectivityChanged(online: online)
-                    await live?.setOnline(online)
+            await user.feed(
+                Task {
+                    for await online in connectivity.states() { await user.setOnline(online) }
                 }
-            }
+            )
         }
-        await scheduler.setActive(active)  // starts periodic runs, if configured, while active
-        await scheduler.trigger(.launch)
-        await live?.setActive(active)  // opens the stream unless the app is in the background
         logger.debug("signed in", metadata: ["user": "\(userID)"])
     }
 
     private func performSignOut() async throws {
-        guard let engine else { return }
-        self.engine = nil
-        connectivityTask?.cancel()
-        connectivityTask = nil
-        otherProcessTask?.cancel()
-        await otherProcessTask?.value  // no read of the store after it closes
-        otherProcessTask = nil
-        observer = nil
-        await engine.live?.stop()
-        await engine.scheduler.stop()
-        await engine.client.stop()
-        await statusForwarder?.value  // the client's stream has ended: nothing of this user's comes after
-        statusForwarder = nil
+        guard let user else { return }
+        let engine = user.parts
+        self.user = nil
+        try await user.stop()
         publish(SyncStatus(phase: .signedOut))
-        try await engine.store.close()
         if configuration.signOutPolicy == .eraseLocalData {
             let path = engine.store.path
             for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
