@@ -94,16 +94,16 @@ extension JournalTimeline.Track {
         var summary = Summary()
         for event in events {
             switch event.kind {
-            case .trigger where Self.finalFates.contains(event.details["fate"] ?? ""): summary.triggers += 1
+            case .trigger where Self.finalFates.contains(event[.fate] ?? ""): summary.triggers += 1
             case .runStarted: summary.runs += 1
             case .request:
                 summary.requests += 1
-                if !(event.details["status"]?.hasPrefix("2") ?? false) { summary.failedRequests += 1 }
+                if !(event[.status]?.hasPrefix("2") ?? false) { summary.failedRequests += 1 }
             case .runFinished:
-                summary.pushed += event.number("pushed")
-                summary.pulled += event.number("pulled")
-                summary.merged += event.number("merged")
-            case .deadLettered: summary.deadLetters += max(1, event.number("entries"))
+                summary.pushed += event.number(.pushed)
+                summary.pulled += event.number(.pulled)
+                summary.merged += event.number(.merged)
+            case .deadLettered: summary.deadLetters += max(1, event.number(.entries))
             case .wait, .leaseWait: summary.waits += 1
             default: break
             }
@@ -135,14 +135,14 @@ extension JournalTimeline.Track {
 extension JournalEvent {
     /// The count a detail holds, as a page can show it: missing, unreadable, negative or
     /// absurd counts read 0.
-    func number(_ key: String) -> Int {
-        guard let value = details[key].flatMap({ Int($0) }), value >= 0, value < 1_000_000_000_000 else { return 0 }
+    func number(_ key: JournalDetail) -> Int {
+        guard let value = self[key].flatMap({ Int($0) }), value >= 0, value < 1_000_000_000_000 else { return 0 }
         return value
     }
 
     /// When the event stopped mattering: a wait's end, or the moment itself.
     var end: Date {
-        guard kind == .wait, let seconds = Double(details["seconds"] ?? ""), seconds.isFinite, seconds > 0 else { return at }
+        guard kind == .wait, let seconds = Double(self[.seconds] ?? ""), seconds.isFinite, seconds > 0 else { return at }
         return at.addingTimeInterval(min(seconds, 3_600))
     }
 }

@@ -115,7 +115,7 @@ struct TimelinePage {
             }
             lane("Triggers", rows: rowEnds.count)
             for (event, x, row) in placed {
-                let fate = event.details["fate"] ?? "unknown"
+                let fate = event[.fate] ?? "unknown"
                 svg += "<circle class=\"trigger fate-\(token(fate))\" cx=\"\(format(x))\" cy=\"\(format(middle(row: row)))\" r=\"4.5\">"
                 svg += "<title>\(escape("\(offset(event.at)) \(event.message)"))</title></circle>\n"
             }
@@ -126,8 +126,8 @@ struct TimelinePage {
             lane("Network")
             var offlineSince: Date?
             for event in events {
-                let isConnectivity = event.details["trigger"] == SyncTrigger.connectivityRestored.rawValue
-                if isConnectivity, event.kind == .trigger, event.details["online"] == "false" {
+                let isConnectivity = event[.trigger] == SyncTrigger.connectivityRestored.rawValue
+                if isConnectivity, event.kind == .trigger, event[.online] == "false" {
                     offlineSince = offlineSince ?? event.at
                 } else if isConnectivity, event.kind == .triggerReceived, let since = offlineSince {
                     svg += bar("offline", from: since, to: event.at, title: "offline for \(duration(event.at.timeIntervalSince(since)))")
@@ -144,8 +144,8 @@ struct TimelinePage {
             var started: JournalEvent?
             for event in events {
                 switch event.kind {
-                case .schedulerRun where event.details["outcome"] == nil:  // a run's start: `run` and `kind`
-                    name = "run \(event.details["run"] ?? "?")" + (event.details["kind"].map { " (\($0))" } ?? "")
+                case .schedulerRun where event[.outcome] == nil:  // a run's start: `run` and `kind`
+                    name = "run \(event[.run] ?? "?")" + (event[.kind].map { " (\($0))" } ?? "")
                 case .runStarted:
                     if let started { drawRun(started, name: name, end: nil, at: event.at) }
                     started = event
@@ -164,7 +164,7 @@ struct TimelinePage {
             let outcome = end?.runOutcome ?? "unfinished"
             var words = [name ?? "sync"]
             if let end, outcome == "succeeded" {
-                words.append("pushed \(end.details["pushed"] ?? "0"), pulled \(end.details["pulled"] ?? "0")")
+                words.append("pushed \(end[.pushed] ?? "0"), pulled \(end[.pulled] ?? "0")")
             } else {
                 words.append(end?.message ?? "never finished")
             }
@@ -191,8 +191,8 @@ struct TimelinePage {
         mutating func requests(_ events: ArraySlice<JournalEvent>) {
             lane("Requests")
             for event in events where event.kind == .request {
-                let milliseconds = Double(event.number("ms"))
-                let status = event.details["status"].flatMap(Int.init)
+                let milliseconds = Double(event.number(.ms))
+                let status = event[.status].flatMap(Int.init)
                 let kind =
                     switch status {
                     case nil: "request-failed"
@@ -201,7 +201,7 @@ struct TimelinePage {
                     case (400..<500)?: "request-refused"
                     default: "request-error"
                     }
-                let bytes = "\(event.details["bytes"] ?? "0") bytes sent · \(event.details["received"] ?? "0") received"
+                let bytes = "\(event[.bytes] ?? "0") bytes sent · \(event[.received] ?? "0") received"
                 let title = "\(offset(event.at)) \(event.message) · \(bytes) · \(Int(milliseconds)) ms"
                 svg += bar(kind, from: event.at.addingTimeInterval(-milliseconds / 1_000), to: event.at, title: title, minimumWidth: 2)
             }
@@ -232,8 +232,8 @@ struct TimelinePage {
                 case .batchHalved: svg += marker("halved", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case .token: svg += marker("token", at: event.at, title: "\(offset(event.at)) \(event.message)")
                 case .background, .schedulerHeld: svg += marker("background", at: event.at, title: "\(offset(event.at)) \(event.message)")
-                case .runFinished where event.number("merged") > 0:
-                    svg += marker("merged", at: event.at, title: "\(offset(event.at)) merged \(event.details["merged"] ?? "") conflicting changes")
+                case .runFinished where event.number(.merged) > 0:
+                    svg += marker("merged", at: event.at, title: "\(offset(event.at)) merged \(event[.merged] ?? "") conflicting changes")
                 default: continue
                 }
             }
@@ -266,7 +266,7 @@ struct TimelinePage {
 
         /// An upload's progress has a total, a pull's a count; the app's own (a start-up) neither.
         private static func stage(of event: JournalEvent) -> Int {
-            event.details["total"] != nil ? 0 : event.details["done"] != nil ? 1 : 2
+            event[.total] != nil ? 0 : event[.done] != nil ? 1 : 2
         }
 
         /// Ticks at a round step, about eight of them.

@@ -14,7 +14,13 @@ public struct JournalEvent: Sendable, Codable, Equatable {
     public var details: [String: String]
 
     /// An event; `at` defaults to now.
-    public init(at: Date = Date(), kind: Kind, message: String, details: [String: String] = [:]) {
+    public init(at: Date = Date(), kind: Kind, message: String, details: [JournalDetail: String] = [:]) {
+        self.init(at: at, kind: kind, message: message, details: Dictionary(uniqueKeysWithValues: details.map { ($0.key.name, $0.value) }))
+    }
+
+    /// An event with details by name, as read back from an export; write new events with
+    /// `JournalDetail` names.
+    public init(at: Date = Date(), kind: Kind, message: String, details: [String: String]) {
         self.at = at
         self.kind = kind
         self.message = message
@@ -26,10 +32,10 @@ extension JournalEvent {
     /// The progress a status observer was shown, in its words (`Synced 500 of 1,000 (50%)`),
     /// with the counts as `done` and, while uploading, `total`.
     static func progress(_ phase: SyncStatus.Phase) -> JournalEvent {
-        let details: [String: String] =
+        let details: [JournalDetail: String] =
             switch phase {
-            case .uploading(let done, let total): ["done": "\(done)", "total": "\(total)"]
-            case .downloading(let received): ["done": "\(received)"]
+            case .uploading(let done, let total): [.done: "\(done)", .total: "\(total)"]
+            case .downloading(let received): [.done: "\(received)"]
             default: [:]
             }
         return JournalEvent(kind: .progress, message: SyncStatus(phase: phase).progressText, details: details)

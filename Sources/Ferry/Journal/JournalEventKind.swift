@@ -22,7 +22,7 @@ extension JournalEvent {
 
         /// A client's sync run began; `run.finished` ends it.
         public static let runStarted = Kind(rawValue: "run.started")
-        /// A sync run ended: `details["outcome"]` is `succeeded`, `failed` or `cancelled`.
+        /// A sync run ended: `.outcome` is `succeeded`, `failed` or `cancelled`.
         public static let runFinished = Kind(rawValue: "run.finished")
         /// One HTTP request and its answer: `method`, `path`, `status` (absent when it failed), `bytes`, `received`, `ms`, `attempt`.
         public static let request = Kind(rawValue: "request")
@@ -44,19 +44,19 @@ extension JournalEvent {
         public static let background = Kind(rawValue: "background")
         /// Another process holds the store's sync lease.
         public static let leaseWait = Kind(rawValue: "lease.wait")
-        /// A pull started again from scratch (`details["reason"]`: the server's refusal of the cursor, or `full`).
+        /// A pull started again from scratch (`.reason`: the server's refusal of the cursor, or `full`).
         public static let pullRestarted = Kind(rawValue: "pull.restarted")
-        /// A pull from scratch ended, and the records it did not bring back left the store: `details["removed"]`, `details["kept"]` (changes queued).
+        /// A pull from scratch ended, and the records it did not bring back left the store: `.removed`, `.kept` (changes queued).
         public static let pullSwept = Kind(rawValue: "pull.swept")
-        /// The server revoked a space (`details["space"]`): its rows left the store (`details["removed"]`)
-        /// and its queued changes became dead letters (`details["deadLettered"]`).
+        /// The server revoked a space (`.space`): its rows left the store (`.removed`)
+        /// and its queued changes became dead letters (`.deadLettered`).
         public static let spaceRevoked = Kind(rawValue: "space.revoked")
-        /// The user gained a space (`details["space"]`, `details["role"]`); the pull brings it whole.
+        /// The user gained a space (`.space`, `.role`); the pull brings it whole.
         public static let spaceJoined = Kind(rawValue: "space.joined")
-        /// The server reported a conflict and the policy ended it: `details["entity"]`,
-        /// `details["entityID"]`, `details["resolution"]` (`server`, `local` or `merged`), `details["serverVersion"]`.
+        /// The server reported a conflict and the policy ended it: `.entity`,
+        /// `.entityID`, `.resolution` (`server`, `local` or `merged`), `.serverVersion`.
         public static let conflict = Kind(rawValue: "conflict")
-        /// The user's role in a space changed (`details["space"]`, `details["role"]`, `details["from"]`).
+        /// The user's role in a space changed (`.space`, `.role`, `.from`).
         public static let spaceRoleChanged = Kind(rawValue: "space.roleChanged")
         /// A pulled record the app's schema refused was set aside.
         public static let pullSetAside = Kind(rawValue: "pull.setAside")
@@ -78,7 +78,7 @@ extension JournalEvent {
     /// another kind. Events a version before `outcome` existed wrote are read from their words.
     public var runOutcome: String? {
         guard kind == .runFinished else { return nil }
-        if let outcome = details["outcome"] { return outcome }
+        if let outcome = self[.outcome] { return outcome }
         if message == "sync finished" { return "succeeded" }
         return message.hasPrefix("sync failed") ? "failed" : "cancelled"
     }

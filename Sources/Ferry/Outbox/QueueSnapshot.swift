@@ -203,8 +203,8 @@ public struct QueueSnapshot: Sendable, Equatable {
         }
         switch lastRun {
         case let run? where run.runOutcome == "succeeded":
-            let counts = ["pushed", "merged", "pulled"].compactMap { key in run.details[key].map { "\(key) \($0)" } }
-            let requests = run.details["requests"].map { ", in \($0 == "1" ? "1 request" : "\($0) requests")" } ?? ""
+            let counts = [JournalDetail.pushed, .merged, .pulled].compactMap { key in run[key].map { "\(key) \($0)" } }
+            let requests = run[.requests].map { ", in \($0 == "1" ? "1 request" : "\($0) requests")" } ?? ""
             lines.append("The last sync succeeded at \(Self.time(run.at))\(counts.isEmpty ? "" : ": \(counts.joined(separator: ", "))\(requests)").")
         case let run?: lines.append("The last sync ended at \(Self.time(run.at)): \(run.message).")
         case nil where lastSyncedAt == nil && unfinishedRunStartedAt == nil: lines.append("This store has never synced.")
@@ -218,7 +218,7 @@ public struct QueueSnapshot: Sendable, Equatable {
             lines.append("A sync started at \(Self.time(unfinishedRunStartedAt)) \(fate).")
         }
         if let lastWait {
-            let seconds = lastWait.details["seconds"].flatMap(Double.init) ?? 0
+            let seconds = lastWait[.seconds].flatMap(Double.init) ?? 0
             let until = lastWait.at.addingTimeInterval(seconds)
             if unfinishedRunStartedAt != nil, running, until > takenAt {
                 lines.append("It is waiting until \(Self.time(until)) (\(Self.age(from: takenAt, to: until)) from now): \(lastWait.message).")

@@ -120,15 +120,15 @@ extension TriggerFate {
 
     /// The journal's details for the fate: its `fate` name, the `run` it names; for an ignored
     /// report, its `reason` (named), `why` (in words) and, for a connectivity report, `online`.
-    var details: [String: String] {
+    var details: [JournalDetail: String] {
         switch self {
         case .startedRun(let run), .coalescedIntoRun(let run), .queuedAfterRun(let run):
-            return ["fate": name, "run": "\(run)"]
+            return [.fate: name, .run: "\(run)"]
         case .waitingForNetwork:
-            return ["fate": name]
+            return [.fate: name]
         case .ignored(let reason):
-            var details = ["fate": name, "reason": reason.name, "why": reason.description]
-            details["online"] = reason.online.map { "\($0)" }
+            var details: [JournalDetail: String] = [.fate: name, .reason: reason.name, .why: reason.description]
+            details[.online] = reason.online.map { "\($0)" }
             return details
         }
     }

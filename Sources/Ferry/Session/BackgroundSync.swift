@@ -120,7 +120,7 @@ extension BackgroundSyncResult {
         return JournalEvent(
             kind: .background,
             message: "background sync \(how) after \(runs) run\(runs == 1 ? "" : "s"); \(remaining) changes remain",
-            details: ["runs": "\(runs)", "remaining": "\(remaining)", "workRemains": "\(workRemains)"]
+            details: [.runs: "\(runs)", .remaining: "\(remaining)", .workRemains: "\(workRemains)"]
         )
     }
 }

@@ -418,34 +418,34 @@ extension SyncScheduler.Event {
     func journalEvent(at: Date) -> JournalEvent {
         switch self {
         case .triggerReceived(let trigger):
-            JournalEvent(at: at, kind: .triggerReceived, message: "\(trigger.rawValue) received", details: ["trigger": trigger.rawValue])
+            JournalEvent(at: at, kind: .triggerReceived, message: "\(trigger.rawValue) received", details: [.trigger: trigger.rawValue])
         case .trigger(let trigger, let fate):
             JournalEvent(
                 at: at,
                 kind: .trigger,
                 message: "\(trigger.rawValue): \(fate.description)",
-                details: fate.details.merging(["trigger": trigger.rawValue]) { $1 }
+                details: fate.details.merging([.trigger: trigger.rawValue]) { $1 }
             )
         case .runStarted(let number, let kind):
             JournalEvent(
                 at: at,
                 kind: .schedulerRun,
                 message: "run \(number) started (\(kind.rawValue))",
-                details: ["run": "\(number)", "kind": kind.rawValue]
+                details: [.run: "\(number)", .kind: kind.rawValue]
             )
         case .runFinished(let number, let succeeded):
             JournalEvent(
                 at: at,
                 kind: .schedulerRun,
                 message: "run \(number) \(succeeded ? "succeeded" : "failed")",
-                details: ["run": "\(number)", "outcome": succeeded ? "succeeded" : "failed"]
+                details: [.run: "\(number)", .outcome: succeeded ? "succeeded" : "failed"]
             )
         case .held(let held):
             JournalEvent(
                 at: at,
                 kind: .schedulerHeld,
                 message: held ? "runs held until the app is active (a background task's time ran out)" : "runs may start again",
-                details: ["held": "\(held)"]
+                details: [.held: "\(held)"]
             )
         }
     }

@@ -296,7 +296,7 @@ public actor FerryClient {
                     JournalEvent(
                         kind: .runFinished,
                         message: "sync cancelled; its batch is back in the queue",
-                        details: ["outcome": "cancelled"]
+                        details: [.outcome: "cancelled"]
                     )
                 )
             }
@@ -331,7 +331,7 @@ public actor FerryClient {
             throw error  // performSync says so
         } catch {
             let failure = FerryError(wrapping: error)
-            await journal.record(JournalEvent(kind: .runFinished, message: "sync failed: \(failure)", details: ["outcome": "failed"]))
+            await journal.record(JournalEvent(kind: .runFinished, message: "sync failed: \(failure)", details: [.outcome: "failed"]))
             await statusCenter.update {
                 $0.phase = .failed(failure)
                 $0.lastError = failure
@@ -350,10 +350,10 @@ public actor FerryClient {
                 kind: .runFinished,
                 message: "sync finished",
                 details: [
-                    "outcome": "succeeded", "pushed": "\(report.upload.acknowledged)", "merged": "\(report.upload.merged)",
-                    "conflicts": "\(report.upload.conflicts)",
-                    "pulled": "\(report.pull.received)",
-                    "requests": "\(report.requests)",
+                    .outcome: "succeeded", .pushed: "\(report.upload.acknowledged)", .merged: "\(report.upload.merged)",
+                    .conflicts: "\(report.upload.conflicts)",
+                    .pulled: "\(report.pull.received)",
+                    .requests: "\(report.requests)",
                 ]
             )
         )
@@ -450,7 +450,7 @@ public actor FerryClient {
             }
         }
         await journal.record(
-            JournalEvent(kind: .deadLettersRetried, message: "\(queued) dead-lettered changes queued again", details: ["count": "\(queued)"])
+            JournalEvent(kind: .deadLettersRetried, message: "\(queued) dead-lettered changes queued again", details: [.count: "\(queued)"])
         )
         await refreshCounts()
         return queued
@@ -465,7 +465,7 @@ public actor FerryClient {
             try OutboxTable.discardDeadLetters(db)
         }
         await journal.record(
-            JournalEvent(kind: .deadLettersDiscarded, message: "\(discarded) dead-lettered changes discarded", details: ["count": "\(discarded)"])
+            JournalEvent(kind: .deadLettersDiscarded, message: "\(discarded) dead-lettered changes discarded", details: [.count: "\(discarded)"])
         )
         await refreshCounts()
         return discarded

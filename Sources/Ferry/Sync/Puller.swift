@@ -137,7 +137,7 @@ struct Puller: Sendable {
                 JournalEvent(
                     kind: .spaceJoined,
                     message: "joined space '\(membership.space)' (role \(membership.role.rawValue)); the pull brings it whole",
-                    details: ["space": membership.space, "role": membership.role.rawValue]
+                    details: [.space: membership.space, .role: membership.role.rawValue]
                 )
             )
             await status.membershipChanged(.joined(membership))
@@ -147,7 +147,7 @@ struct Puller: Sendable {
                 JournalEvent(
                     kind: .spaceRoleChanged,
                     message: "role in space '\(membership.space)' changed from \(old.rawValue) to \(membership.role.rawValue)",
-                    details: ["space": membership.space, "role": membership.role.rawValue, "from": old.rawValue]
+                    details: [.space: membership.space, .role: membership.role.rawValue, .from: old.rawValue]
                 )
             )
             await status.membershipChanged(.roleChanged(membership, from: old))
@@ -159,7 +159,7 @@ struct Puller: Sendable {
                     message: "space '\(revoked.space)' was revoked: \(revoked.removed) row\(revoked.removed == 1 ? "" : "s") left the store"
                         + (revoked.deadLettered > 0
                             ? ", \(revoked.deadLettered) queued change\(revoked.deadLettered == 1 ? "" : "s") became dead letters" : ""),
-                    details: ["space": revoked.space, "removed": "\(revoked.removed)", "deadLettered": "\(revoked.deadLettered)"]
+                    details: [.space: revoked.space, .removed: "\(revoked.removed)", .deadLettered: "\(revoked.deadLettered)"]
                 )
             )
             await status.membershipChanged(.left(space: revoked.space, rowsRemoved: revoked.removed, deadLettered: revoked.deadLettered))
@@ -254,7 +254,7 @@ struct Puller: Sendable {
                     kind: .pullRestarted,
                     message: reason == "full"
                         ? "a full pull from scratch" : "the server refused the pull's cursor (\(reason)); pulling again from scratch",
-                    details: ["reason": reason]
+                    details: [.reason: reason]
                 )
             )
         }
@@ -321,7 +321,7 @@ struct Puller: Sendable {
                 kind: .pullSwept,
                 message: "the pull from scratch is caught up: \(removed) record\(removed == 1 ? "" : "s") it did not bring back left the store"
                     + (kept > 0 ? ", \(kept) with changes queued stay" : ""),
-                details: ["removed": "\(removed)", "kept": "\(kept)"]
+                details: [.removed: "\(removed)", .kept: "\(kept)"]
             )
         )
     }
@@ -340,7 +340,7 @@ struct Puller: Sendable {
                 kind: .pullSwept,
                 message:
                     "joined spaces are whole: \(removed) row\(removed == 1 ? "" : "s") the join did not bring back (deleted by another member) left the store",
-                details: ["removed": "\(removed)", "kept": "0"]
+                details: [.removed: "\(removed)", .kept: "0"]
             )
         )
     }
@@ -364,7 +364,7 @@ struct Puller: Sendable {
                 JournalEvent(
                     kind: .pullSetAside,
                     message: "pulled \(record.entity)/\(record.entityID) set aside: \(reason); it is tried again after every pull",
-                    details: ["entity": record.entity, "entityID": record.entityID]
+                    details: [.entity: record.entity, .entityID: record.entityID]
                 )
             )
         }

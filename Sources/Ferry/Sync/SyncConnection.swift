@@ -73,8 +73,8 @@ actor SyncConnection {
                         kind: .request,
                         message: "\(request.method) \(request.path) failed: \(error)",
                         details: [
-                            "method": request.method, "path": String(request.path.prefix { $0 != "?" }), "bytes": "\(request.body?.count ?? 0)",
-                            "attempt": "\(attempt)",
+                            .method: request.method, .path: String(request.path.prefix { $0 != "?" }), .bytes: "\(request.body?.count ?? 0)",
+                            .attempt: "\(attempt)",
                         ]
                     )
                 )
@@ -87,9 +87,9 @@ actor SyncConnection {
                     kind: .request,
                     message: "\(request.method) \(request.path) → \(response.status)",
                     details: [
-                        "method": request.method, "path": String(request.path.prefix { $0 != "?" }), "bytes": "\(request.body?.count ?? 0)",
-                        "received": "\(response.body.count)", "status": "\(response.status)",
-                        "ms": "\(milliseconds)", "attempt": "\(attempt)",
+                        .method: request.method, .path: String(request.path.prefix { $0 != "?" }), .bytes: "\(request.body?.count ?? 0)",
+                        .received: "\(response.body.count)", .status: "\(response.status)",
+                        .ms: "\(milliseconds)", .attempt: "\(attempt)",
                     ]
                 )
             )
@@ -138,7 +138,7 @@ actor SyncConnection {
             throw error
         } catch {
             await journal.record(
-                JournalEvent(kind: .liveStream, message: "GET \(Endpoint.events) failed: \(error)", details: ["path": Endpoint.events])
+                JournalEvent(kind: .liveStream, message: "GET \(Endpoint.events) failed: \(error)", details: [.path: Endpoint.events])
             )
             throw error
         }
@@ -146,7 +146,7 @@ actor SyncConnection {
             JournalEvent(
                 kind: .liveStream,
                 message: "GET /v1/events → \(stream.status)",
-                details: ["path": Endpoint.events, "status": "\(stream.status)"]
+                details: [.path: Endpoint.events, .status: "\(stream.status)"]
             )
         )
         if stream.status == 401 { await tokens.refused(token) }
@@ -192,7 +192,7 @@ actor SyncConnection {
     private func wait(_ duration: Duration, reason: String) async throws {
         let seconds = duration.seconds
         logger.debug("waiting", metadata: ["seconds": "\(seconds)", "reason": "\(reason)"])
-        await journal.record(JournalEvent(kind: .wait, message: reason, details: ["seconds": String(format: "%.3f", seconds)]))
+        await journal.record(JournalEvent(kind: .wait, message: reason, details: [.seconds: String(format: "%.3f", seconds)]))
         let previous = await status.status.phase
         await status.update { $0.phase = .waiting(seconds: seconds, reason: reason) }
         try await clock.sleep(for: duration)

@@ -141,7 +141,7 @@ struct Uploader: Sendable {
             JournalEvent(
                 kind: .deadLettered,
                 message: "mutation \(batch.mutations[0].id) refused: \(reason)",
-                details: ["id": "\(batch.mutations[0].id)", "entries": "\(entries)"]
+                details: [.id: "\(batch.mutations[0].id)", .entries: "\(entries)"]
             )
         )
     }
@@ -215,7 +215,7 @@ struct Uploader: Sendable {
                 JournalEvent(
                     kind: .deadLettered,
                     message: "mutation \(refused.id) not sent: \(refused.reason)",
-                    details: ["id": "\(refused.id)", "entries": "\(refused.entries.count)"]
+                    details: [.id: "\(refused.id)", .entries: "\(refused.entries.count)"]
                 )
             )
         }
@@ -262,8 +262,8 @@ struct Uploader: Sendable {
                         "\(conflict.entity)/\(conflict.entityID) changed on the server (version \(conflict.server.map { "\($0.version)" } ?? "none")) "
                         + "since this device's change: resolved by \(resolved.outcome == "server" ? "taking the server's" : resolved.outcome == "local" ? "sending this device's again" : "sending a merge of both")",
                     details: [
-                        "entity": conflict.entity, "entityID": conflict.entityID, "resolution": resolved.outcome,
-                        "serverVersion": conflict.server.map { "\($0.version)" } ?? "",
+                        .entity: conflict.entity, .entityID: conflict.entityID, .resolution: resolved.outcome,
+                        .serverVersion: conflict.server.map { "\($0.version)" } ?? "",
                     ]
                 )
             )
@@ -274,14 +274,14 @@ struct Uploader: Sendable {
                     kind: .clientRenewed,
                     message: "this store is now client \(change.new) in place of \(change.old): \(change.reason); every change the "
                         + "server has not acknowledged goes again under the new id",
-                    details: ["old": change.old, "new": change.new]
+                    details: [.old: change.old, .new: change.new]
                 )
             )
         }
         guard outcome.deadLettered > 0 else { return }
         for result in push.results where result.status == .rejected {
             await journal.record(
-                JournalEvent(kind: .deadLettered, message: "mutation \(result.id) rejected: \(result.error ?? "")", details: ["id": "\(result.id)"])
+                JournalEvent(kind: .deadLettered, message: "mutation \(result.id) rejected: \(result.error ?? "")", details: [.id: "\(result.id)"])
             )
         }
     }

@@ -17,7 +17,7 @@ enum DemoTimeline {
         for event in events where event.at >= origin {
             switch event.kind {
             case .request:
-                let outcome = "\(event.details["path"] ?? "") \(event.details["status"] ?? "failed")"
+                let outcome = "\(event[.path] ?? "") \(event[.status] ?? "failed")"
                 if requests == nil { requests = (event.at, 0, [:]) }
                 requests?.count += 1
                 requests?.outcomes[outcome, default: 0] += 1
@@ -34,7 +34,7 @@ enum DemoTimeline {
     }
 
     private static func detailText(_ event: JournalEvent) -> String {
-        guard event.kind == .runFinished, let pushed = event.details["pushed"], let pulled = event.details["pulled"] else { return "" }
-        return ": pushed \(pushed), pulled \(pulled), \(event.details["requests"] ?? "?") requests"
+        guard event.kind == .runFinished, let pushed = event[.pushed], let pulled = event[.pulled] else { return "" }
+        return ": pushed \(pushed), pulled \(pulled), \(event[.requests] ?? "?") requests"
     }
 }

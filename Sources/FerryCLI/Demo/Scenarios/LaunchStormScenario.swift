@@ -73,7 +73,7 @@ struct LaunchStormScenario: DemoScenario {
         let journal = try await app.journal(since: origin)
         try await app.session.signOut()
         // Each trigger ends ignored or served by a run (a waiting or queued one is recorded again then).
-        let triggers = journal.filter { $0.kind == .trigger && ["ignored", "startedRun", "coalescedIntoRun"].contains($0.details["fate"] ?? "") }
+        let triggers = journal.filter { $0.kind == .trigger && ["ignored", "startedRun", "coalescedIntoRun"].contains($0[.fate] ?? "") }
             .count
 
         DemoTimeline.narrate(journal, since: origin, to: output)
@@ -82,7 +82,7 @@ struct LaunchStormScenario: DemoScenario {
         }
         let runs = history.filter { if case .startedRun = $0.1 { true } else { false } }.count
         let followUps = history.filter { if case .queuedAfterRun = $0.1 { true } else { false } }.count
-        let pulled = journal.filter { $0.kind == .runFinished }.compactMap { $0.details["pulled"].flatMap(Int.init) }.reduce(0, +)
+        let pulled = journal.filter { $0.kind == .runFinished }.compactMap { $0[.pulled].flatMap(Int.init) }.reduce(0, +)
         let requests = app.wire.count("/v1/")
         let skipped = startup.outcomes.filter { if case .skipped = $0.outcome { true } else { false } }.map(\.step)
         return ScenarioOutcome(

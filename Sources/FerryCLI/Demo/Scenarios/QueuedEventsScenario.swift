@@ -73,7 +73,7 @@ struct QueuedEventsScenario: DemoScenario {
         let progressUpdates = await watcher.value
 
         DemoTimeline.narrate(journal, since: origin, to: output)
-        let merged = journal.filter { $0.kind == .runFinished }.compactMap { $0.details["merged"].flatMap(Int.init) }.reduce(0, +)
+        let merged = journal.filter { $0.kind == .runFinished }.compactMap { $0[.merged].flatMap(Int.init) }.reduce(0, +)
         let remote = try await server.records(of: "sam")
         let pushes = app.wire.count("/v1/push")
         let limited = app.wire.count(status: 429)

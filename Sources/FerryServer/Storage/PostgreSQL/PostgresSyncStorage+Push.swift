@@ -38,10 +38,10 @@ extension PostgresSyncStorage {
         }
     }
 
-    /// One push's transaction: takes the user's lock and reads the client's position (and, for
-    /// a resend, its recent results), applies the batch, then, if it processed new mutations,
-    /// stores the client's new position and all its results. Seven round trips, whatever the
-    /// batch's size: a round trip is most of a push's cost.
+    /// One push's transaction, through `PushSteps`: takes the user's lock and reads the client's
+    /// position (and, for a resend, its recent results), applies the batch, then, if it processed
+    /// new mutations, stores the client's new position and all its results. Seven round trips,
+    /// whatever the batch's size: a round trip is most of a push's cost.
     static func push(
         _ mutations: [IncomingMutation],
         caller: Caller,
@@ -52,52 +52,94 @@ extension PostgresSyncStorage {
         logger: Logger
     ) async throws -> PushResponse {
         let userID = caller.userID
+        var steps = PushSteps(mutations, caller: caller, clientID: clientID)
         let (position, lastMutationID, pushes) = try await lock(userID, clientID: clientID, db: db, logger: logger)
-        if pushes == 0 {
-            // A client this server does not know: one more of the user's, within the limit.
-            for try await count in try await db.query("SELECT count(*) FROM clients WHERE user_id = \(userID)", logger: logger).decode(Int.self)
-            where count >= ProtocolLimits.maxClientsPerUser {
-                throw ProtocolViolation.tooManyClients
+        steps.client(lastMutationID: lastMutationID, pushes: pushes)
+        if steps.isNewClient {
+            for try await count in try await db.query("SELECT count(*) FROM clients WHERE user_id = \(userID)", logger: logger).decode(Int.self) {
+                try steps.admit(existingClients: count)
             }
         }
-        // Most pushes carry new ids only: the kept results are read for a resend alone, the
-        // older of the two slots first.
-        var replays: [Int64: RecentResults.Kept] = [:]
-        if mutations.contains(where: { $0.mutation.id <= lastMutationID }) {
+        if steps.needsKeptResults {
             var kept: [Data] = []
             for try await results in try await db.query(
-                """
-                SELECT results FROM client_results WHERE user_id = \(userID) AND client_id = \(clientID)
-                ORDER BY slot = \(Int((pushes - 1) % 2))
-                """,
+                "SELECT results FROM client_results WHERE user_id = \(userID) AND client_id = \(clientID) ORDER BY slot = \(Int(steps.newerSlot))",
                 logger: logger
             ).decode(ByteBuffer.self) {
                 kept.append(Data(results.readableBytesView))
             }
-            replays = try RecentResults.decode(kept)
+            try steps.replay(kept)
         }
-
-        let batch = SpacedBatch(mutations)
-        // The spaces' change locks, in order of key after the user's (no two pushes wait for
-        // each other in a cycle), then the memberships again: a statement after the locks sees
-        // every deletion and membership change that committed before them, and the whole batch
-        // is judged by that one statement. A space that became writable between the two reads
-        // is locked and read again, so every space the judgement lets the batch write is locked.
         var positions = [userID: position]
+        let (groups, refused) = try await judge(&steps, positions: &positions, db: db, logger: logger)
+        var responses: [PushResponse] = []
+        for group in groups {
+            guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }
+            responses.append(
+                try await apply(
+                    group.mutations,
+                    clientID: group.writer,
+                    partition: group.partition,
+                    after: position,
+                    oneByOne: oneByOne,
+                    lastMutationID: lastMutationID,
+                    replays: steps.replays,
+                    epoch: epoch,
+                    db: db,
+                    logger: logger
+                )
+            )
+        }
+        let response = steps.response(groups: responses, refused: refused)
+        // Announced in the transaction: PostgreSQL delivers it to every process at the commit,
+        // and never without it, so no commit goes unannounced whatever fails after it.
+        try await notify(steps.signals(for: response), db: db, logger: logger)
+        guard let keeping = steps.keeping(response) else { return response }
+        try await db.query(
+            """
+            WITH client AS (
+                INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at)
+                VALUES (\(userID), \(clientID), \(keeping.lastMutationID), 1, \(serverMilliseconds()))
+                ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
+                    last_seen_at = excluded.last_seen_at
+            )
+            INSERT INTO client_results (user_id, client_id, slot, results)
+            VALUES (\(userID), \(clientID), \(Int(keeping.slot)), \(ByteBuffer(data: keeping.results)))
+            ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
+            """,
+            logger: logger
+        )
+        return response
+    }
+
+    /// Divides the batch by history (`PushSteps.judge`). The spaces' change locks are taken in
+    /// order of key after the user's (no two pushes wait for each other in a cycle), then the
+    /// memberships read again: a statement after the locks sees every deletion and membership
+    /// change that committed before them, and the whole batch is judged by that one statement. A
+    /// space that became writable between the two reads is locked and read again, so every space
+    /// the judgement lets the batch write is locked. Each refused record the caller may read is
+    /// read as it is now.
+    private static func judge(
+        _ steps: inout PushSteps,
+        positions: inout [String: Int64],
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws -> (groups: [SpacedBatch.Group], refused: [Int64: PushResult]) {
         var targets: [String: SpacedBatch.Target] = [:]
-        if !batch.spaceIDs.isEmpty {
-            targets = try await Self.targets(of: batch, caller: caller, db: db, logger: logger)
-            while case let unlocked = targets.values.filter({
-                (caller.isService || $0.role?.canWrite == true) && positions[SpacePartition.name($0.key)] == nil
-            }), !unlocked.isEmpty {
-                for key in unlocked.map(\.key).sorted() {
+        if !steps.spaceIDs.isEmpty {
+            targets = try await Self.targets(of: steps.batch, caller: steps.caller, db: db, logger: logger)
+            var locked: Set<Int64> = []
+            while case let unlocked = steps.toLock(targets: targets, locked: locked), !unlocked.isEmpty {
+                for key in unlocked {
                     positions[SpacePartition.name(key)] = try await lockChanges(of: SpacePartition.name(key), db: db, logger: logger)
+                    locked.insert(key)
                 }
-                targets = try await Self.targets(of: batch, caller: caller, db: db, logger: logger)
+                targets = try await Self.targets(of: steps.batch, caller: steps.caller, db: db, logger: logger)
             }
         }
-        var (groups, refused) = batch.groups(caller: caller, clientID: clientID, targets: targets, lastMutationID: lastMutationID, replays: replays)
-        for refusal in batch.readableRefusals(refused, targets: targets) {
+        let (groups, judged, readable) = steps.judge(targets: targets)
+        var refused = judged
+        for refusal in readable {
             var current = RecordState.absent
             for try await (version, deleted, naturalKey, data, changedAt) in try await db.query(
                 """
@@ -118,49 +160,7 @@ extension PostgresSyncStorage {
             }
             refused[refusal.id]?.current = current
         }
-        var responses: [PushResponse] = []
-        for group in groups {
-            guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }
-            responses.append(
-                try await apply(
-                    group.mutations,
-                    clientID: group.writer,
-                    partition: group.partition,
-                    after: position,
-                    oneByOne: oneByOne,
-                    lastMutationID: lastMutationID,
-                    replays: replays,
-                    epoch: epoch,
-                    db: db,
-                    logger: logger
-                )
-            )
-        }
-        let response = batch.response(lastMutationID: lastMutationID, groups: responses, refused: refused)
-        // Announced in the transaction: PostgreSQL delivers it to every process at the commit,
-        // and never without it, so no commit goes unannounced whatever fails after it.
-        try await notify(
-            ChangeSignal.of(push: mutations, response: response, after: lastMutationID, caller: caller, clientID: clientID),
-            db: db,
-            logger: logger
-        )
-        // A push of resent mutations only changes nothing.
-        guard response.lastMutationID > lastMutationID else { return response }
-        let results = ByteBuffer(data: RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays))
-        try await db.query(
-            """
-            WITH client AS (
-                INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at)
-                VALUES (\(userID), \(clientID), \(response.lastMutationID), 1, \(serverMilliseconds()))
-                ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
-                    last_seen_at = excluded.last_seen_at
-            )
-            INSERT INTO client_results (user_id, client_id, slot, results) VALUES (\(userID), \(clientID), \(Int(pushes % 2)), \(results))
-            ON CONFLICT (user_id, client_id, slot) DO UPDATE SET results = excluded.results
-            """,
-            logger: logger
-        )
-        return response
+        return (groups, refused)
     }
 
     /// The live spaces `batch` names, by id, with the caller's role in each.
@@ -223,15 +223,7 @@ extension PostgresSyncStorage {
                     results.append(plan.response.results[0])
                 } catch let error as PSQLError where error.isRefusedWrite {
                     try await db.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
-                    results.append(
-                        PushResult(
-                            id: incoming.mutation.id,
-                            status: .rejected,
-                            entityID: nil,
-                            version: nil,
-                            error: "the server cannot store this mutation: \(error.serverInfo?[.message] ?? "a constraint failed")"
-                        )
-                    )
+                    results.append(PushSteps.refusedByDatabase(incoming, reason: error.serverInfo?[.message]))
                 }
                 last = max(last, incoming.mutation.id)
             }

@@ -239,43 +239,15 @@ public final class SQLiteSyncStorage: SyncStorage {
 
     /// The push's transaction; returns its answer and what it changed, for the event streams.
     private func write(_ mutations: [IncomingMutation], caller: Caller, clientID: String) async throws -> (PushResponse, [ChangeSignal]) {
-        let userID = caller.userID
-        let batch = SpacedBatch(mutations)
         let epoch = epoch
         // One mutation at a time (`applyOneByOne`) when a write broke a constraint: the planner
         // should make that impossible; if a rule was missed, the batch (rolled back whole) still
         // gets one result per mutation instead of a 500.
         let attempt = { (oneByOne: Bool) in
             try await self.writer.write { db in
-                var signals: [ChangeSignal] = []
-                let response = try Self.push(mutations, userID: userID, clientID: clientID, db: db) { lastMutationID, replays in
-                    let response = try Self.apply(batch, caller: caller, clientID: clientID, lastMutationID: lastMutationID, replays: replays, db: db)
-                    {
-                        group in
-                        oneByOne
-                            ? try Self.applyOneByOne(
-                                group.mutations,
-                                clientID: group.writer,
-                                lastMutationID: lastMutationID,
-                                replays: replays,
-                                userID: group.partition,
-                                epoch: epoch,
-                                db: db
-                            )
-                            : try Self.apply(
-                                group.mutations,
-                                clientID: group.writer,
-                                lastMutationID: lastMutationID,
-                                replays: replays,
-                                userID: group.partition,
-                                epoch: epoch,
-                                db: db
-                            ).response
-                    }
-                    signals = ChangeSignal.of(push: mutations, response: response, after: lastMutationID, caller: caller, clientID: clientID)
-                    return response
-                }
-                return (response, signals)
+                var steps = PushSteps(mutations, caller: caller, clientID: clientID)
+                let response = try Self.push(&steps, oneByOne: oneByOne, epoch: epoch, db: db)
+                return (response, steps.signals(for: response))
             }
         }
         return try await mapErrors {
@@ -287,40 +259,88 @@ public final class SQLiteSyncStorage: SyncStorage {
         }
     }
 
-    /// A batch divided by history (`SpacedBatch`), each group applied by `apply`: the spaces it
-    /// names are resolved in the push's transaction, which the single writer keeps from any
-    /// membership change, so the whole batch is judged by one state of the memberships.
-    private static func apply(
-        _ batch: SpacedBatch,
-        caller: Caller,
-        clientID: String,
-        lastMutationID: Int64,
-        replays: [Int64: RecentResults.Kept],
-        db: Database,
-        apply: (SpacedBatch.Group) throws -> PushResponse
-    ) throws -> PushResponse {
+    /// One push's transaction, through `PushSteps`: reads the client's position (and, for a
+    /// resend, its recent results), applies the batch, then, if it processed new mutations,
+    /// stores its new position and all its results. The single writer keeps the transaction from
+    /// any other push and any membership change, so it needs no lock of its own.
+    private static func push(_ steps: inout PushSteps, oneByOne: Bool, epoch: Int64, db: Database) throws -> PushResponse {
+        let (userID, clientID) = (steps.caller.userID, steps.clientID)
+        let client = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT last_mutation_id, pushes FROM clients WHERE user_id = ? AND client_id = ?"),
+            arguments: [userID, clientID]
+        )
+        steps.client(lastMutationID: client?[0] ?? 0, pushes: client?[1] ?? 0)
+        if steps.isNewClient {
+            try steps.admit(
+                existingClients: try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM clients WHERE user_id = ?"), arguments: [userID]) ?? 0
+            )
+        }
+        if steps.needsKeptResults {
+            try steps.replay(
+                try Data.fetchAll(
+                    db.cachedStatement(sql: "SELECT results FROM client_results WHERE user_id = ? AND client_id = ? ORDER BY slot = ?"),
+                    arguments: [userID, clientID, steps.newerSlot]
+                )
+            )
+        }
+        let (groups, refused) = try judge(steps, db: db)
+        let (lastMutationID, replays) = (steps.lastMutationID, steps.replays)
+        let responses = try groups.map { group in
+            oneByOne
+                ? try applyOneByOne(
+                    group.mutations,
+                    clientID: group.writer,
+                    lastMutationID: lastMutationID,
+                    replays: replays,
+                    userID: group.partition,
+                    epoch: epoch,
+                    db: db
+                )
+                : try apply(
+                    group.mutations,
+                    clientID: group.writer,
+                    lastMutationID: lastMutationID,
+                    replays: replays,
+                    userID: group.partition,
+                    epoch: epoch,
+                    db: db
+                ).response
+        }
+        let response = steps.response(groups: responses, refused: refused)
+        if let keeping = steps.keeping(response) {
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at) VALUES (?, ?, ?, 1, ?)
+                    ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
+                        last_seen_at = excluded.last_seen_at
+                    """
+            ).execute(arguments: [userID, clientID, keeping.lastMutationID, serverMilliseconds()])
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO client_results (user_id, client_id, slot, results) VALUES (?, ?, ?, ?)")
+                .execute(arguments: [userID, clientID, keeping.slot, keeping.results])
+        }
+        return response
+    }
+
+    /// Divides the batch by history (`PushSteps.judge`) by the spaces it names as the push's
+    /// transaction reads them, and reads each refused record the caller may read as it is now.
+    private static func judge(_ steps: PushSteps, db: Database) throws -> (groups: [SpacedBatch.Group], refused: [Int64: PushResult]) {
         var targets: [String: SpacedBatch.Target] = [:]
-        if !batch.spaceIDs.isEmpty {
+        if !steps.spaceIDs.isEmpty {
             let rows = try Row.fetchAll(
                 db,
                 sql: """
                     SELECT s.id, s.key, m.role FROM spaces s LEFT JOIN space_members m ON m.space_key = s.key AND m.user_id = ?
                     WHERE s.deleted = 0 AND s.id IN (SELECT value FROM json_each(?))
                     """,
-                arguments: [caller.userID, String(decoding: try JSONEncoder().encode(batch.spaceIDs), as: UTF8.self)]
+                arguments: [steps.caller.userID, String(decoding: try JSONEncoder().encode(steps.spaceIDs), as: UTF8.self)]
             )
             for row in rows {
                 targets[row[0]] = SpacedBatch.Target(key: row[1], role: (row[2] as String?).flatMap(SpaceRole.init(rawValue:)))
             }
         }
-        var (groups, refused) = batch.groups(
-            caller: caller,
-            clientID: clientID,
-            targets: targets,
-            lastMutationID: lastMutationID,
-            replays: replays
-        )
-        for refusal in batch.readableRefusals(refused, targets: targets) {
+        let (groups, judged, readable) = steps.judge(targets: targets)
+        var refused = judged
+        for refusal in readable {
             let row = try Row.fetchOne(
                 db.cachedStatement(
                     sql: "SELECT version, deleted, natural_key, data, changed_at FROM records WHERE user_id = ? AND entity = ? AND entity_id = ?"
@@ -340,55 +360,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                     ).state()
                 } ?? .absent
         }
-        return batch.response(lastMutationID: lastMutationID, groups: try groups.map(apply), refused: refused)
-    }
-
-    /// One push's transaction around `apply`: reads the client's position (and, for a resend,
-    /// its recent results), then, if the push processed new mutations, stores its new position
-    /// and all its results.
-    private static func push(
-        _ mutations: [IncomingMutation],
-        userID: String,
-        clientID: String,
-        db: Database,
-        apply: (_ lastMutationID: Int64, _ replays: [Int64: RecentResults.Kept]) throws -> PushResponse
-    ) throws -> PushResponse {
-        let client = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT last_mutation_id, pushes FROM clients WHERE user_id = ? AND client_id = ?"),
-            arguments: [userID, clientID]
-        )
-        let lastMutationID: Int64 = client?[0] ?? 0
-        let pushes: Int64 = client?[1] ?? 0
-        if client == nil {
-            let clients = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM clients WHERE user_id = ?"), arguments: [userID]) ?? 0
-            if clients >= ProtocolLimits.maxClientsPerUser { throw ProtocolViolation.tooManyClients }
-        }
-        // Most pushes carry new ids only: the kept results are read for a resend alone,
-        // the older of the two slots first.
-        var replays: [Int64: RecentResults.Kept] = [:]
-        if mutations.contains(where: { $0.mutation.id <= lastMutationID }) {
-            let kept = try Data.fetchAll(
-                db.cachedStatement(sql: "SELECT results FROM client_results WHERE user_id = ? AND client_id = ? ORDER BY slot = ?"),
-                arguments: [userID, clientID, (pushes - 1) % 2]
-            )
-            replays = try RecentResults.decode(kept)
-        }
-        let response = try apply(lastMutationID, replays)
-        if response.lastMutationID > lastMutationID {
-            try db.cachedStatement(
-                sql: """
-                    INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at) VALUES (?, ?, ?, 1, ?)
-                    ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
-                        last_seen_at = excluded.last_seen_at
-                    """
-            ).execute(arguments: [userID, clientID, response.lastMutationID, serverMilliseconds()])
-            try db.cachedStatement(sql: "INSERT OR REPLACE INTO client_results (user_id, client_id, slot, results) VALUES (?, ?, ?, ?)")
-                .execute(arguments: [
-                    userID, clientID, pushes % 2,
-                    RecentResults.encode(response.results, of: mutations, lastMutationID: lastMutationID, replays: replays),
-                ])
-        }
-        return response
+        return (groups, refused)
     }
 
     /// Loads what a batch touches, decides every result and writes the records.
@@ -435,13 +407,7 @@ public final class SQLiteSyncStorage: SyncStorage {
                         .response.results[0]
                 }
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                result = PushResult(
-                    id: id,
-                    status: .rejected,
-                    entityID: nil,
-                    version: nil,
-                    error: "the server cannot store this mutation: \(error.message ?? "a constraint failed")"
-                )
+                result = PushSteps.refusedByDatabase(incoming, reason: error.message)
             }
             last = max(last, id)
             results.append(result)
