@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "FerryServer", targets: ["FerryServer"]),
         .library(name: "FerryTesting", targets: ["FerryTesting"]),
         .executable(name: "ferry", targets: ["FerryCLI"]),
+        .executable(name: "ferry-server", targets: ["FerryServerMain"]),
     ],
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
@@ -77,12 +78,28 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // `ferry serve`'s command, shared by the developer's `ferry` and the deployed `ferry-server`.
+        .target(
+            name: "FerryServeCommand",
+            dependencies: [
+                "FerryServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // What is deployed: the server and its command, no test doubles.
+        .executableTarget(
+            name: "FerryServerMain",
+            dependencies: ["FerryServeCommand", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         .executableTarget(
             name: "FerryCLI",
             dependencies: [
                 "Ferry",
                 "FerryDiagnostics",
                 "FerryProtocol",
+                "FerryServeCommand",
                 "FerryServer",
                 "FerryTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Contract test: runs schemathesis (all checks) against a real Ferry server and openapi.yaml.
-#   scripts/contract-test.sh [FERRY_BINARY]          default .build/debug/ferry
+#   scripts/contract-test.sh [FERRY_BINARY]          default .build/debug/ferry-server (the deployed executable)
 # Environment:
 #   FERRY_VENV                   venv for schemathesis (default .build/schemathesis-venv; created if missing)
 #   FERRY_CONTRACT_EXAMPLES      test cases per operation and phase (default 500; about 75 s on 2 idle cores)
@@ -13,14 +13,14 @@ SCHEMATHESIS_VERSION=4.32.5
 root=$(cd "$(dirname "$0")/.." && pwd)
 # Paths given by the caller are relative to where they ran this; defaults to the repository.
 absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-ferry=$(absolute "${1:-$root/.build/debug/ferry}")
+ferry=$(absolute "${1:-$root/.build/debug/ferry-server}")
 venv=$(absolute "${FERRY_VENV:-$root/.build/schemathesis-venv}")
 report_dir=$(absolute "${FERRY_CONTRACT_REPORT_DIR:-$root/.build/contract-report}")
 examples=${FERRY_CONTRACT_EXAMPLES:-500}
 seed=${FERRY_CONTRACT_SEED:-20261123}
 cd "$root"
 
-if [ ! -x "$ferry" ] && [ $# -eq 0 ]; then swift build --product ferry || exit 2; fi
+if [ ! -x "$ferry" ] && [ $# -eq 0 ]; then swift build --product ferry-server || exit 2; fi
 [ -x "$ferry" ] || { echo "contract-test: no ferry binary at $ferry (build first, or pass its path)" >&2; exit 2; }
 
 # Generation depends on hypothesis and jsonschema_rs as much as on schemathesis: pin all three.

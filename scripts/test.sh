@@ -2,7 +2,7 @@
 # The whole test suite, as the README and CI run it: the formatter's lint, then a throwaway
 # PostgreSQL cluster (scripts/with-postgres.sh) for the server suites that run on both storage
 # engines and `swift test` beside it, then the contract test (schemathesis against a real
-# `ferry serve`), then the documentation (scripts/check-docs.sh), then the README's example app:
+# `ferry-server`, the deployed executable, which must link no test doubles), then the documentation (scripts/check-docs.sh), then the README's example app:
 # shown word for word (scripts/check-readme.py), built and run against a real server
 # (scripts/run-example.sh), then the demo with its timeline page checked in headless Chromium
 # (scripts/check-timeline.sh; the page, its DOM and a screenshot stay in artifacts/).
@@ -15,6 +15,11 @@ swift format lint --strict --recursive --parallel Package.swift Sources Tests Ex
 # Six at a time ran all 208 tests in 287 s where unbounded runs failed about 30 of them.
 export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH:-6}"
 scripts/with-postgres.sh swift test "$@"
+# The deployed executable carries no test doubles (RunningTheServer, "Which executable").
+if nm .build/debug/ferry-server | grep -q FerryTesting; then
+    echo "ferry-server links FerryTesting: the deployed server must not carry test doubles" >&2
+    exit 1
+fi
 scripts/contract-test.sh
 scripts/check-docs.sh
 python3 scripts/check-readme.py

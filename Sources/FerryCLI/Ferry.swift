@@ -10,17 +10,6 @@ struct Ferry: AsyncParsableCommand {
     )
 }
 
-/// A refusal the user can act on: printed as one line, exit status 1.
-struct CommandFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-}
-
-/// Prints a line unbuffered, so a script reading our output through a pipe sees it at once.
-func printNow(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
-}
-
 /// Refuses, before any work, a page path that is empty or whose folder does not exist.
 func validatePagePath(_ path: String, option: String) throws {
     guard !path.isEmpty else { throw ValidationError("\(option) needs a file name") }

@@ -26,8 +26,7 @@ struct Outbox: Sendable {
     static func counts(in store: FerryStore) async throws -> (pending: Int, deadLettered: Int, lastSyncedAt: Date?) {
         try await store.database.read { db in
             let (pending, dead) = try OutboxTable.counts(db)
-            let lastSynced = try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta")
-            return (pending, dead, lastSynced.map(Date.init(timeIntervalSince1970:)))
+            return (pending, dead, try StoreMeta.lastSyncedAt(db))
         }
     }
 
@@ -63,16 +62,16 @@ struct Outbox: Sendable {
             guard !pending.isEmpty else { return nil }
             // The client id the batch goes out under, read with it: another process on this
             // store may have taken a new one.
-            let meta = try Row.fetchOne(db.cachedStatement(sql: "SELECT client_id, highest_sent FROM ferry_meta"))
-            let current: String = meta?[0] ?? store.clientID
+            let sender = try StoreMeta.sender(db)
+            let current = sender.clientID ?? store.clientID
             store.identity.clientID = current
             let entries = Self.cut(pending, current: current, inFlight: inFlight)
             guard let first = entries.first else { return nil }
             var batch = OutboxBatch(entryCount: entries.count, clientID: first.goesAs(current))
             let coalesced = try coalesce(entries, into: &batch, db: db)
             try Self.take(batch, coalesced: coalesced, db: db)
-            if batch.clientID.hasSameBytes(as: current), let highest = batch.mutations.last?.id, highest > meta?[1] ?? 0 {
-                try db.cachedStatement(sql: "UPDATE ferry_meta SET highest_sent = ?").execute(arguments: [highest])
+            if batch.clientID.hasSameBytes(as: current), let highest = batch.mutations.last?.id, highest > sender.highestSent {
+                try StoreMeta.setHighestSent(highest, db: db)
             }
             return batch
         }
@@ -215,9 +214,8 @@ struct Outbox: Sendable {
         }
         let outcome = try await store.database.write { db in
             try lease.confirm(db)
-            let meta = try Row.fetchOne(db.cachedStatement(sql: "SELECT client_id, highest_sent FROM ferry_meta"))
-            let highestSent: Int64 = meta?[1] ?? 0
-            let plan = AnswerPlan(response, to: batch, clientID: meta?[0] ?? "", highestSent: highestSent)
+            let (current, highestSent) = try StoreMeta.sender(db)
+            let plan = AnswerPlan(response, to: batch, clientID: current ?? "", highestSent: highestSent)
             var outcome = plan.outcome(unsent: batch.unsent.count)
             var notOurs: [Int64] = []
             var absorbed: [RecordRef] = []
@@ -273,13 +271,7 @@ struct Outbox: Sendable {
                         try resolve(judged, current: current, policy: policy, resolved: &outcome.resolved, later: &later, versions: &versions, db: db)
                     }
                 }
-                if !notOurs.isEmpty {
-                    let superseded = try Self.superseded(resending: plan, db: db)
-                    finished += superseded
-                    notOurs.removeAll { superseded.contains($0) }
-                    try OutboxTable.returnToQueue(notOurs, db: db)
-                    outcome.returnedToQueue = notOurs.count
-                }
+                try Self.returnToQueue(&notOurs, of: plan, finished: &finished, outcome: &outcome, db: db)
                 try OutboxTable.rekeyQueuedEntries(rekeys, db: db)
                 for record in absorbed {  // queued after the re-keying, which would move them to the holder
                     try OutboxTable.insert(entity: record.entity, entityID: record.entityID, op: .delete, data: nil, naturalKey: nil, db: db)
@@ -288,35 +280,65 @@ struct Outbox: Sendable {
                 try adopt(serverStates, versions: &versions, db: db)
             }
             try versions.save(db: db)
-            // Ids go out increasing under a client id, so the entries back in the queue need one
-            // under which nothing above them was sent: a batch read ahead may already have gone
-            // out above them under the current id.
-            let reason =
-                plan.anotherHolder.map {
-                    "another store holds client id \(batch.clientID) (a copy of this store on another device, or a backup restored here): \($0)"
-                }
-                ?? notOurs.min().flatMap { lowest in
-                    lowest <= highestSent
-                        ? "changes of another holder's client id \(batch.clientID) are back in the queue below ids already sent under client id \(meta?[0] ?? "")"
-                        : nil
-                }
-            let written = plan.written
-            if let reason {
-                let clientID = ClientIdentity.newClientID()
-                try db.execute(sql: "UPDATE ferry_meta SET client_id = ?, highest_sent = 0", arguments: [clientID])
-                try db.execute(sql: "DELETE FROM ferry_answered")
-                outcome.newClientID = (meta?[0] ?? batch.clientID, clientID, reason)
-            } else if plan.underCurrentID, !written.isEmpty {
-                // Writes of this store's own, answered: the next pull names them, and the server
-                // leaves them out (`Puller`). Only these ids, never a ceiling: a copy of this
-                // store elsewhere may write under the same client id with ids in between.
-                try db.cachedStatement(sql: "INSERT OR IGNORE INTO ferry_answered (id) SELECT value FROM json_each(?)")
-                    .execute(arguments: [OutboxTable.idList(written)])
-            }
+            try Self.settleClientID(after: plan, of: batch, returned: notOurs, current: current, highestSent: highestSent, outcome: &outcome, db: db)
             return outcome
         }
         if let change = outcome.newClientID { store.identity.clientID = change.new }
         return outcome
+    }
+
+    /// Takes a new client id when the answer shows another store holds this one, or entries went
+    /// back to the queue below ids already sent under the current one: ids go out increasing
+    /// under a client id, and a batch read ahead may already have gone out above them. Else
+    /// notes the writes of this store's own the answer acknowledged.
+    private static func settleClientID(
+        after plan: AnswerPlan,
+        of batch: OutboxBatch,
+        returned: [Int64],
+        current: String?,
+        highestSent: Int64,
+        outcome: inout BatchOutcome,
+        db: Database
+    ) throws {
+        let reason =
+            plan.anotherHolder.map {
+                "another store holds client id \(batch.clientID) (a copy of this store on another device, or a backup restored here): \($0)"
+            }
+            ?? returned.min().flatMap { lowest in
+                lowest <= highestSent
+                    ? "changes of another holder's client id \(batch.clientID) are back in the queue below ids already sent under client id \(current ?? "")"
+                    : nil
+            }
+        let written = plan.written
+        if let reason {
+            let clientID = ClientIdentity.newClientID()
+            try StoreMeta.renewClientID(clientID, db: db)
+            try db.execute(sql: "DELETE FROM ferry_answered")
+            outcome.newClientID = (current ?? batch.clientID, clientID, reason)
+        } else if plan.underCurrentID, !written.isEmpty {
+            // Writes of this store's own, answered: the next pull names them, and the server
+            // leaves them out (`Puller`). Only these ids, never a ceiling: a copy of this
+            // store elsewhere may write under the same client id with ids in between.
+            try db.cachedStatement(sql: "INSERT OR IGNORE INTO ferry_answered (id) SELECT value FROM json_each(?)")
+                .execute(arguments: [OutboxTable.idList(written)])
+        }
+    }
+
+    /// Puts the entries of mutations answered as another holder's back in the queue, but for
+    /// those a later change supersedes (`superseded`), which are finished instead.
+    private static func returnToQueue(
+        _ entries: inout [Int64],
+        of plan: AnswerPlan,
+        finished: inout [Int64],
+        outcome: inout BatchOutcome,
+        db: Database
+    ) throws {
+        guard !entries.isEmpty else { return }
+        let superseded = try Self.superseded(resending: plan, db: db)
+        finished += superseded
+        entries.removeAll { superseded.contains($0) }
+        try OutboxTable.returnToQueue(entries, db: db)
+        outcome.returnedToQueue = entries.count
     }
 
     /// The entries of `plan`'s resent mutations that are done with instead: sent again under a

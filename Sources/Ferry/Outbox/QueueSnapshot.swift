@@ -126,7 +126,7 @@ public struct QueueSnapshot: Sendable, Equatable {
             ? try Row.fetchAll(db, sql: "SELECT entity, entity_id, version, error FROM ferry_set_aside ORDER BY at").map {
                 SetAsideRecord(entity: $0[0], entityID: $0[1], version: $0[2], reason: $0[3])
             } : []
-        let lastSynced = try Double.fetchOne(db, sql: "SELECT last_synced_at FROM ferry_meta")
+        let lastSynced = try StoreMeta.lastSyncedAt(db)
         // The newest of each kind in the whole journal: a long offline spell fills it with
         // triggers, and the run that matters may be thousands of events back.
         let lastStart = try Journal.latest(kind: .runStarted, db: db)
@@ -142,7 +142,7 @@ public struct QueueSnapshot: Sendable, Equatable {
             lease: lease,
             deadLetters: deadLetters,
             setAside: setAside,
-            lastSyncedAt: lastSynced.map(Date.init(timeIntervalSince1970:)),
+            lastSyncedAt: lastSynced,
             lastRun: lastRun,
             lastWait: wait.flatMap { wait in lastStart.map { wait.at >= $0.at } ?? true ? wait : nil },
             unfinishedRunStartedAt: lastStart.flatMap { start in lastRun.map { $0.at < start.at } ?? true ? start.at : nil }

@@ -23,7 +23,7 @@ enum ChangeCapture {
         for suffix in ["insert", "update", "delete", "guard_insert", "guard_update", "guard_delete"] {
             try db.execute(sql: "DROP TRIGGER IF EXISTS \("ferry_capture_\(name)_\(suffix)".quotedDatabaseIdentifier)")
         }
-        let capturing = "(SELECT capturing FROM ferry_meta)"
+        let capturing = StoreMeta.capturingSQL
         try db.execute(
             sql: """
                 CREATE TRIGGER \("ferry_capture_\(name)_insert".quotedDatabaseIdentifier) AFTER INSERT ON \(quoted) WHEN \(capturing)
@@ -59,7 +59,7 @@ enum ChangeCapture {
         guard table.space != .personal else { return }
         let name = table.table
         let quoted = name.quotedDatabaseIdentifier
-        let capturing = "(SELECT capturing FROM ferry_meta)"
+        let capturing = StoreMeta.capturingSQL
         for suffix in ["guard_insert", "guard_update", "guard_delete"] {
             try db.execute(sql: "DROP TRIGGER IF EXISTS \("ferry_capture_\(name)_\(suffix)".quotedDatabaseIdentifier)")
         }

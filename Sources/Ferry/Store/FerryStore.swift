@@ -386,8 +386,8 @@ public final class FerryStore: Sendable {
 
     /// Runs `body` with change capture off, for writes that come from the server.
     static func withoutCapture<T>(_ db: Database, _ body: () throws -> T) throws -> T {
-        try db.execute(sql: "UPDATE ferry_meta SET capturing = 0")
-        defer { try? db.execute(sql: "UPDATE ferry_meta SET capturing = 1") }
+        try StoreMeta.setCapturing(false, db: db)
+        defer { try? StoreMeta.setCapturing(true, db: db) }
         return try body()
     }
 

@@ -308,7 +308,7 @@ public actor FerryClient {
 
     private func leasedSync(full: Bool) async throws -> SyncReport {
         if full {
-            try await store.database.write { db in try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL") }
+            try await store.database.write { db in try StoreMeta.setCursor(nil, db: db) }
         }
         await journal.record(JournalEvent(kind: .runStarted, message: "sync started"))
         let requestsBefore = await connection.requestCount
@@ -343,7 +343,7 @@ public actor FerryClient {
         report.rateLimited = await connection.rateLimitedCount - limitedBefore
         let now = Date()
         try await store.database.write { db in
-            try db.execute(sql: "UPDATE ferry_meta SET last_synced_at = ?", arguments: [now.timeIntervalSince1970])
+            try StoreMeta.setLastSynced(now, db: db)
         }
         await journal.record(
             JournalEvent(

@@ -57,14 +57,14 @@ struct Puller: Sendable {
         // client's own writes"): the pull names them, under the client id they were answered
         // to, read with them (another process on the store may have taken a new one). A pull
         // from scratch names none: it brings everything.
-        let (savedCursor, clientID, answered, savedScratch) = try await store.database.read { db in
+        let (position, clientID, answered) = try await store.database.read { db in
             (
-                try String.fetchOne(db, sql: "SELECT cursor FROM ferry_meta"),
-                try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta"),
-                try Int64.fetchAll(db, sql: "SELECT id FROM ferry_answered ORDER BY id"),
-                try Bool.fetchOne(db, sql: "SELECT scratch FROM ferry_meta") ?? false
+                try StoreMeta.pullPosition(db),
+                try StoreMeta.clientID(db),
+                try Int64.fetchAll(db, sql: "SELECT id FROM ferry_answered ORDER BY id")
             )
         }
+        let (savedCursor, savedScratch) = position
         var cursor = savedCursor
         if let clientID { store.identity.clientID = clientID }
         // A pull from scratch under way (this run's, or one a relaunch interrupted) goes on as one.
@@ -229,7 +229,7 @@ struct Puller: Sendable {
             for record in outcome.written { learned.set(record.version, of: record.ref) }
             try learned.save(db: db)
             try PulledRecords.save(outcome, db: db)
-            try db.execute(sql: "UPDATE ferry_meta SET cursor = ?", arguments: [page.cursor])
+            try StoreMeta.setCursor(page.cursor, db: db)
             return PageOutcome(applied: outcome.written.count, refused: outcome.refused.map { ($0.record.ref, $0.reason) }, spaces: spaces)
         }
     }
@@ -245,7 +245,7 @@ struct Puller: Sendable {
                     try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(table.table.quotedDatabaseIdentifier))") == true
                 }
             try db.execute(sql: "DELETE FROM ferry_scratch_seen")
-            try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL, scratch = ?", arguments: [holds])
+            try StoreMeta.beginFromScratch(sweeps: holds, db: db)
             return holds
         }
         if let reason {
@@ -313,7 +313,7 @@ struct Puller: Sendable {
                     """
             )
             try db.execute(sql: "DELETE FROM ferry_scratch_seen")
-            try db.execute(sql: "UPDATE ferry_meta SET scratch = 0")
+            try StoreMeta.endFromScratch(db)
             return (gone.count, unseen.count - gone.count)
         }
         await connection.journal.record(

@@ -127,163 +127,150 @@ struct Benchmarks {
         if otherRecords > 0 { try await seedOtherUsers(of: run, into: try await storage(sqlitePath: serverPath)) }
         let floor = try await storage(sqlitePath: folder.appendingPathComponent("floor.sqlite").path)
         defer { Task { try? await floor.close() } }
+        let bench = try await BenchServer(folder: folder, database: postgresURL ?? "sqlite:\(serverPath)", records: records, transport: transport)
+        defer { bench.server.stop() }
 
-        let secret = TokenAuthority.randomSecret()
-        let server = try ServerProcess(
-            arguments: ["serve", "--database", postgresURL ?? "sqlite:\(serverPath)", "--port", "0", "--jwt-secret", secret, "--rate-limit", "off"],
-            log: folder.appendingPathComponent("serve.log")
-        )
-        defer { server.stop() }
-        let baseURL = URL(string: "http://127.0.0.1:\(try await server.port())")!
-        let authority = try await TokenAuthority(secret: secret)
-        func device(_ name: String, of user: String) async throws -> FerryClient {
-            let store = try FerryStore(path: folder.appendingPathComponent("\(name).sqlite").path, schema: Self.schema(), tables: [Self.table])
-            let token = try await authority.issue(userID: user, ttl: .seconds(24 * 3600))
-            return FerryClient(store: store, transport: transport(baseURL), token: { token })
-        }
-        /// `body` measured, with the server's peak memory over the same span.
-        func measure(_ body: () async throws -> Int) async throws -> BenchMeasurement {
-            server.resetPeakMemory()
-            var measurement = try await BenchMeasurement.measure(items: records) { (try await body(), nil) }
-            measurement.serverPeakMemoryMB = server.peakMemoryMB
-            return measurement
-        }
-
-        let pusher = try await device("drain-1", of: drainUser)
+        let pusher = try await bench.device("drain-1", of: drainUser)
         try await Self.writeEvents(records, into: pusher.store.database)
-        let drain = try await measure {
+        let drain = try await bench.measure {
             let summary = try await pusher.push()
             guard summary.acknowledged == records else { throw CommandFailure("drain acknowledged \(summary.acknowledged) of \(records)") }
             return summary.requests
         }
         let pushFloor = try await floorPush(records, user: floorUser, into: floor)
         let pullFloor = try await floorPull(user: floorUser, from: floor)
-        let engine = postgres == nil ? "SQLiteSyncStorage" : "PostgresSyncStorage"
         var results = [
             againstFloor(
                 name: "drain",
                 what:
                     "\(records.formatted()) pending mutations pushed to a ferry serve process on \(postgres?.description ?? "SQLite"), no rate limit",
                 ferry: drain,
-                floorName: "storage floor: \(engine).push, \(Self.batchSize) a batch",
+                floorName: "storage floor: \(engineName).push, \(Self.batchSize) a batch",
                 floor: pushFloor
             )
         ]
-
         if wanted.contains("merge") {
-            // Another device of the drain's user holds the same samples under ids of its own.
-            // Named apart from the pull's fresh devices (drain-2…drain-6): this store already holds the records.
-            let copy = try await device("merge-1", of: drainUser)
-            try await Self.writeEvents(records, into: copy.store.database, prefix: "m")
-            let merge = try await measure {
-                let summary = try await copy.push()
-                guard summary.acknowledged == records, summary.merged == records, summary.rekeyed == records else {
-                    throw CommandFailure(
-                        "merge acknowledged \(summary.acknowledged), merged \(summary.merged), re-keyed \(summary.rekeyed) of \(records)"
-                    )
-                }
-                return summary.requests
-            }
-            let floor = try await floorPush(records, user: floorUser, into: floor, prefix: "m")
             results.append(
-                againstFloor(
-                    name: "merge",
-                    what: "a second device drains \(records.formatted()) records the server holds by natural key: each merged, re-keyed locally",
-                    ferry: merge,
-                    floorName: "storage floor: \(engine).push of the same merges",
-                    floor: floor
-                )
+                try await merge(on: bench, user: drainUser, floor: try await floorPush(records, user: floorUser, into: floor, prefix: "m"))
             )
         }
-
-        if wanted.contains("sync") {
-            let device = try await device("sync-1", of: syncUser)
-            try await Self.writeEvents(records, into: device.store.database)
-            // When the pull began, from the status the client publishes: the push's share of the run.
-            let updates = await device.statusUpdates()
-            let pullStarted = Task {
-                for await status in updates { if case .downloading = status.phase { return ContinuousClock.now } }
-                return ContinuousClock.now
-            }
-            let began = ContinuousClock.now
-            var sync = try await measure {
-                let report = try await device.sync()
-                // The device's own uploads do not come back: the pull reads past them and brings nothing.
-                guard report.upload.acknowledged == records, report.pull.received == 0 else {
-                    throw CommandFailure("sync pushed \(report.upload.acknowledged) of \(records) and pulled \(report.pull.received) of 0")
-                }
-                return report.requests
-            }
-            sync.extra = ["pushMilliseconds": Int(((await pullStarted.value) - began).seconds * 1000)]
-            pullStarted.cancel()
-            results.append(
-                againstFloor(
-                    name: "sync",
-                    what: "one device's sync of \(records.formatted()) new records: push them, then a pull that reads past its own",
-                    ferry: sync,
-                    floorName: "storage floor: the drain's push",
-                    floor: pushFloor
-                )
-            )
-        }
-
+        if wanted.contains("sync") { results.append(try await sync(on: bench, user: syncUser, floor: pushFloor)) }
         if !wanted.isDisjoint(with: ["pull", "relaunch"]) {
-            // Five fresh devices in turn: a plan that decays after the load shows as a slow run.
-            var rounds: [BenchMeasurement] = []
-            var fresh: FerryClient?
-            for round in 0..<5 {
-                let device = try await device("drain-\(round + 2)", of: drainUser)
-                rounds.append(
-                    try await measure {
-                        let report = try await device.sync()
-                        guard report.pull.applied == records else {
-                            throw CommandFailure("a fresh device applied \(report.pull.applied) of \(records)")
-                        }
-                        return report.requests
-                    }
-                )
-                if round == 0 { fresh = device } else { try await device.store.close() }
-            }
-            let times = rounds.map(\.seconds).sorted()
-            var pull = BenchMeasurement.median(rounds)
-            pull.extra = [
-                "runs": rounds.count, "fastestMs": Int(times[0] * 1000), "slowestMs": Int(times[times.count - 1] * 1000),
-                "slowestOverFastestPercent": Int(times[times.count - 1] / times[0] * 100),
-            ]
-            guard let fresh else { throw CommandFailure("no fresh device") }
-            results.append(
-                againstFloor(
-                    name: "pull",
-                    what: "a fresh device's first pull of \(records.formatted()) records (the median of five devices)",
-                    ferry: pull,
-                    floorName: "storage floor: \(engine).pull, \(Self.batchSize) a page",
-                    floor: pullFloor
-                )
-            )
-            if wanted.contains("relaunch") {
-                // The app starts again on the store it filled: a launch's sync, nothing changed.
-                try await fresh.store.close()
-                let relaunched = try await device("drain-2", of: drainUser)
-                var relaunch = try await BenchMeasurement.measure(items: records) {
-                    let report = try await relaunched.sync()
-                    guard report.pull.received == 0 else { throw CommandFailure("a relaunch pulled \(report.pull.received) records again") }
-                    return (report.requests, nil)
-                }
-                relaunch.serverPeakMemoryMB = server.peakMemoryMB
-                results.append(
-                    BenchResult(
-                        name: "relaunch",
-                        what: "an app launched again on a store holding \(records.formatted()) records, nothing changed since",
-                        ferry: relaunch,
-                        baselineName: "a launch that pulls everything again (the first pull above)",
-                        baseline: pull,
-                        comparison: "\(relaunch.requests ?? 0) request\(relaunch.requests == 1 ? "" : "s") against \(pull.requests ?? 0), "
-                            + String(format: "%.0fx less time", pull.seconds / max(relaunch.seconds, 0.000_001))
-                    )
-                )
-            }
+            results += try await pull(on: bench, user: drainUser, floor: pullFloor, relaunch: wanted.contains("relaunch"))
         }
         return results.filter { wanted.contains($0.name) }
+    }
+
+    /// The storage engine the server side measures against.
+    private var engineName: String { postgres == nil ? "SQLiteSyncStorage" : "PostgresSyncStorage" }
+
+    /// Another device of the drain's user holds the same samples under ids of its own.
+    private func merge(on bench: BenchServer, user: String, floor: BenchMeasurement) async throws -> BenchResult {
+        // Named apart from the pull's fresh devices (drain-2…drain-6): this store already holds the records.
+        let copy = try await bench.device("merge-1", of: user)
+        try await Self.writeEvents(records, into: copy.store.database, prefix: "m")
+        let merge = try await bench.measure {
+            let summary = try await copy.push()
+            guard summary.acknowledged == records, summary.merged == records, summary.rekeyed == records else {
+                throw CommandFailure(
+                    "merge acknowledged \(summary.acknowledged), merged \(summary.merged), re-keyed \(summary.rekeyed) of \(records)"
+                )
+            }
+            return summary.requests
+        }
+        return againstFloor(
+            name: "merge",
+            what: "a second device drains \(records.formatted()) records the server holds by natural key: each merged, re-keyed locally",
+            ferry: merge,
+            floorName: "storage floor: \(engineName).push of the same merges",
+            floor: floor
+        )
+    }
+
+    /// One device's sync of new records: the push, and a pull that reads past its own.
+    private func sync(on bench: BenchServer, user: String, floor: BenchMeasurement) async throws -> BenchResult {
+        let device = try await bench.device("sync-1", of: user)
+        try await Self.writeEvents(records, into: device.store.database)
+        // When the pull began, from the status the client publishes: the push's share of the run.
+        let updates = await device.statusUpdates()
+        let pullStarted = Task {
+            for await status in updates { if case .downloading = status.phase { return ContinuousClock.now } }
+            return ContinuousClock.now
+        }
+        let began = ContinuousClock.now
+        var sync = try await bench.measure {
+            let report = try await device.sync()
+            // The device's own uploads do not come back: the pull reads past them and brings nothing.
+            guard report.upload.acknowledged == records, report.pull.received == 0 else {
+                throw CommandFailure("sync pushed \(report.upload.acknowledged) of \(records) and pulled \(report.pull.received) of 0")
+            }
+            return report.requests
+        }
+        sync.extra = ["pushMilliseconds": Int(((await pullStarted.value) - began).seconds * 1000)]
+        pullStarted.cancel()
+        return againstFloor(
+            name: "sync",
+            what: "one device's sync of \(records.formatted()) new records: push them, then a pull that reads past its own",
+            ferry: sync,
+            floorName: "storage floor: the drain's push",
+            floor: floor
+        )
+    }
+
+    /// Five fresh devices pull in turn (a plan that decays after the load shows as a slow run);
+    /// with `relaunch`, the first launches again on the store it filled.
+    private func pull(on bench: BenchServer, user: String, floor: BenchMeasurement, relaunch: Bool) async throws -> [BenchResult] {
+        var rounds: [BenchMeasurement] = []
+        var fresh: FerryClient?
+        for round in 0..<5 {
+            let device = try await bench.device("drain-\(round + 2)", of: user)
+            rounds.append(
+                try await bench.measure {
+                    let report = try await device.sync()
+                    guard report.pull.applied == records else {
+                        throw CommandFailure("a fresh device applied \(report.pull.applied) of \(records)")
+                    }
+                    return report.requests
+                }
+            )
+            if round == 0 { fresh = device } else { try await device.store.close() }
+        }
+        let times = rounds.map(\.seconds).sorted()
+        var pull = BenchMeasurement.median(rounds)
+        pull.extra = [
+            "runs": rounds.count, "fastestMs": Int(times[0] * 1000), "slowestMs": Int(times[times.count - 1] * 1000),
+            "slowestOverFastestPercent": Int(times[times.count - 1] / times[0] * 100),
+        ]
+        guard let fresh else { throw CommandFailure("no fresh device") }
+        let result = againstFloor(
+            name: "pull",
+            what: "a fresh device's first pull of \(records.formatted()) records (the median of five devices)",
+            ferry: pull,
+            floorName: "storage floor: \(engineName).pull, \(Self.batchSize) a page",
+            floor: floor
+        )
+        guard relaunch else { return [result] }
+        // The app starts again on the store it filled: a launch's sync, nothing changed.
+        try await fresh.store.close()
+        let relaunched = try await bench.device("drain-2", of: user)
+        var measured = try await BenchMeasurement.measure(items: records) {
+            let report = try await relaunched.sync()
+            guard report.pull.received == 0 else { throw CommandFailure("a relaunch pulled \(report.pull.received) records again") }
+            return (report.requests, nil)
+        }
+        measured.serverPeakMemoryMB = bench.server.peakMemoryMB
+        return [
+            result,
+            BenchResult(
+                name: "relaunch",
+                what: "an app launched again on a store holding \(records.formatted()) records, nothing changed since",
+                ferry: measured,
+                baselineName: "a launch that pulls everything again (the first pull above)",
+                baseline: pull,
+                comparison: "\(measured.requests ?? 0) request\(measured.requests == 1 ? "" : "s") against \(pull.requests ?? 0), "
+                    + String(format: "%.0fx less time", pull.seconds / max(measured.seconds, 0.000_001))
+            ),
+        ]
     }
 
     /// A result whose baseline is a storage floor, compared by time.

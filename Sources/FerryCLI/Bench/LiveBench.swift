@@ -49,7 +49,16 @@ struct LiveBench {
         defer { Task { try? await watcher.session.signOut() } }
         let writer = Writer(endpoint: writerEndpoint, token: token)
 
-        // Write to visible, one write at a time.
+        lines.append(try await writeToVisible(writer, watcher))
+        lines.append(try await burstOfPushes(writer, watcher))
+        lines.append(
+            try await streamsAtRest(on: servers[servers.count - 1], run: run, authority: authority, writer: writerEndpoint, watcher: watcherEndpoint)
+        )
+        return lines
+    }
+
+    /// Write to visible, one write at a time.
+    private func writeToVisible(_ writer: Writer, _ watcher: Watcher) async throws -> String {
         var latencies: [Double] = []
         for index in 1...writes {
             let acknowledged = try await writer.push(index).acknowledged
@@ -57,40 +66,39 @@ struct LiveBench {
             latencies.append(acknowledged.duration(to: visible).seconds * 1000)
             try await Task.sleep(for: spacing)
         }
-        lines.append(
-            String(
-                format: "  write to visible, %d writes %d ms apart: p50 %.1f ms, p99 %.1f ms, max %.1f ms",
-                writes,
-                Int(spacing.milliseconds),
-                percentile(0.5, of: latencies),
-                percentile(0.99, of: latencies),
-                latencies.max() ?? 0
-            )
+        return String(
+            format: "  write to visible, %d writes %d ms apart: p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+            writes,
+            Int(spacing.milliseconds),
+            percentile(0.5, of: latencies),
+            percentile(0.99, of: latencies),
+            latencies.max() ?? 0
         )
+    }
 
-        // A burst of single-record pushes while the watcher watches.
+    /// A burst of single-record pushes while the watcher watches.
+    private func burstOfPushes(_ writer: Writer, _ watcher: Watcher) async throws -> String {
         let runsBefore = await watcher.runs
         let burstStarted = ContinuousClock.now
         for index in (writes + 1)...(writes + burst) { _ = try await writer.push(index) }
         let burstPushed = ContinuousClock.now
         let holdsAll = try await watcher.waitUntilHolds(writes + burst)
         let burstRuns = await watcher.runs - runsBefore
-        lines.append(
-            String(
-                format:
-                    "  burst of %d single-record pushes (%.2f s): the watcher made %d runs and held all %.2f s after the first push, %.0f ms after the last",
-                burst,
-                burstStarted.duration(to: burstPushed).seconds,
-                burstRuns,
-                burstStarted.duration(to: holdsAll).seconds,
-                burstPushed.duration(to: holdsAll).seconds * 1000
-            )
+        return String(
+            format:
+                "  burst of %d single-record pushes (%.2f s): the watcher made %d runs and held all %.2f s after the first push, %.0f ms after the last",
+            burst,
+            burstStarted.duration(to: burstPushed).seconds,
+            burstRuns,
+            burstStarted.duration(to: holdsAll).seconds,
+            burstPushed.duration(to: holdsAll).seconds * 1000
         )
+    }
 
-        // Idle streams on the watcher's server process.
-        let server = servers[servers.count - 1]
+    /// Idle streams on the watcher's server process: its memory and idle CPU, and one change to one of them.
+    private func streamsAtRest(on server: ServerProcess, run: String, authority: TokenAuthority, writer: URL, watcher: URL) async throws -> String {
         let memoryBefore = server.residentMB
-        let streams = try await IdleStreams.open(idleStreams, run: run, authority: authority, endpoint: watcherEndpoint)
+        let streams = try await IdleStreams.open(idleStreams, run: run, authority: authority, endpoint: watcher)
         try await Task.sleep(for: .seconds(1))
         let memoryAfter = server.residentMB
         let cpuBefore = server.cpuSeconds
@@ -100,24 +108,21 @@ struct LiveBench {
         for round in 1...20 {
             let target = (round * 37) % idleStreams
             // From the push sent: the event may well arrive before the push's answer.
-            let pushed = try await Writer(endpoint: writerEndpoint, token: streams.tokens[target]).push(round, client: "other")
+            let pushed = try await Writer(endpoint: writer, token: streams.tokens[target]).push(round, client: "other")
             let heard = try await streams.waitForChange(on: target)
             changeLatencies.append(pushed.sent.duration(to: heard).seconds * 1000)
         }
         await streams.close()
-        lines.append(
-            String(
-                format:
-                    "  %d idle streams: server memory %.0f MiB before, %.0f MiB after (%.1f KiB a stream); %.2f s of CPU in 10 s idle; one change to one of them, push sent to event, median of 20: %.1f ms",
-                idleStreams,
-                memoryBefore,
-                memoryAfter,
-                (memoryAfter - memoryBefore) * 1024 / Double(idleStreams),
-                cpuIdle,
-                percentile(0.5, of: changeLatencies)
-            )
+        return String(
+            format:
+                "  %d idle streams: server memory %.0f MiB before, %.0f MiB after (%.1f KiB a stream); %.2f s of CPU in 10 s idle; one change to one of them, push sent to event, median of 20: %.1f ms",
+            idleStreams,
+            memoryBefore,
+            memoryAfter,
+            (memoryAfter - memoryBefore) * 1024 / Double(idleStreams),
+            cpuIdle,
+            percentile(0.5, of: changeLatencies)
         )
-        return lines
     }
 
     private func percentile(_ fraction: Double, of values: [Double]) -> Double {

@@ -88,15 +88,11 @@ struct SpaceFairnessTest {
         }
     }
 
-    private func measure(_ space: String, client: SpacesBench.Client, heavy: String, other: String, server: ServerProcess) async throws -> Report {
-        var cursor = try await client.pullAll(token: other).cursor
-        var nextID: Int64 = 1
-        let idle = try await probe(space, client: client, token: other, cursor: &cursor, nextID: &nextID)
-        let done = FairnessTest.Flag()
-        let raw = FairnessTest.Client(http: client.http, endpoint: client.endpoint)
-        // Streams end only when the server closes them: they are cancelled once measured.
+    /// The heavy member's live streams, once every one is open. Streams end only when the server
+    /// closes them: the caller cancels them once measured.
+    private func openStreams(_ heavy: String, client: SpacesBench.Client) async throws -> [Task<Void, any Error>] {
         let opened = NIOLockedValueBox(0)
-        let streams = (0..<streams).map { _ in
+        let streams = (0..<self.streams).map { _ in
             Task {
                 // A stream refused (the member's other requests in progress, its quota) is opened
                 // again after Retry-After, as the reference client does.
@@ -116,11 +112,22 @@ struct SpaceFairnessTest {
                 }
             }
         }
-        defer { for stream in streams { stream.cancel() } }
         for _ in 0..<60 where opened.withLockedValue({ $0 }) < self.streams { try await Task.sleep(for: .seconds(1)) }
         guard opened.withLockedValue({ $0 }) == self.streams else {
+            for stream in streams { stream.cancel() }
             throw CommandFailure("the heavy member opened \(opened.withLockedValue { $0 }) of \(self.streams) live streams in a minute")
         }
+        return streams
+    }
+
+    private func measure(_ space: String, client: SpacesBench.Client, heavy: String, other: String, server: ServerProcess) async throws -> Report {
+        var cursor = try await client.pullAll(token: other).cursor
+        var nextID: Int64 = 1
+        let idle = try await probe(space, client: client, token: other, cursor: &cursor, nextID: &nextID)
+        let done = FairnessTest.Flag()
+        let raw = FairnessTest.Client(http: client.http, endpoint: client.endpoint)
+        let streams = try await openStreams(heavy, client: client)
+        defer { for stream in streams { stream.cancel() } }
         server.resetPeakMemory()
         return try await withThrowingTaskGroup(of: (finished: Int, statuses: [Int]).self) { group in
             // The load stops however the probes end (the group awaits its tasks before it returns).

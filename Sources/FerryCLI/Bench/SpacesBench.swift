@@ -27,15 +27,27 @@ struct SpacesBench {
         let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
         defer { _ = http.shutdown() }
         let client = Client(endpoint: endpoint, http: http)
-        func token(_ user: String, service: Bool = false) async throws -> String {
+        let token: Tokens = { user, service in
             try await authority.issue(userID: "\(run)-\(user)", ttl: .seconds(7200), service: service)
         }
-        let service = try await token("backend", service: true)
+        let service = try await token("backend", true)
         var lines = ["spaces: on \(database)"]
 
+        lines.append(try await emptyPulls(client, run: run, service: service, tokens: token))
+        lines.append(try await crowdedFirstPull(client, run: run, service: service, tokens: token))
+        lines.append(try await firstDownload(client, run: run, service: service, tokens: token))
+        lines.append(try await concurrentWriters(client, run: run, service: service, tokens: token))
+        return lines
+    }
+
+    /// A token for a user of this run (`true`: a service token).
+    typealias Tokens = @Sendable (_ user: String, _ service: Bool) async throws -> String
+
+    /// An empty pull, timed for a user in one space against one in 1,000.
+    private func emptyPulls(_ client: Client, run: String, service: String, tokens: Tokens) async throws -> String {
         // An empty pull, one space against 1,000.
-        let one = try await token("one")
-        let many = try await token("many")
+        let one = try await tokens("one", false)
+        let many = try await tokens("many", false)
         try await client.send("PUT", "/v1/spaces/\(run)-single", token: service)
         try await client.send("PUT", "/v1/spaces/\(run)-single/members/\(run)-one", token: service, body: #"{"role":"read"}"#)
         for index in 0..<ProtocolLimits.maxSpacesPerUser {
@@ -55,18 +67,19 @@ struct SpacesBench {
         }
         func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
         let (oneMedian, manyMedian) = (median(latencies["one"]!), median(latencies["many"]!))
-        lines.append(
-            String(
-                format: "  empty pull, median of %d: 1 space %.2f ms, 1,000 spaces %.2f ms (%.1fx); cursor %d bytes against %d",
-                emptyPulls,
-                oneMedian,
-                manyMedian,
-                manyMedian / oneMedian,
-                cursors["many"]!.utf8.count,
-                cursors["one"]!.utf8.count
-            )
+        return String(
+            format: "  empty pull, median of %d: 1 space %.2f ms, 1,000 spaces %.2f ms (%.1fx); cursor %d bytes against %d",
+            emptyPulls,
+            oneMedian,
+            manyMedian,
+            manyMedian / oneMedian,
+            cursors["many"]!.utf8.count,
+            cursors["one"]!.utf8.count
         )
+    }
 
+    /// A first pull of a user in 1,000 spaces of one record each.
+    private func crowdedFirstPull(_ client: Client, run: String, service: String, tokens: Tokens) async throws -> String {
         // A first pull of a user in 1,000 spaces of one record each: one statement a space
         // would be a thousand round trips.
         let spread = (0..<ProtocolLimits.maxSpacesPerUser).map { index in
@@ -86,35 +99,37 @@ struct SpacesBench {
             body: String(decoding: try JSONEncoder().encode(PushRequest(clientID: "bench-spread", mutations: spread)), as: UTF8.self)
         )
         let firstPullStarted = ContinuousClock.now
-        let (_, crowded) = try await client.pullAll(token: many)
+        let (_, crowded) = try await client.pullAll(token: try await tokens("many", false))
         guard crowded == ProtocolLimits.maxSpacesPerUser else { throw CommandFailure("the first pull of 1,000 spaces brought \(crowded) records") }
-        lines.append(
-            String(format: "  first pull of a user in 1,000 spaces of 1 record each: %.0f ms", firstPullStarted.duration(to: .now).seconds * 1000)
-        )
+        return String(format: "  first pull of a user in 1,000 spaces of 1 record each: %.0f ms", firstPullStarted.duration(to: .now).seconds * 1000)
+    }
 
+    /// A first download: a space of `records` for a new member, the same size personal.
+    private func firstDownload(_ client: Client, run: String, service: String, tokens: Tokens) async throws -> String {
         // A first download: a space of `records` for a new member, the same size personal.
         try await client.send("PUT", "/v1/spaces/\(run)-big", token: service)
         try await client.push(count: records, space: "\(run)-big", token: service)
         try await client.send("PUT", "/v1/spaces/\(run)-big/members/\(run)-joiner", token: service, body: #"{"role":"read"}"#)
-        let solo = try await token("solo")
+        let solo = try await tokens("solo", false)
         try await client.push(count: records, space: nil, token: solo)
         var rates: [String: Double] = [:]
-        for (name, token) in [("personal", solo), ("space", try await token("joiner"))] {
+        for (name, token) in [("personal", solo), ("space", try await tokens("joiner", false))] {
             let started = ContinuousClock.now
             let (_, count) = try await client.pullAll(token: token)
             guard count == records else { throw CommandFailure("the \(name) first pull brought \(count) records, not \(records)") }
             rates[name] = Double(count) / started.duration(to: .now).seconds
         }
-        lines.append(
-            String(
-                format: "  first download of %@ records: personal %.0f records/s, a space %.0f records/s (%.2fx)",
-                records.formatted(),
-                rates["personal"]!,
-                rates["space"]!,
-                rates["space"]! / rates["personal"]!
-            )
+        return String(
+            format: "  first download of %@ records: personal %.0f records/s, a space %.0f records/s (%.2fx)",
+            records.formatted(),
+            rates["personal"]!,
+            rates["space"]!,
+            rates["space"]! / rates["personal"]!
         )
+    }
 
+    /// Two users pushing at once: into a space each, then both into one.
+    private func concurrentWriters(_ client: Client, run: String, service: String, tokens: Tokens) async throws -> String {
         // Two users pushing at once: into a space each, then both into one.
         for space in ["left", "right"] {
             try await client.send("PUT", "/v1/spaces/\(run)-\(space)", token: service)
@@ -122,7 +137,7 @@ struct SpacesBench {
                 try await client.send("PUT", "/v1/spaces/\(run)-\(space)/members/\(run)-\(user)", token: service, body: #"{"role":"write"}"#)
             }
         }
-        let writers = [try await token("writer-a"), try await token("writer-b")]
+        let writers = [try await tokens("writer-a", false), try await tokens("writer-b", false)]
         var seconds: [Double] = []
         for spaces in [["left", "right"], ["left", "left"]] {
             let started = ContinuousClock.now
@@ -137,14 +152,11 @@ struct SpacesBench {
             }
             seconds.append(started.duration(to: .now).seconds)
         }
-        lines.append(
-            String(
-                format: "  two users, 200 pushes of 100 each at once: into two spaces %.2f s, into one space %.2f s",
-                seconds[0],
-                seconds[1]
-            )
+        return String(
+            format: "  two users, 200 pushes of 100 each at once: into two spaces %.2f s, into one space %.2f s",
+            seconds[0],
+            seconds[1]
         )
-        return lines
     }
 
     /// Requests of the benchmark, over AsyncHTTPClient.

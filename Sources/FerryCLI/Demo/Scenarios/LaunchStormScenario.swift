@@ -19,15 +19,7 @@ struct LaunchStormScenario: DemoScenario {
     }
 
     private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
-        var seed: [Mutation] = []
-        for (entity, count) in [("projects", 100), ("tasks", 100), ("calendar_events", 96)] {
-            for index in 0..<count {
-                seed.append(
-                    .upsert(id: Int64(seed.count + 1), entity: entity, entityID: "\(entity)-\(index)", data: ["title": .string("\(entity) \(index)")])
-                )
-            }
-        }
-        try await server.seed(user: "maya", client: "web", mutations: seed)
+        try await seedFromTheWeb(on: server)
         output.say("The server holds 100 projects, 100 tasks and 96 calendar events for maya, written from the web.")
 
         let link = DemoLink(online: true)
@@ -100,5 +92,18 @@ struct LaunchStormScenario: DemoScenario {
             ],
             timelines: [.init(title: "maya", events: (journal + startupShown).sorted { $0.at < $1.at })]
         )
+    }
+
+    /// The records maya wrote from the web: 100 projects, 100 tasks and 96 calendar events.
+    private func seedFromTheWeb(on server: FerryTestServer) async throws {
+        var seed: [Mutation] = []
+        for (entity, count) in [("projects", 100), ("tasks", 100), ("calendar_events", 96)] {
+            for index in 0..<count {
+                seed.append(
+                    .upsert(id: Int64(seed.count + 1), entity: entity, entityID: "\(entity)-\(index)", data: ["title": .string("\(entity) \(index)")])
+                )
+            }
+        }
+        try await server.seed(user: "maya", client: "web", mutations: seed)
     }
 }

@@ -17,19 +17,7 @@ struct QueuedEventsScenario: DemoScenario {
 
     private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         let known = 167
-        try await server.seed(
-            user: "sam",
-            client: "watch",
-            mutations: (0..<known).map { index in
-                .upsert(
-                    id: Int64(index + 1),
-                    entity: "health_events",
-                    entityID: "watch-\(index)",
-                    data: ["kind": .string("steps"), "value": .integer(Int64(index))],
-                    naturalKey: "hk:\(index * 30)"
-                )
-            }
-        )
+        try await seedWatch(known, on: server)
         output.say(
             "The watch already uploaded \(known) samples; the phone queued 5,000 while offline, \(known) of them the same samples under its own ids."
         )
@@ -96,6 +84,23 @@ struct QueuedEventsScenario: DemoScenario {
                 ("the status stream pushed \(progressUpdates) progress updates, nobody polled", progressUpdates >= 10),
             ],
             timelines: [.init(title: "sam", events: wholeJournal)]
+        )
+    }
+
+    /// The watch already uploaded `known` samples, each with its natural key.
+    private func seedWatch(_ known: Int, on server: FerryTestServer) async throws {
+        try await server.seed(
+            user: "sam",
+            client: "watch",
+            mutations: (0..<known).map { index in
+                .upsert(
+                    id: Int64(index + 1),
+                    entity: "health_events",
+                    entityID: "watch-\(index)",
+                    data: ["kind": .string("steps"), "value": .integer(Int64(index))],
+                    naturalKey: "hk:\(index * 30)"
+                )
+            }
         )
     }
 }

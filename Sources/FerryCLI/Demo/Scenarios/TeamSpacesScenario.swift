@@ -66,111 +66,25 @@ struct TeamSpacesScenario: DemoScenario {
 
     private func play(server: FerryTestServer, directory: URL, output: DemoOutput) async throws -> ScenarioOutcome {
         let origin = Date()
-        // The company's backend, with a service token: the reference space, read by everyone.
-        let backend = server.transport()
-        let service = try await server.token(for: "backend", service: true)
-        for (method, path, body) in [
-            ("PUT", "/v1/spaces/company", nil), ("PUT", "/v1/spaces/company/members/dispatcher", #"{"role":"read"}"#),
-            ("PUT", "/v1/spaces/company/members/worker", #"{"role":"read"}"#),
-        ] as [(String, String, String?)] {
-            let response = try await backend.send(
-                TransportRequest(method: method, path: path, headers: ["Authorization": "Bearer \(service)"], body: body.map { Data($0.utf8) })
-            )
-            guard (200..<300).contains(response.status) else { throw CommandFailure("\(method) \(path) answered \(response.status)") }
-        }
-        try await server.seed(
-            user: "backend",
-            client: "company-import",
-            mutations: (1...2000).map {
-                Mutation(
-                    id: Int64($0),
-                    entity: "aliases",
-                    entityID: "alias-\($0)",
-                    op: .upsert,
-                    data: ["street": .string("\($0) Harbour Road"), "alias": .string("Dock \($0)")],
-                    space: "company"
-                )
-            },
-            service: true
-        )
-        output.say("The company's backend writes 2,000 address aliases into the read-only space 'company' with a service token.")
+        try await companyBackend(server: server, output: output)
 
         // The dispatcher makes the team and its projects; the worker joins.
         let dispatcher = try phone("dispatcher", in: directory, server: server)
         let worker = try phone("worker", in: directory, server: server)
-        try await dispatcher.createSpace("team-7")
-        try await dispatcher.setRole(.write, of: "worker", in: "team-7")
-        try await dispatcher.store.database.write { db in
-            for index in 1...5 {
-                try db.execute(
-                    sql: "INSERT INTO projects (id, team_id, title, status) VALUES (?, 'team-7', ?, 'open')",
-                    arguments: ["p\(index)", "Site \(index)"]
-                )
-            }
-        }
-        try await dispatcher.sync()
+        try await makeTeam(by: dispatcher)
         let firstPull = try await worker.sync().pull
         let aliasesOnPhone = try await count("SELECT count(*) FROM aliases", on: worker)
         let projectsOnPhone = try await count("SELECT count(*) FROM projects WHERE team_id = 'team-7'", on: worker)
         output.say(
             "The worker's phone joins: \(aliasesOnPhone.formatted()) aliases and \(projectsOnPhone) team projects in one sync of \(firstPull.requests) pages."
         )
-        var readOnlyRefused = false
-        do {
-            try await worker.store.database.write { db in try db.execute(sql: "UPDATE aliases SET alias = 'Mine' WHERE id = 'alias-1'") }
-        } catch let error as DatabaseError {
-            readOnlyRefused = error.message?.contains("space 'company'") == true
-            output.say("The worker's app tries to rename an alias: refused at once (\(error.message ?? "")).")
-        }
+        let readOnlyRefused = try await renameAlias(on: worker, output: output)
 
-        // Both phones edit project p1; each sync brings the other's.
-        try await dispatcher.store.database.write { db in try db.execute(sql: "UPDATE projects SET title = 'Site 1, roof' WHERE id = 'p1'") }
-        try await dispatcher.sync()
-        try await worker.sync()
-        try await worker.store.database.write { db in try db.execute(sql: "UPDATE projects SET status = 'done' WHERE id = 'p1'") }
-        try await worker.sync()
-        try await dispatcher.sync()
-        let read = "SELECT title || '/' || status FROM projects WHERE id = 'p1'"
-        let dispatcherP1 = try await dispatcher.store.database.read { db in try String.fetchOne(db, sql: read) }
-        let workerP1 = try await worker.store.database.read { db in try String.fetchOne(db, sql: read) }
-        output.say("Both phones edit project p1: the dispatcher holds '\(dispatcherP1 ?? "-")', the worker '\(workerP1 ?? "-")'.")
+        let (dispatcherP1, workerP1) = try await editTogether(dispatcher, worker, output: output)
 
-        // The worker's tablet keeps the team's board live; the dispatcher assigns jobs.
-        let tablet = try await liveDevice("worker", in: directory, server: server)
-        guard let board = await tablet.engine else { throw CommandFailure("the tablet did not sign in") }
-        try await board.scheduler.initialSync()
-        var latencies: [Double] = []
-        for job in 1...5 {
-            try await dispatcher.store.database.write { db in
-                try db.execute(
-                    sql: "INSERT INTO projects (id, team_id, title, status) VALUES (?, 'team-7', ?, 'assigned to worker')",
-                    arguments: ["job-\(job)", "Job \(job)"]
-                )
-            }
-            try await dispatcher.sync()
-            let acknowledged = ContinuousClock.now
-            // Nobody asks the tablet to sync: only the server's event can bring the job.
-            while try await board.store.database.read({ db in
-                try Bool.fetchOne(db, sql: "SELECT 1 FROM projects WHERE id = ?", arguments: ["job-\(job)"])
-            }) == nil,
-                acknowledged.duration(to: .now) < .seconds(5)
-            {
-                try await Task.sleep(for: .milliseconds(1))
-            }
-            latencies.append(acknowledged.duration(to: .now).seconds * 1000)
-            try await Task.sleep(for: .milliseconds(300))  // a dispatcher's pace
-        }
-        try await tablet.signOut()
+        let latencies = try await liveBoard(of: dispatcher, directory: directory, server: server, output: output)
         let liveMedian = latencies.sorted()[latencies.count / 2]
         let liveArrived = latencies.allSatisfy { $0 < 5000 }
-        output.say(
-            String(
-                format:
-                    "The dispatcher assigns 5 jobs; each reaches the worker's tablet live, with no sync asked for: median %.0f ms, slowest %.0f ms.",
-                liveMedian,
-                latencies.max() ?? 0
-            )
-        )
 
         // Offline, the worker edits p2 and writes a note; the dispatcher removes them from the team.
         try await worker.store.database.write { db in
@@ -225,5 +139,118 @@ struct TeamSpacesScenario: DemoScenario {
             ],
             timelines: [.init(title: "dispatcher", events: dispatcherJournal), .init(title: "worker", events: workerJournal)]
         )
+    }
+
+    /// The company's backend, with a service token: the reference space, read by everyone.
+    private func companyBackend(server: FerryTestServer, output: DemoOutput) async throws {
+        let backend = server.transport()
+        let service = try await server.token(for: "backend", service: true)
+        for (method, path, body) in [
+            ("PUT", "/v1/spaces/company", nil), ("PUT", "/v1/spaces/company/members/dispatcher", #"{"role":"read"}"#),
+            ("PUT", "/v1/spaces/company/members/worker", #"{"role":"read"}"#),
+        ] as [(String, String, String?)] {
+            let response = try await backend.send(
+                TransportRequest(method: method, path: path, headers: ["Authorization": "Bearer \(service)"], body: body.map { Data($0.utf8) })
+            )
+            guard (200..<300).contains(response.status) else { throw CommandFailure("\(method) \(path) answered \(response.status)") }
+        }
+        try await server.seed(
+            user: "backend",
+            client: "company-import",
+            mutations: (1...2000).map {
+                Mutation(
+                    id: Int64($0),
+                    entity: "aliases",
+                    entityID: "alias-\($0)",
+                    op: .upsert,
+                    data: ["street": .string("\($0) Harbour Road"), "alias": .string("Dock \($0)")],
+                    space: "company"
+                )
+            },
+            service: true
+        )
+        output.say("The company's backend writes 2,000 address aliases into the read-only space 'company' with a service token.")
+    }
+
+    /// Both phones edit project p1; each sync brings the other's. Returns p1 on each.
+    private func editTogether(_ dispatcher: FerryClient, _ worker: FerryClient, output: DemoOutput) async throws -> (String?, String?) {
+        try await dispatcher.store.database.write { db in try db.execute(sql: "UPDATE projects SET title = 'Site 1, roof' WHERE id = 'p1'") }
+        try await dispatcher.sync()
+        try await worker.sync()
+        try await worker.store.database.write { db in try db.execute(sql: "UPDATE projects SET status = 'done' WHERE id = 'p1'") }
+        try await worker.sync()
+        try await dispatcher.sync()
+        let read = "SELECT title || '/' || status FROM projects WHERE id = 'p1'"
+        let dispatcherP1 = try await dispatcher.store.database.read { db in try String.fetchOne(db, sql: read) }
+        let workerP1 = try await worker.store.database.read { db in try String.fetchOne(db, sql: read) }
+        output.say("Both phones edit project p1: the dispatcher holds '\(dispatcherP1 ?? "-")', the worker '\(workerP1 ?? "-")'.")
+        return (dispatcherP1, workerP1)
+    }
+
+    /// The worker's tablet keeps the team's board live while the dispatcher assigns jobs: each
+    /// job's time from the push's acknowledgement to the tablet's table, in milliseconds.
+    private func liveBoard(of dispatcher: FerryClient, directory: URL, server: FerryTestServer, output: DemoOutput) async throws -> [Double] {
+        let tablet = try await liveDevice("worker", in: directory, server: server)
+        guard let board = await tablet.engine else { throw CommandFailure("the tablet did not sign in") }
+        try await board.scheduler.initialSync()
+        var latencies: [Double] = []
+        for job in 1...5 {
+            try await dispatcher.store.database.write { db in
+                try db.execute(
+                    sql: "INSERT INTO projects (id, team_id, title, status) VALUES (?, 'team-7', ?, 'assigned to worker')",
+                    arguments: ["job-\(job)", "Job \(job)"]
+                )
+            }
+            try await dispatcher.sync()
+            let acknowledged = ContinuousClock.now
+            // Nobody asks the tablet to sync: only the server's event can bring the job.
+            while try await board.store.database.read({ db in
+                try Bool.fetchOne(db, sql: "SELECT 1 FROM projects WHERE id = ?", arguments: ["job-\(job)"])
+            }) == nil,
+                acknowledged.duration(to: .now) < .seconds(5)
+            {
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            latencies.append(acknowledged.duration(to: .now).seconds * 1000)
+            try await Task.sleep(for: .milliseconds(300))  // a dispatcher's pace
+        }
+        try await tablet.signOut()
+        let liveMedian = latencies.sorted()[latencies.count / 2]
+        output.say(
+            String(
+                format:
+                    "The dispatcher assigns 5 jobs; each reaches the worker's tablet live, with no sync asked for: median %.0f ms, slowest %.0f ms.",
+                liveMedian,
+                latencies.max() ?? 0
+            )
+        )
+        return latencies
+    }
+
+    /// The dispatcher makes team-7, with the worker a writer, and its five projects.
+    private func makeTeam(by dispatcher: FerryClient) async throws {
+        try await dispatcher.createSpace("team-7")
+        try await dispatcher.setRole(.write, of: "worker", in: "team-7")
+        try await dispatcher.store.database.write { db in
+            for index in 1...5 {
+                try db.execute(
+                    sql: "INSERT INTO projects (id, team_id, title, status) VALUES (?, 'team-7', ?, 'open')",
+                    arguments: ["p\(index)", "Site \(index)"]
+                )
+            }
+        }
+        try await dispatcher.sync()
+    }
+
+    /// The worker's app tries to rename an alias of the read-only company space; returns whether
+    /// the app's transaction refused it, naming the space.
+    private func renameAlias(on worker: FerryClient, output: DemoOutput) async throws -> Bool {
+        do {
+            try await worker.store.database.write { db in try db.execute(sql: "UPDATE aliases SET alias = 'Mine' WHERE id = 'alias-1'") }
+            return false
+        } catch let error as DatabaseError {
+            output.say("The worker's app tries to rename an alias: refused at once (\(error.message ?? "")).")
+            return error.message?.contains("space 'company'") == true
+        }
     }
 }

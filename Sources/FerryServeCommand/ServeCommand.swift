@@ -4,8 +4,10 @@ import Foundation
 import Hummingbird
 import Logging
 
-struct ServeCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// `ferry serve` and `ferry-server`: the reference server until SIGINT or SIGTERM. One command
+/// for both executables, so the one deployed and the one the README runs take the same flags.
+public struct ServeCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
         commandName: "serve",
         abstract: "Run the reference sync server (PROTOCOL.md) until SIGINT or SIGTERM."
     )
@@ -53,7 +55,9 @@ struct ServeCommand: AsyncParsableCommand {
     var retentionDays = "30"
 
     /// Every option checked before anything starts (exit 64, with the usage).
-    func validate() throws {
+    public init() {}
+
+    public func validate() throws {
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be from 0 to 65535, got \(port)") }
         guard (1...3600).contains(idleTimeout) else {
             throw ValidationError("--idle-timeout must be from 1 to 3600 seconds, got \(idleTimeout)")
@@ -108,7 +112,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    func run() async throws {
+    public func run() async throws {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { Logger.Level(rawValue: $0) } ?? .info

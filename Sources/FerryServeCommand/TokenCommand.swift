@@ -2,8 +2,9 @@ import ArgumentParser
 import FerryServer
 import Foundation
 
-struct TokenCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
+/// `ferry token` and `ferry-server token`: a token for a user, signed with the servers' secret.
+public struct TokenCommand: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
         commandName: "token",
         abstract: "Print a token that a server with the same secret accepts."
     )
@@ -20,7 +21,9 @@ struct TokenCommand: AsyncParsableCommand {
     @Flag(help: "A service token (\"ferry_admin\": true): an app's backend, admin of every space and member of none.")
     var admin = false
 
-    func validate() throws {
+    public init() {}
+
+    public func validate() throws {
         guard !user.isEmpty else { throw ValidationError("--user must not be empty") }
         guard ttl > 0 else { throw ValidationError("--ttl must be a positive number of seconds, got \(ttl)") }
         guard let secret = configuredSecret, !secret.isEmpty else {
@@ -32,7 +35,7 @@ struct TokenCommand: AsyncParsableCommand {
     /// `--secret`, else `FERRY_JWT_SECRET`.
     private var configuredSecret: String? { secret ?? ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"] }
 
-    func run() async throws {
+    public func run() async throws {
         let authority = try await TokenAuthority(secret: configuredSecret ?? "")
         print(try await authority.issue(userID: user, ttl: .seconds(ttl), service: admin))
     }
