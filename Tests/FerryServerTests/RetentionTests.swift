@@ -170,4 +170,26 @@ struct RetentionTests {
             )
         }
     }
+
+    @Test(
+        "a client is new by its row alone: one whose row predates the count of pushes (0 there) is known, not refused at the limit (review of issue 40)",
+        arguments: StorageBackend.allCases
+    )
+    func clientLimitKnowsRowsWithoutPushes(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            for client in 0..<ProtocolLimits.maxClientsPerUser {
+                let push = PushRequest(clientID: "c\(client)", mutations: [.upsert(id: 1, entity: "e", entityID: "r\(client)", data: .value(1))])
+                #expect(try await server.push(push, token: token).status == 200)
+            }
+            // As a row written before the server counted pushes holds it.
+            try await server.database.execute("UPDATE clients SET pushes = 0 WHERE client_id = 'c1'")
+            let resent = try await server.push(
+                PushRequest(clientID: "c1", mutations: [.upsert(id: 2, entity: "e", entityID: "r1", data: .value(2))]),
+                token: token
+            )
+            #expect(resent.status == 200, "\(resent.errorCode ?? "")")
+            #expect(try await server.pullAll(token: token)["e/r1"] != nil)
+        }
+    }
 }

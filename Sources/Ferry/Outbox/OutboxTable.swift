@@ -3,7 +3,7 @@ import Foundation
 import GRDB
 
 /// The one home of `ferry_outbox`'s SQL: every other file asks it. The migrations that shaped
-/// the table (`FerryStore`) and the capture triggers, which insert through `insertSQL`, are the
+/// the table (`FerryStore`) and the capture triggers, which insert through `captureSQL`, are the
 /// only other places that name it.
 ///
 /// An entry is one local change: pending, in flight, or set aside as a dead letter; one more
@@ -143,6 +143,35 @@ enum OutboxTable {
     /// How many changes queued after entry `id` still wait: a range of the primary key.
     static func queuedCount(after id: Int64, db: Database) throws -> Int {
         try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE id > ? AND \(OutboxState.queuedCondition)", arguments: [id]) ?? 0
+    }
+
+    /// The changes still to be acknowledged, of one entity.
+    struct QueuedEntity {
+        var entity: String
+        var count: Int
+        var inFlight: Int
+        /// When the oldest was queued (seconds since 1970), of those whose time is known.
+        var oldestQueuedAt: Double?
+        /// How many were queued by a version that recorded no time.
+        var untimed: Int
+        /// When the oldest in flight was sent.
+        var firstSentAt: Double?
+    }
+
+    /// The changes still to be acknowledged, by entity. Read from stores of any version
+    /// (`QueueSnapshot.read(atPath:)`): those before the queue times (ferry-v7) count as untimed.
+    static func queuedByEntity(_ db: Database) throws -> [QueuedEntity] {
+        let columns = Set(try db.columns(in: "ferry_outbox").map(\.name))
+        let times = columns.contains("queued_at") ? "MIN(queued_at), COUNT(*) - COUNT(queued_at)" : "NULL, COUNT(*)"
+        let sentSince = columns.contains("sent_at") ? "MIN(CASE WHEN state = \(OutboxState.inFlight.rawValue) THEN sent_at END)" : "NULL"
+        return try Row.fetchAll(
+            db,
+            sql: """
+                SELECT entity, COUNT(*), SUM(state = \(OutboxState.inFlight.rawValue)), \(times), \(sentSince)
+                FROM ferry_outbox WHERE \(OutboxState.queuedCondition) GROUP BY entity
+                """
+        )
+        .map { QueuedEntity(entity: $0[0], count: $0[1], inFlight: $0[2] ?? 0, oldestQueuedAt: $0[3], untimed: $0[4], firstSentAt: $0[5]) }
     }
 
     /// Every dead letter, oldest first.

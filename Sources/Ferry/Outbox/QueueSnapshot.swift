@@ -87,28 +87,18 @@ public struct QueueSnapshot: Sendable, Equatable {
     }
 
     static func read(_ db: Database) throws -> QueueSnapshot {
-        // Stores of older versions lack what later ones added: the queue times (ferry-v7) and
-        // the lease (ferry-v4).
-        let columns = Set(try db.columns(in: "ferry_outbox").map(\.name))
-        let hasQueueTimes = columns.contains("queued_at")
-        let sentSince = columns.contains("sent_at") ? "MIN(CASE WHEN state = \(OutboxState.inFlight.rawValue) THEN sent_at END)" : "NULL"
+        // Stores of older versions lack what later ones added: the lease (ferry-v4).
         var byEntity: [String: Int] = [:]
         var inFlight: [String: Int] = [:]
         var oldest: Double?
         var untimed = 0
         var sentAt: Double?
-        for row in try Row.fetchAll(
-            db,
-            sql: """
-                SELECT entity, COUNT(*), SUM(state = \(OutboxState.inFlight.rawValue)), \(hasQueueTimes ? "MIN(queued_at), COUNT(*) - COUNT(queued_at)" : "NULL, COUNT(*)")
-                , \(sentSince) FROM ferry_outbox WHERE \(OutboxState.queuedCondition) GROUP BY entity
-                """
-        ) {
-            byEntity[row[0]] = row[1]
-            if let count: Int = row[2], count > 0 { inFlight[row[0]] = count }
-            if let time: Double = row[3] { oldest = min(oldest ?? time, time) }
-            untimed += row[4]
-            if let time: Double = row[5] { sentAt = min(sentAt ?? time, time) }
+        for queued in try OutboxTable.queuedByEntity(db) {
+            byEntity[queued.entity] = queued.count
+            if queued.inFlight > 0 { inFlight[queued.entity] = queued.inFlight }
+            if let time = queued.oldestQueuedAt { oldest = min(oldest ?? time, time) }
+            untimed += queued.untimed
+            if let time = queued.firstSentAt { sentAt = min(sentAt ?? time, time) }
         }
         let lease =
             try db.tableExists("ferry_lease")

@@ -367,7 +367,6 @@ public actor SyncSession {
                 }
             )
         }
-        await user.start(observer: observer, relay: relay, readers: readers)
         if let connectivity {
             await user.feed(
                 Task {
@@ -375,6 +374,7 @@ public actor SyncSession {
                 }
             )
         }
+        await user.start(observer: observer, relay: relay, readers: readers)
         logger.debug("signed in", metadata: ["user": "\(userID)"])
     }
 
@@ -382,8 +382,9 @@ public actor SyncSession {
         guard let user else { return }
         let engine = user.parts
         self.user = nil
-        try await user.stop()
+        await user.stop()
         publish(SyncStatus(phase: .signedOut))
+        try await user.close()
         if configuration.signOutPolicy == .eraseLocalData {
             let path = engine.store.path
             for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {

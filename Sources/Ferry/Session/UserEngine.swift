@@ -10,7 +10,7 @@ actor UserEngine {
         /// Running: periodic runs only while `active`, runs and the stream only while `online`
         /// (an unknown connectivity counts as online).
         case running(active: Bool, online: Bool)
-        /// Stopping: the run in progress ends, the stream closes, nothing new starts.
+        /// Stopped but for the store, still open: nothing runs or starts.
         case stopping
         /// Stopped: the store is closed; nothing of this user's runs again.
         case stopped
@@ -36,8 +36,10 @@ actor UserEngine {
         self.observer = observer
         self.relay = relay
         self.readers = readers
-        await drive()
+        guard case .running(let active, _) = state else { return }
+        await parts.scheduler.setActive(active)
         await parts.scheduler.trigger(.launch)
+        await driveStream()
     }
 
     /// Adds a task that feeds the engine reports, cancelled when it stops (at once if it has).
@@ -46,12 +48,18 @@ actor UserEngine {
         feeds.append(task)
     }
 
+    // The actor is reentrant: while one report is told to the scheduler, another may change
+    // `state`. Each report, once told, reads `state` again and tells what it says now if that
+    // differs, so the last word the scheduler and the stream hear is the latest state's.
+
     func setActive(_ isActive: Bool) async {
         guard case .running(_, let online) = state else { return }
         state = .running(active: isActive, online: online)
         // Told even when unchanged: an app that says it is active while a background sync runs
         // is one that came to the front (`SyncScheduler.activations`).
-        await drive()
+        await parts.scheduler.setActive(isActive)  // periodic runs, if configured, while active
+        if case .running(let active, _) = state, active != isActive { await parts.scheduler.setActive(active) }
+        await driveStream()
     }
 
     func setOnline(_ isOnline: Bool) async {
@@ -60,21 +68,26 @@ actor UserEngine {
         // Told even when unchanged: the scheduler journals each report and may start the run
         // a report of the link's return asks for.
         await parts.scheduler.connectivityChanged(online: isOnline)
-        await parts.live?.setWanted(active && isOnline)
+        if case .running(_, let online) = state, online != isOnline { await parts.scheduler.connectivityChanged(online: online) }
+        await driveStream()
     }
 
-    /// Tells the scheduler and the stream what `state` allows.
-    private func drive() async {
-        guard case .running(let active, let online) = state else { return }
-        await parts.scheduler.setActive(active)  // periodic runs, if configured, while active
-        await parts.live?.setWanted(active && online)  // the event stream is closed in the background
+    /// Opens the event stream while active and online, and closes it otherwise (in the
+    /// background, offline), until what the stream was told is what `state` says.
+    private func driveStream() async {
+        var told: Bool?
+        while case .running(let active, let online) = state, told != (active && online) {
+            told = active && online
+            await parts.live?.setWanted(active && online)
+        }
     }
 
-    /// Stops every part in order and returns once each has: the feeds and the store's readers
-    /// first (no read of the store after it closes), then the stream, the scheduler (the run in
-    /// progress is cancelled and its batch returned to the queue), the client and the relay of
-    /// its statuses (nothing of this user's comes after), and last the store.
-    func stop() async throws {
+    /// Stops every part but the store, in order, and returns once each has: the feeds and the
+    /// store's readers first (no read of the store after it closes), then the stream, the
+    /// scheduler (the run in progress is cancelled and its batch returned to the queue), the
+    /// client and the relay of its statuses (nothing of this user's comes after). `close()` then
+    /// closes the store.
+    func stop() async {
         guard case .running = state else { return }
         state = .stopping
         for task in feeds + readers { task.cancel() }
@@ -85,6 +98,11 @@ actor UserEngine {
         await parts.client.stop()
         await relay?.value
         relay = nil
+    }
+
+    /// Closes the store, once stopped.
+    func close() async throws {
+        guard case .stopping = state else { return }
         try await parts.store.close()
         state = .stopped
     }

@@ -68,7 +68,7 @@ public final class FerryStore: Sendable {
         }
         identity = ClientIdentity(
             try database.write { db in
-                guard let clientID = try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta") else {
+                guard let clientID = try StoreMeta.clientID(db) else {
                     throw FerryError.unreadableStore("\(path): ferry_meta holds no client id; the file is damaged")
                 }
                 for table in tables {

@@ -22,14 +22,17 @@ enum PushVerdict {
     case failed(message: String)
 
     init(_ response: TransportResponse, mutations: Int) {
-        let message = SyncConnection.message(in: response)
-        switch response.status {
-        case 200:
+        guard response.status != 200 else {
             do {
                 self = .answered(try PushResponse.decode(from: response.body))
             } catch {
                 self = .malformed(error)
             }
+            return
+        }
+        let envelope = try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body)
+        let message = envelope?.error.message ?? "HTTP \(response.status)"
+        switch response.status {
         case 408 where mutations > 1:
             self = .halveForSlowLink(message: message)
         case 408:
@@ -37,7 +40,7 @@ enum PushVerdict {
         case 413:
             self = .refusedWhole(reason: "push answered 413: \(message)")
         // One from a proxy or a firewall may pass, so it is retried like any failure.
-        case 400 where (try? JSONDecoder().decode(ErrorEnvelope.self, from: response.body))?.code == .badRequest:
+        case 400 where envelope?.code == .badRequest:
             self = .refusedWhole(reason: "push answered 400: \(message)")
         default:
             self = .failed(message: "push answered \(response.status): \(message)")

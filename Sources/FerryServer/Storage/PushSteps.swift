@@ -7,7 +7,7 @@ import Foundation
 /// by both:
 ///
 /// 1. under the user's change lock, read the client (`client(lastMutationID:pushes:)`), count
-///    the user's clients if it is new (`admit(existingClients:)`), and read its kept results
+///    the user's clients if it has no row (`admit(existingClients:)`), and read its kept results
 ///    for a resend (`needsKeptResults`, `replay(_:)`);
 /// 2. resolve the spaces the batch names (`spaceIDs`; on PostgreSQL, lock each writable one
 ///    first, `toLock(targets:locked:)`) and divide the batch by history (`judge(targets:)`),
@@ -20,9 +20,11 @@ struct PushSteps {
     let caller: Caller
     let clientID: String
     let batch: SpacedBatch
-    /// The client as the push found it: its highest processed mutation id and its count of pushes (0: a new client).
+    /// The client as the push found it: its highest processed mutation id and its count of pushes.
     private(set) var lastMutationID: Int64 = 0
     private(set) var pushes: Int64 = 0
+    /// Whether the server has no row of the client yet.
+    private(set) var isNewClient = true
     /// The first results of the mutations this push resends.
     private(set) var replays: [Int64: RecentResults.Kept] = [:]
 
@@ -36,14 +38,13 @@ struct PushSteps {
 
     // MARK: 1. The client
 
-    /// The client as read under the user's lock (nothing read: a new client).
-    mutating func client(lastMutationID: Int64, pushes: Int64) {
-        self.lastMutationID = lastMutationID
-        self.pushes = pushes
+    /// The client as read under the user's lock; `nil`: the server has no row of it. A client is
+    /// new by its row alone: rows from before `pushes` was counted hold 0 there.
+    mutating func client(_ found: (lastMutationID: Int64, pushes: Int64)?) {
+        lastMutationID = found?.lastMutationID ?? 0
+        pushes = found?.pushes ?? 0
+        isNewClient = found == nil
     }
-
-    /// Whether the client is new to the server, and the user's clients must be counted.
-    var isNewClient: Bool { pushes == 0 }
 
     /// A new client is one more of the user's, within the limit.
     func admit(existingClients: Int) throws(ProtocolViolation) {

@@ -53,8 +53,9 @@ extension PostgresSyncStorage {
     ) async throws -> PushResponse {
         let userID = caller.userID
         var steps = PushSteps(mutations, caller: caller, clientID: clientID)
-        let (position, lastMutationID, pushes) = try await lock(userID, clientID: clientID, db: db, logger: logger)
-        steps.client(lastMutationID: lastMutationID, pushes: pushes)
+        let (position, client) = try await lock(userID, clientID: clientID, db: db, logger: logger)
+        steps.client(client)
+        let lastMutationID = steps.lastMutationID
         if steps.isNewClient {
             for try await count in try await db.query("SELECT count(*) FROM clients WHERE user_id = \(userID)", logger: logger).decode(Int.self) {
                 try steps.admit(existingClients: count)
@@ -246,7 +247,7 @@ extension PostgresSyncStorage {
     }
 
     /// Locks the user's change position until the transaction ends; returns it with the
-    /// client's `lastMutationID` and count of pushes (0 for a new client).
+    /// client's `lastMutationID` and count of pushes (`nil`: the server has no row of it).
     ///
     /// The client is read by a statement of its own, after the lock: under READ COMMITTED a
     /// statement that waited for a row lock re-reads that row but not the rows it joined, so a
@@ -258,16 +259,16 @@ extension PostgresSyncStorage {
         db: PostgresConnection,
         logger: Logger
     ) async throws
-        -> (position: Int64, lastMutationID: Int64, pushes: Int64)
+        -> (position: Int64, client: (lastMutationID: Int64, pushes: Int64)?)
     {
         let position = try await lockChanges(of: userID, db: db, logger: logger)
         for try await (last, pushes) in try await db.query(
             "SELECT last_mutation_id, pushes FROM clients WHERE user_id = \(userID) AND client_id = \(clientID)",
             logger: logger
         ).decode((Int64, Int64).self) {
-            return (position, last, pushes)
+            return (position, (last, pushes))
         }
-        return (position, 0, 0)
+        return (position, nil)
     }
 
     static func lockChanges(of userID: String, db: PostgresConnection, logger: Logger) async throws -> Int64 {

@@ -269,7 +269,7 @@ public final class SQLiteSyncStorage: SyncStorage {
             db.cachedStatement(sql: "SELECT last_mutation_id, pushes FROM clients WHERE user_id = ? AND client_id = ?"),
             arguments: [userID, clientID]
         )
-        steps.client(lastMutationID: client?[0] ?? 0, pushes: client?[1] ?? 0)
+        steps.client(client.map { ($0[0], $0[1]) })
         if steps.isNewClient {
             try steps.admit(
                 existingClients: try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM clients WHERE user_id = ?"), arguments: [userID]) ?? 0
