@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, as the README and CI run it: the formatter's lint, then a throwaway
+# The whole test suite, as the README and CI run it: the formatter's lint and the size limits
+# (scripts/check-sizes.py: no file of Sources over 600 lines, no function over 80), then a throwaway
 # PostgreSQL cluster (scripts/with-postgres.sh) for the server suites that run on both storage
 # engines and `swift test` beside it, then the contract test (schemathesis against a real
 # `ferry-server`, the deployed executable, which must link no test doubles), then the documentation (scripts/check-docs.sh), then the README's example app:
@@ -10,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 swift format lint --strict --recursive --parallel Package.swift Sources Tests Examples
+python3 scripts/check-sizes.py
 # Swift Testing runs every test at once by default; on a 2-core machine the CPU-heavy suites
 # (real servers, fault schedules, large syncs) then starve each other past their 60 s time limits.
 # Six at a time ran all 208 tests in 287 s where unbounded runs failed about 30 of them.
