@@ -1,0 +1,68 @@
+import FerryProtocol
+import NIOCore
+
+/// Where attachments' bytes live (ATTACHMENTS.md, "Where bytes live"): whole attachments by
+/// digest, and uploads in progress by an id the server gave them. Bytes pass through in chunks,
+/// never whole in memory; an upload becomes an attachment only once its bytes hash to its digest.
+public protocol BlobStore: Sendable {
+    /// The size of the attachment, or `nil` when the store does not hold it.
+    func size(of digest: AttachmentDigest) async throws -> Int64?
+
+    /// Calls `chunk` with the bytes of `range` of the attachment, in order.
+    func read(_ digest: AttachmentDigest, range: Range<Int64>, chunk: (ByteBuffer) async throws -> Void) async throws
+
+    /// The bytes an upload holds so far, or `nil` when there is no such upload.
+    func offset(of upload: UploadID) async throws -> Int64?
+
+    /// Appends `chunks` to `upload` (created if new) at `offset`, which must be what the upload
+    /// holds (`UploadOffsetMismatch` otherwise, and nothing is written); returns the new offset.
+    /// A cut connection keeps what arrived.
+    func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
+    where Chunks.Element == ByteBuffer
+
+    /// Makes `upload` the attachment `digest` if its bytes hash to it, else discards it and
+    /// throws `DigestMismatch`. Returns the attachment's size.
+    func complete(_ upload: UploadID, as digest: AttachmentDigest) async throws -> Int64
+
+    /// Discards an upload in progress; nothing if there is none.
+    func discard(_ upload: UploadID) async throws
+
+    /// Deletes an attachment; nothing if the store does not hold it.
+    func delete(_ digest: AttachmentDigest) async throws
+}
+
+/// An upload in progress, named by the server: 32 lowercase hex digits.
+public struct UploadID: Hashable, Sendable, CustomStringConvertible {
+    public let value: String
+
+    /// A new, random id.
+    public init() {
+        value = (0..<2).map { _ in String(UInt64.random(in: .min ... .max), radix: 16).leftPadded(to: 16) }.joined()
+    }
+
+    /// The id `text` names, or `nil` when it is not 32 lowercase hex digits.
+    public init?(_ text: String) {
+        guard text.utf8.count == 32, text.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else { return nil }
+        value = text
+    }
+
+    public var description: String { value }
+}
+
+/// An append that does not start where the upload ends.
+public struct UploadOffsetMismatch: Error, Sendable {
+    /// What the upload holds.
+    public var expected: Int64
+}
+
+/// An upload whose bytes do not hash to the digest it was to be: it is discarded.
+public struct DigestMismatch: Error, Sendable {
+    public var expected: AttachmentDigest
+    public var actual: AttachmentDigest
+}
+
+extension String {
+    fileprivate func leftPadded(to length: Int) -> String {
+        String(repeating: "0", count: max(0, length - count)) + self
+    }
+}

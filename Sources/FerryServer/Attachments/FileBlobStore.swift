@@ -1,0 +1,128 @@
+import Crypto
+import FerryProtocol
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOFileSystem
+
+/// Attachments in a folder (`file:`, the default): `blobs/ab/<digest>` for whole ones,
+/// `uploads/<id>` for uploads in progress. A whole attachment appears only by a rename of a
+/// file whose bytes were hashed, so no reader ever sees a half-written one, whatever stops the
+/// process; an upload keeps every byte that reached the disk and goes on from there.
+///
+/// The digest is computed as the bytes pass when an upload arrives in one piece from this
+/// process; an upload resumed (another request, a restarted process) is hashed from its file
+/// when it completes. One process appends to an upload at a time (`UploadBusy` otherwise).
+public struct FileBlobStore: BlobStore {
+    public let folder: FilePath
+    private let fileSystem = FileSystem.shared
+    /// Per upload appended in this process: the hash of its bytes so far, and uploads being appended to now.
+    private let hashing = NIOLockedValueBox([UploadID: (offset: Int64, hash: SHA256)]())
+    private let busy = NIOLockedValueBox(Set<UploadID>())
+
+    /// A store in `folder`, created if missing.
+    public init(folder: String) async throws {
+        self.folder = FilePath(folder)
+        for sub in ["blobs", "uploads"] {
+            try await fileSystem.createDirectory(at: self.folder.appending(sub), withIntermediateDirectories: true)
+        }
+    }
+
+    private func path(of digest: AttachmentDigest) -> FilePath {
+        folder.appending("blobs").appending(String(digest.hex.prefix(2))).appending(digest.hex)
+    }
+
+    private func path(of upload: UploadID) -> FilePath {
+        folder.appending("uploads").appending(upload.value)
+    }
+
+    public func size(of digest: AttachmentDigest) async throws -> Int64? {
+        try await fileSystem.info(forFileAt: path(of: digest))?.size
+    }
+
+    public func read(_ digest: AttachmentDigest, range: Range<Int64>, chunk: (ByteBuffer) async throws -> Void) async throws {
+        try await fileSystem.withFileHandle(forReadingAt: path(of: digest)) { handle in
+            for try await bytes in handle.readChunks(in: range, chunkLength: .kibibytes(256)) {
+                try await chunk(bytes)
+            }
+        }
+    }
+
+    public func offset(of upload: UploadID) async throws -> Int64? {
+        try await fileSystem.info(forFileAt: path(of: upload))?.size
+    }
+
+    public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
+    where Chunks.Element == ByteBuffer {
+        guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
+        defer { _ = busy.withLockedValue { $0.remove(upload) } }
+        let held = try await self.offset(of: upload) ?? 0
+        guard held == offset else { throw UploadOffsetMismatch(expected: held) }
+        // The hash goes on only from where it stopped; else the file is hashed at completion.
+        var hash = hashing.withLockedValue { $0[upload] }.flatMap { $0.offset == offset ? $0.hash : nil } ?? (offset == 0 ? SHA256() : nil)
+        var written = offset
+        defer { if let hash { hashing.withLockedValue { $0[upload] = (written, hash) } } }
+        try await fileSystem.withFileHandle(forWritingAt: path(of: upload), options: .modifyFile(createIfNecessary: true)) { handle in
+            var writer = handle.bufferedWriter(startingAtAbsoluteOffset: offset)
+            do {
+                for try await bytes in chunks {
+                    try await writer.write(contentsOf: bytes)
+                    hash?.update(data: bytes.readableBytesView)
+                    written += Int64(bytes.readableBytes)
+                }
+            } catch {
+                // What arrived stays: the upload goes on from it.
+                try? await writer.flush()
+                throw error
+            }
+            try await writer.flush()
+        }
+        return written
+    }
+
+    public func complete(_ upload: UploadID, as digest: AttachmentDigest) async throws -> Int64 {
+        guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
+        defer { _ = busy.withLockedValue { $0.remove(upload) } }
+        let file = path(of: upload)
+        guard let size = try await fileSystem.info(forFileAt: file)?.size else { throw UploadNotFound() }
+        let kept = hashing.withLockedValue { $0.removeValue(forKey: upload) }
+        let actual: AttachmentDigest
+        if let kept, kept.offset == size {
+            actual = AttachmentDigest(sha256: kept.hash.finalize())
+        } else {
+            var hash = SHA256()
+            try await fileSystem.withFileHandle(forReadingAt: file) { handle in
+                for try await bytes in handle.readChunks(in: 0..<size, chunkLength: .mebibytes(1)) {
+                    hash.update(data: bytes.readableBytesView)
+                }
+            }
+            actual = AttachmentDigest(sha256: hash.finalize())
+        }
+        guard actual == digest else {
+            _ = try? await fileSystem.removeItem(at: file)
+            throw DigestMismatch(expected: digest, actual: actual)
+        }
+        let destination = path(of: digest)
+        try await fileSystem.createDirectory(at: destination.removingLastComponent(), withIntermediateDirectories: true)
+        if try await fileSystem.info(forFileAt: destination) != nil {
+            try await fileSystem.removeItem(at: file)  // the same bytes are there already
+        } else {
+            try await fileSystem.moveItem(at: file, to: destination)
+        }
+        return size
+    }
+
+    public func discard(_ upload: UploadID) async throws {
+        _ = hashing.withLockedValue { $0.removeValue(forKey: upload) }
+        try await fileSystem.removeItem(at: path(of: upload))
+    }
+
+    public func delete(_ digest: AttachmentDigest) async throws {
+        try await fileSystem.removeItem(at: path(of: digest))
+    }
+}
+
+/// Another request appends to the upload, or completes it, now.
+public struct UploadBusy: Error, Sendable {}
+
+/// No upload of that id.
+public struct UploadNotFound: Error, Sendable {}
