@@ -90,10 +90,12 @@ struct FileBlobStoreTests {
     func digestSyntax() {
         let good = "sha256:" + String(repeating: "0a", count: 32)
         #expect(AttachmentDigest(good)?.description == good)
-        for bad in ["", "sha256:", "SHA256:" + String(repeating: "0a", count: 32), "sha256:" + String(repeating: "0A", count: 32),
-            "sha256:" + String(repeating: "0a", count: 31), "sha256:" + String(repeating: "0a", count: 33), "md5:" + String(repeating: "0", count: 32),
-            "sha256:" + String(repeating: "0g", count: 32)]
-        {
+        for bad in [
+            "", "sha256:", "SHA256:" + String(repeating: "0a", count: 32), "sha256:" + String(repeating: "0A", count: 32),
+            "sha256:" + String(repeating: "0a", count: 31), "sha256:" + String(repeating: "0a", count: 33),
+            "md5:" + String(repeating: "0", count: 32),
+            "sha256:" + String(repeating: "0g", count: 32),
+        ] {
             #expect(AttachmentDigest(bad) == nil, "\(bad)")
         }
     }
