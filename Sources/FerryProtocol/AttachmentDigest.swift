@@ -25,6 +25,7 @@ public struct AttachmentDigest: Hashable, Sendable, Codable, CustomStringConvert
         self.hex = String(decoding: hex, as: UTF8.self)
     }
 
+    /// The digest as written: `sha256:` and the 64 hex digits.
     public var description: String { "sha256:" + hex }
 
     /// Why `text` is not a digest, as a refusal says it.
@@ -32,6 +33,7 @@ public struct AttachmentDigest: Hashable, Sendable, Codable, CustomStringConvert
         "'\(text.prefix(80))' is not an attachment digest: write sha256: and the 64 lowercase hex digits of the bytes' SHA-256"
     }
 
+    /// Reads a digest from its written form; anything else is a decoding error saying why.
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         guard let digest = AttachmentDigest(text) else {
@@ -40,6 +42,7 @@ public struct AttachmentDigest: Hashable, Sendable, Codable, CustomStringConvert
         self = digest
     }
 
+    /// Writes the digest in its written form.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(description)

@@ -7,6 +7,7 @@ public struct JournalDetail: Hashable, Sendable, CustomStringConvertible {
 
     private init(_ name: String) { self.name = name }
 
+    /// The name, as `description`.
     public var description: String { name }
 
     /// A request's attempt number.

@@ -33,6 +33,7 @@ public protocol BlobStore: Sendable {
 
 /// An upload in progress, named by the server: 32 lowercase hex digits.
 public struct UploadID: Hashable, Sendable, CustomStringConvertible {
+    /// The 32 lowercase hex digits.
     public let value: String
 
     /// A new, random id.
@@ -46,6 +47,7 @@ public struct UploadID: Hashable, Sendable, CustomStringConvertible {
         value = text
     }
 
+    /// The id, as `value`.
     public var description: String { value }
 }
 
@@ -57,7 +59,9 @@ public struct UploadOffsetMismatch: Error, Sendable {
 
 /// An upload whose bytes do not hash to the digest it was to be: it is discarded.
 public struct DigestMismatch: Error, Sendable {
+    /// The digest the bytes were uploaded as.
     public var expected: AttachmentDigest
+    /// The digest of the bytes that arrived.
     public var actual: AttachmentDigest
 }
 

@@ -13,6 +13,7 @@ import NIOFileSystem
 /// process; an upload resumed (another request, a restarted process) is hashed from its file
 /// when it completes. One process appends to an upload at a time (`UploadBusy` otherwise).
 public struct FileBlobStore: BlobStore {
+    /// The folder the store keeps its files in.
     public let folder: FilePath
     private let fileSystem = FileSystem.shared
     /// Per upload appended in this process: the hash of its bytes so far, and uploads being appended to now.
@@ -35,10 +36,12 @@ public struct FileBlobStore: BlobStore {
         folder.appending("uploads").appending(upload.value)
     }
 
+    /// The size of the attachment, or `nil` when the store does not hold it.
     public func size(of digest: AttachmentDigest) async throws -> Int64? {
         try await fileSystem.info(forFileAt: path(of: digest))?.size
     }
 
+    /// Calls `chunk` with the bytes of `range` of the attachment, in chunks of 256 KiB.
     public func read(_ digest: AttachmentDigest, range: Range<Int64>, chunk: (ByteBuffer) async throws -> Void) async throws {
         try await fileSystem.withFileHandle(forReadingAt: path(of: digest)) { handle in
             for try await bytes in handle.readChunks(in: range, chunkLength: .kibibytes(256)) {
@@ -47,10 +50,13 @@ public struct FileBlobStore: BlobStore {
         }
     }
 
+    /// The bytes an upload holds so far, or `nil` when there is no such upload.
     public func offset(of upload: UploadID) async throws -> Int64? {
         try await fileSystem.info(forFileAt: path(of: upload))?.size
     }
 
+    /// Appends `chunks` at `offset`, which must be the upload's size (`UploadOffsetMismatch`
+    /// otherwise, nothing written); what arrived before a failure stays. Returns the new offset.
     public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
     where Chunks.Element == ByteBuffer {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
@@ -79,6 +85,8 @@ public struct FileBlobStore: BlobStore {
         return written
     }
 
+    /// Makes the upload the attachment `digest` if its bytes hash to it (by a rename), else
+    /// discards it and throws `DigestMismatch`. Returns the attachment's size.
     public func complete(_ upload: UploadID, as digest: AttachmentDigest) async throws -> Int64 {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
@@ -111,11 +119,13 @@ public struct FileBlobStore: BlobStore {
         return size
     }
 
+    /// Discards an upload in progress.
     public func discard(_ upload: UploadID) async throws {
         _ = hashing.withLockedValue { $0.removeValue(forKey: upload) }
         try await fileSystem.removeItem(at: path(of: upload))
     }
 
+    /// Deletes an attachment.
     public func delete(_ digest: AttachmentDigest) async throws {
         try await fileSystem.removeItem(at: path(of: digest))
     }
