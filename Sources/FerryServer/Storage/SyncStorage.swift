@@ -42,6 +42,13 @@ public protocol SyncStorage: Sendable {
     /// PostgreSQL in its transaction, so never without it; on SQLite once committed), and a
     /// commit of another SQLite process within half a second as `everything`. After a gap in which signals may have been lost (a
     /// lost connection, then the new one listening) it delivers `everything`.
+    /// Notes that `userID` uploaded the attachment `digest`, `size` bytes: they may read it.
+    func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws
+
+    /// The size of the attachment `digest` if `caller` may read it (they uploaded it), else
+    /// `nil`, whether or not someone else holds the same bytes.
+    func readableAttachment(_ digest: AttachmentDigest, by caller: Caller) async throws -> Int64?
+
     func followChanges(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async throws
 
     /// Forgets what the retention lets go: tombstones written before `cutoff` (milliseconds since

@@ -185,6 +185,20 @@ enum PostgresSchema {
                 "CREATE TABLE member_versions (user_id text COLLATE \"C\" PRIMARY KEY, version bigint NOT NULL)",
             ]
         },
+        Migration(version: 7, name: "attachments each user uploaded") {
+            // Who uploaded which attachment (ATTACHMENTS.md, "The model"): an uploader may read it.
+            [
+                """
+                CREATE TABLE attachment_uploads (
+                    user_id text COLLATE "C" NOT NULL,
+                    digest text COLLATE "C" NOT NULL,
+                    size bigint NOT NULL,
+                    uploaded_at bigint NOT NULL,
+                    PRIMARY KEY (user_id, digest)
+                )
+                """
+            ]
+        },
     ]
 
     /// Applies the migrations this database lacks, and returns the secret that signs cursors;

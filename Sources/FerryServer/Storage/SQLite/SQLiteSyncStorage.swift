@@ -197,6 +197,20 @@ public final class SQLiteSyncStorage: SyncStorage {
                     """
             )
         }
+        migrator.registerMigration("v6") { db in
+            // Who uploaded which attachment (ATTACHMENTS.md, "The model"): an uploader may read it.
+            try db.execute(
+                sql: """
+                    CREATE TABLE attachment_uploads (
+                        user_id TEXT NOT NULL,
+                        digest TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        uploaded_at INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, digest)
+                    ) WITHOUT ROWID;
+                    """
+            )
+        }
         return migrator
     }
 
