@@ -7,6 +7,7 @@ package enum Endpoint {
     package static let pull = "/v1/pull"
     package static let events = "/v1/events"
     package static let spaces = "/v1/spaces"
+    package static let attachments = "/v1/attachments"
 
     /// `/v1/spaces/{space}`, or why the protocol refuses the id.
     package static func space(_ space: String) -> Result<String, EndpointProblem> {

@@ -33,6 +33,15 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     case requestTimeout = "request_timeout"
     /// 413: too many mutations or too many bytes in one push; send smaller batches.
     case batchTooLarge = "batch_too_large"
+    /// 413: an attachment larger than the server takes (`Upload-Length` or `Content-Length`
+    /// announced it, or the bytes passed it); nothing is kept.
+    case attachmentTooLarge = "attachment_too_large"
+    /// 409: an upload's append does not start where the upload ends; `Upload-Offset` says where.
+    case uploadOffsetMismatch = "upload_offset_mismatch"
+    /// 416: a `Range` outside the attachment's bytes.
+    case rangeNotSatisfiable = "range_not_satisfiable"
+    /// 422: the uploaded bytes do not hash to the digest they were uploaded as; nothing is kept.
+    case digestMismatch = "digest_mismatch"
     /// 429: the user's quota is spent; retry after `Retry-After` seconds.
     case rateLimited = "rate_limited"
     /// 500: the server failed on its side; retry with backoff (a resent push is still applied once).
@@ -50,8 +59,10 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
         case .requestTimeout: 408
         case .cursorExpired: 410
         case .tooManyClients, .forbidden: 403
-        case .spaceExists, .spaceDeleted, .lastAdmin, .tooManySpaces: 409
-        case .batchTooLarge: 413
+        case .spaceExists, .spaceDeleted, .lastAdmin, .tooManySpaces, .uploadOffsetMismatch: 409
+        case .batchTooLarge, .attachmentTooLarge: 413
+        case .rangeNotSatisfiable: 416
+        case .digestMismatch: 422
         case .rateLimited: 429
         case .internal: 500
         case .unavailable: 503

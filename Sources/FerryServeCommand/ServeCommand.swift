@@ -55,9 +55,28 @@ public struct ServeCommand: AsyncParsableCommand {
     var retentionDays = "30"
 
     /// Every option checked before anything starts (exit 64, with the usage).
+    @Option(
+        help: """
+            Where attachments' bytes live: file:FOLDER (by default FOLDER is the SQLite database's path with .attachments; \
+            with PostgreSQL or an in-memory database, attachments are off unless given), or off.
+            """
+    )
+    var attachments: String?
+
+    @Option(help: "The largest attachment taken, in bytes (1 to 1 TiB); a larger one is answered 413 before its bytes are read.")
+    var maxAttachmentBytes: Int64 = 5 * 1024 * 1024 * 1024
+
     public init() {}
 
     public func validate() throws {
+        guard (1...(1 << 40)).contains(maxAttachmentBytes) else {
+            throw ValidationError("--max-attachment-bytes must be from 1 to 1099511627776, got \(maxAttachmentBytes)")
+        }
+        if let attachments, attachments != "off", !(attachments.hasPrefix("file:") && attachments.count > 5) {
+            throw ValidationError(
+                "--attachments \(attachments): write file:FOLDER (a folder on this machine) or off; s3:// is not supported yet"
+            )
+        }
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be from 0 to 65535, got \(port)") }
         guard (1...3600).contains(idleTimeout) else {
             throw ValidationError("--idle-timeout must be from 1 to 3600 seconds, got \(idleTimeout)")
@@ -101,6 +120,18 @@ public struct ServeCommand: AsyncParsableCommand {
             return try RateLimitPolicy.parse(rateLimit)
         } catch {
             throw ValidationError("--rate-limit: \(error)")
+        }
+    }
+
+    /// The folder attachments live in, or `nil` when they are off.
+    private func attachmentFolder(for location: DatabaseURL) throws -> String? {
+        switch attachments {
+        case "off": return nil
+        case let given?: return String(given.dropFirst("file:".count))
+        case nil:
+            guard case .sqlite(let path?) = location else { return nil }  // in memory, or PostgreSQL: say where
+            return path + ".attachments"
+
         }
     }
 
@@ -155,6 +186,14 @@ public struct ServeCommand: AsyncParsableCommand {
             retention: retention
         )
         configuration.maxBodyBytesInFlight = bodyMemory * 1024 * 1024
+        configuration.maxAttachmentBytes = maxAttachmentBytes
+        if let folder = try attachmentFolder(for: location) {
+            do {
+                configuration.attachments = try await FileBlobStore(folder: folder)
+            } catch {
+                throw CommandFailure("--attachments file:\(folder): \(error)")
+            }
+        }
         let host = self.host
         let app = try await FerryServerApplication.make(
             configuration: configuration,

@@ -37,6 +37,11 @@ public struct ServerConfiguration: Sendable {
     public var purgeInterval: Duration
     /// The event streams' limits and pacing (`GET /v1/events`).
     public var live = LiveChanges.Configuration()
+    /// Where attachments' bytes live (PROTOCOL.md, "Attachments"); `nil`: this server keeps
+    /// none, and the attachment endpoints answer `404`.
+    public var attachments: (any BlobStore)?
+    /// The largest attachment taken, in bytes (5 GiB by default).
+    public var maxAttachmentBytes: Int64 = 5 * 1024 * 1024 * 1024
 
     /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit,
     /// 30-second idle and body timeouts, at most 4 requests of a user at once, and a retention of
@@ -70,13 +75,15 @@ public enum FerryServerApplication {
     static let routes: [String: [HTTPRequest.Method]] = [
         Endpoint.health: [.get], Endpoint.push: [.post], Endpoint.pull: [.get], Endpoint.events: [.get], "/metrics": [.get], Endpoint.spaces: [.get],
         Endpoint.spaces + "/{space}": [.put, .delete], Endpoint.spaces + "/{space}/members": [.get],
-        Endpoint.spaces + "/{space}/members/{user}": [.put, .delete],
+        Endpoint.spaces + "/{space}/members/{user}": [.put, .delete], Endpoint.attachments + "/{digest}": [.head, .get, .post],
+        Endpoint.attachments + "/{digest}/upload": [.head, .patch, .delete],
     ]
 
     /// The routes and their middleware; `OpenAPITests` reads its routes.
     static func router(
         controller: SyncController,
         live: LiveChanges = LiveChanges(),
+        attachments: AttachmentController? = nil,
         authority: TokenAuthority,
         limiter: (any RateLimiter)?,
         maxRequestsPerUser: Int = ServerConfiguration(jwtSecret: "").maxRequestsPerUser,
@@ -107,6 +114,14 @@ public enum FerryServerApplication {
         authenticated.get("\(Endpoint.spaces)/{space}/members", use: spaces.members)
         authenticated.put("\(Endpoint.spaces)/{space}/members/{user}", use: spaces.setRole)
         authenticated.delete("\(Endpoint.spaces)/{space}/members/{user}", use: spaces.removeMember)
+        if let attachments {
+            authenticated.head("\(Endpoint.attachments)/{digest}", use: attachments.head)
+            authenticated.get("\(Endpoint.attachments)/{digest}", use: attachments.get)
+            authenticated.post("\(Endpoint.attachments)/{digest}", use: attachments.create)
+            authenticated.head("\(Endpoint.attachments)/{digest}/upload", use: attachments.offset)
+            authenticated.patch("\(Endpoint.attachments)/{digest}/upload", use: attachments.resume)
+            authenticated.delete("\(Endpoint.attachments)/{digest}/upload", use: attachments.cancel)
+        }
         return router
     }
 
@@ -133,6 +148,9 @@ public enum FerryServerApplication {
         let router = router(
             controller: controller,
             live: live,
+            attachments: configuration.attachments.map {
+                AttachmentController(storage: storage, blobs: $0, maxAttachmentBytes: configuration.maxAttachmentBytes)
+            },
             authority: authority,
             limiter: limiter,
             maxRequestsPerUser: configuration.maxRequestsPerUser,

@@ -64,6 +64,10 @@ public struct FerryTestServer: Sendable {
             throw error
         }
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
+        // Attachments in a folder of their own, as `ferry serve` keeps them beside its database.
+        let attachments = try await FileBlobStore(
+            folder: FileManager.default.temporaryDirectory.appendingPathComponent("ferry-test-attachments-\(UUID().uuidString)").path
+        )
         let app = try await FerryServerApplication.make(
             // Devices of one user in a test may send many requests at once: no cap on them here.
             configuration: {
@@ -76,6 +80,7 @@ public struct FerryTestServer: Sendable {
                     maxRequestsPerUser: 100_000
                 )
                 configuration.live = live
+                configuration.attachments = attachments
                 return configuration
             }(),
             storage: storage,

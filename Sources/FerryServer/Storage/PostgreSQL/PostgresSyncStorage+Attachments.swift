@@ -5,7 +5,7 @@ import PostgresNIO
 /// Attachments on PostgreSQL: who uploaded what (ATTACHMENTS.md).
 extension PostgresSyncStorage {
     public func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws {
-        try await withDatabase { [logger] db in
+        _ = try await withDatabase { [logger] db in
             try await db.query(
                 """
                 INSERT INTO attachment_uploads (user_id, digest, size, uploaded_at)

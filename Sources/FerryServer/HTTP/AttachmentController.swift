@@ -1,0 +1,272 @@
+import Crypto
+import FerryProtocol
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+/// The attachment endpoints (PROTOCOL.md, "Attachments"): `HEAD` and `GET` of an attachment
+/// by digest, `Range` answered `206`, and uploads that resume, in the IETF draft "Resumable
+/// Uploads for HTTP" (interop versions 3, 5 and 6: `Upload-Complete`, or `Upload-Incomplete`
+/// for 3; `Upload-Offset`; `HEAD` for the offset; `PATCH` to append). Bytes stream between the
+/// connection and the `BlobStore`, never whole in memory.
+///
+/// A user's upload of a digest has one resource, `/v1/attachments/{digest}/upload`, which the
+/// client can name without the `104` informational answer (which this server does not send):
+/// a cut upload is resumed by asking that resource its offset.
+struct AttachmentController: Sendable {
+    let storage: any SyncStorage
+    let blobs: any BlobStore
+    /// The largest attachment taken, in bytes.
+    let maxAttachmentBytes: Int64
+
+    static let uploadComplete = HTTPField.Name("Upload-Complete")!
+    static let uploadIncomplete = HTTPField.Name("Upload-Incomplete")!
+    static let uploadOffset = HTTPField.Name("Upload-Offset")!
+    static let uploadLength = HTTPField.Name("Upload-Length")!
+    static let interopVersion = HTTPField.Name("Upload-Draft-Interop-Version")!
+
+    // MARK: Reading
+
+    func head(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        let (_, size) = try await readable(context)
+        var response = Response(status: .ok)
+        response.headers[.contentLength] = "\(size)"
+        response.headers[.acceptRanges] = "bytes"
+        return response
+    }
+
+    func get(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        let (digest, size) = try await readable(context)
+        let range = try Self.range(request.headers[.range], size: size)
+        var headers: HTTPFields = [
+            .eTag: "\"\(digest)\"", .cacheControl: "private, immutable", .acceptRanges: "bytes", .contentType: "application/octet-stream",
+        ]
+        headers[.contentLength] = "\(range.count)"
+        var status = HTTPResponse.Status.ok
+        if range.count != size {
+            status = .partialContent
+            headers[.contentRange] = "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(size)"
+        }
+        let blobs = self.blobs
+        let body = ResponseBody { writer in
+            if !range.isEmpty { try await blobs.read(digest, range: range) { try await writer.write($0) } }
+            try await writer.finish(nil)
+        }
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    /// The bytes a `Range` header asks for (one range, RFC 9110), the whole attachment without one.
+    static func range(_ header: String?, size: Int64) throws -> Range<Int64> {
+        guard let header else { return 0..<size }
+        let refused = FerryHTTPError(
+            .rangeNotSatisfiable,
+            "Range '\(header.prefix(80))' is not one range of the attachment's \(size) bytes (bytes=FIRST-LAST, bytes=FIRST- or bytes=-SUFFIX)"
+        )
+        guard header.hasPrefix("bytes="), !header.contains(",") else { throw refused }
+        let parts = header.dropFirst(6).split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 2 else { throw refused }
+        switch (Int64(parts[0]), Int64(parts[1])) {
+        case (let first?, let last?) where first >= 0 && first <= last && first < size:
+            return first..<min(last + 1, size)
+        case (let first?, nil) where parts[1].isEmpty && first >= 0 && first < size:
+            return first..<size
+        case (nil, let suffix?) where parts[0].isEmpty && suffix > 0:
+            return max(0, size - suffix)..<size
+        default:
+            throw refused
+        }
+    }
+
+    /// The digest in the path and its size, when the caller may read it; `404` otherwise,
+    /// whether or not another user holds the same bytes.
+    private func readable(_ context: FerryRequestContext) async throws -> (AttachmentDigest, Int64) {
+        let digest = try Self.digest(context)
+        guard try await storage.readableAttachment(digest, by: try Self.caller(context)) != nil,
+            let size = try await blobs.size(of: digest)
+        else {
+            throw FerryHTTPError(.notFound, "no attachment \(digest) this user may read: upload it, or sync the record that references it")
+        }
+        return (digest, size)
+    }
+
+    // MARK: Uploading
+
+    /// `POST /v1/attachments/{digest}`: an upload from its first byte, whole (`Upload-Complete: ?1`,
+    /// or no draft headers at all) or the first part of one (`?0`).
+    func create(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        let (digest, caller) = (try Self.digest(context), try Self.caller(context))
+        let version = try Self.version(of: request)
+        try checkLength(of: request, at: 0)
+        let upload = Self.upload(of: digest, by: caller)
+        try? await blobs.discard(upload)  // a creation starts again from nothing
+        return try await append(request, to: upload, of: digest, at: 0, caller: caller, version: version)
+    }
+
+    /// `HEAD /v1/attachments/{digest}/upload`: how many bytes the server holds of the caller's upload.
+    func offset(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        let (digest, caller) = (try Self.digest(context), try Self.caller(context))
+        let version = try Self.version(of: request) ?? 6
+        guard let offset = try await blobs.offset(of: Self.upload(of: digest, by: caller)) else {
+            if try await storage.readableAttachment(digest, by: caller) != nil {
+                return Self.progress(.noContent, offset: nil, complete: true, version: version)
+            }
+            throw FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
+        }
+        return Self.progress(.noContent, offset: offset, complete: false, version: version)
+    }
+
+    /// `PATCH /v1/attachments/{digest}/upload`: appends at `Upload-Offset`, and completes the
+    /// upload with `Upload-Complete: ?1` (`Upload-Incomplete: ?0`).
+    func resume(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        let (digest, caller) = (try Self.digest(context), try Self.caller(context))
+        let version = try Self.version(of: request) ?? 6
+        guard let text = request.headers[Self.uploadOffset], let offset = Int64(text), offset >= 0 else {
+            throw ProtocolViolation.badRequest("PATCH of an upload needs Upload-Offset: the offset a HEAD of the upload answered")
+        }
+        try checkLength(of: request, at: offset)
+        return try await append(request, to: Self.upload(of: digest, by: caller), of: digest, at: offset, caller: caller, version: version)
+    }
+
+    /// `DELETE /v1/attachments/{digest}/upload`: the upload is abandoned and its bytes go.
+    func cancel(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        let (digest, caller) = (try Self.digest(context), try Self.caller(context))
+        try? await blobs.discard(Self.upload(of: digest, by: caller))
+        return Response(status: .noContent)
+    }
+
+    private func append(
+        _ request: Request,
+        to upload: UploadID,
+        of digest: AttachmentDigest,
+        at offset: Int64,
+        caller: Caller,
+        version: Int?
+    ) async throws -> Response {
+        let complete = try Self.isComplete(request, version: version)
+        let bytes = LimitedBody(body: request.body, start: offset, limit: maxAttachmentBytes)
+        let reached: Int64
+        do {
+            reached = try await blobs.append(bytes, to: upload, at: offset)
+        } catch let mismatch as UploadOffsetMismatch {
+            var error = FerryHTTPError(
+                .uploadOffsetMismatch,
+                "the upload holds \(mismatch.expected) bytes, not \(offset): append from Upload-Offset \(mismatch.expected)"
+            )
+            error.headers[Self.uploadOffset] = "\(mismatch.expected)"
+            throw error
+        } catch is UploadBusy {
+            throw FerryHTTPError(.uploadOffsetMismatch, "another request is appending to this upload now; ask its offset with HEAD, then go on")
+        } catch let error as FerryHTTPError where error.code == .attachmentTooLarge {
+            try? await blobs.discard(upload)
+            throw error
+        }
+        guard complete else { return Self.progress(.noContent, offset: reached, complete: false, version: version ?? 6) }
+        let size: Int64
+        do {
+            size = try await blobs.complete(upload, as: digest)
+        } catch let mismatch as DigestMismatch {
+            throw FerryHTTPError(
+                .digestMismatch,
+                "the \(reached) bytes uploaded hash to \(mismatch.actual), not \(digest); nothing was kept: upload the bytes again"
+            )
+        }
+        try await storage.noteUpload(of: digest, size: size, by: caller.userID)
+        var response = Self.progress(.created, offset: size, complete: true, version: version ?? 6)
+        response.headers[.location] = "\(Endpoint.attachments)/\(digest)"
+        return response
+    }
+
+    /// A request's body that fails once the upload would pass the largest attachment taken: a
+    /// body without an announced length is read up to the limit and no further.
+    struct LimitedBody: AsyncSequence {
+        typealias Element = ByteBuffer
+        let body: RequestBody
+        let start: Int64
+        let limit: Int64
+
+        struct AsyncIterator: AsyncIteratorProtocol {
+            var base: RequestBody.AsyncIterator
+            var passed: Int64
+            let limit: Int64
+
+            mutating func next() async throws -> ByteBuffer? {
+                guard let buffer = try await base.next() else { return nil }
+                passed += Int64(buffer.readableBytes)
+                guard passed <= limit else { throw FerryHTTPError(.attachmentTooLarge, AttachmentController.tooLargeMessage(limit)) }
+                return buffer
+            }
+        }
+
+        func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(base: body.makeAsyncIterator(), passed: start, limit: limit)
+        }
+    }
+
+    // MARK: Headers
+
+    /// The draft's interop version the request speaks; `nil` for a plain request.
+    static func version(of request: Request) throws -> Int? {
+        guard let text = request.headers[interopVersion] else { return nil }
+        guard let version = Int(text), [3, 5, 6].contains(version) else {
+            throw ProtocolViolation.badRequest("Upload-Draft-Interop-Version \(text.prefix(20)) is not one this server speaks: 3, 5 or 6")
+        }
+        return version
+    }
+
+    /// Whether the request's body ends the upload: `Upload-Complete` (5 and 6), `Upload-Incomplete` (3), else yes.
+    static func isComplete(_ request: Request, version: Int?) throws -> Bool {
+        let (name, meansComplete) = (version ?? 6) >= 5 ? (uploadComplete, true) : (uploadIncomplete, false)
+        switch request.headers[name] {
+        case nil: return true
+        case "?1": return meansComplete
+        case "?0": return !meansComplete
+        case let other?: throw ProtocolViolation.badRequest("\(name) must be ?1 or ?0 (a structured boolean), not \(other.prefix(20))")
+        }
+    }
+
+    /// Refuses before reading the body an upload whose announced size passes the limit.
+    private func checkLength(of request: Request, at offset: Int64) throws {
+        for name in [Self.uploadLength, .contentLength] {
+            guard let text = request.headers[name] else { continue }
+            guard let length = Int64(text), length >= 0 else { throw ProtocolViolation.badRequest("\(name) \(text.prefix(20)) is not a byte count") }
+            let total = name == .contentLength ? offset + length : length
+            if total > maxAttachmentBytes { throw FerryHTTPError(.attachmentTooLarge, Self.tooLargeMessage(maxAttachmentBytes)) }
+        }
+    }
+
+    static func tooLargeMessage(_ limit: Int64) -> String {
+        "an attachment may hold at most \(limit) bytes on this server (--max-attachment-bytes); nothing was kept"
+    }
+
+    static func progress(_ status: HTTPResponse.Status, offset: Int64?, complete: Bool, version: Int) -> Response {
+        var response = Response(status: status)
+        response.headers[interopVersion] = "\(version)"
+        if version >= 5 {
+            response.headers[uploadComplete] = complete ? "?1" : "?0"
+        } else {
+            response.headers[uploadIncomplete] = complete ? "?0" : "?1"
+        }
+        if let offset { response.headers[uploadOffset] = "\(offset)" }
+        return response
+    }
+
+    /// A user's upload of a digest: one resource, so a cut upload is found again by its digest alone.
+    static func upload(of digest: AttachmentDigest, by caller: Caller) -> UploadID {
+        let hash = SHA256.hash(data: Array("\(caller.userID)\n\(digest)".utf8))
+        return UploadID(String(AttachmentDigest(sha256: hash).hex.prefix(32)))!
+    }
+
+    private static func digest(_ context: FerryRequestContext) throws -> AttachmentDigest {
+        let text = context.parameters.get("digest") ?? ""
+        guard let digest = AttachmentDigest(text.removingPercentEncoding ?? text) else {
+            throw ProtocolViolation.badRequest(AttachmentDigest.problem(with: text))
+        }
+        return digest
+    }
+
+    private static func caller(_ context: FerryRequestContext) throws -> Caller {
+        guard let userID = context.userID else { throw AuthFailure.missingHeader }
+        return Caller(userID: userID, isService: context.isService)
+    }
+}

@@ -1,0 +1,126 @@
+import AsyncHTTPClient
+import Crypto
+import FerryProtocol
+import FerryServer
+import FerryTestSupport
+import Foundation
+import NIOHTTP1
+import Testing
+
+/// The attachment endpoints over real HTTP on both storage engines (PROTOCOL.md,
+/// "Attachments"): whole and resumed uploads, reads with and without `Range`, and every refusal
+/// changing nothing and revealing nothing.
+@Suite("Attachment endpoints")
+struct AttachmentEndpointTests {
+    static func digest(_ bytes: [UInt8]) -> AttachmentDigest { AttachmentDigest(sha256: SHA256.hash(data: bytes)) }
+
+    static func photo(_ size: Int, seed: Int = 1) -> [UInt8] { (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ seed) } }
+
+    static func upload(
+        _ server: TestServer,
+        _ method: HTTPMethod,
+        _ path: String,
+        token: String,
+        headers: [(String, String)] = [],
+        body: [UInt8]? = nil
+    ) async throws -> Reply {
+        try await server.perform(method, path, headers: [("Authorization", "Bearer \(token)")] + headers, body: body.map { Data($0) })
+    }
+
+    @Test("an upload in one request is readable by its uploader, whole and by range, and by nobody else", arguments: StorageBackend.allCases)
+    func wholeUpload(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let (alice, bob) = (try await TestServer.token(for: "alice"), try await TestServer.token(for: "bob"))
+            let bytes = Self.photo(300_000)
+            let path = "/v1/attachments/\(Self.digest(bytes))"
+            let created = try await Self.upload(server, .POST, path, token: alice, body: bytes)
+            #expect(created.status == 201, "\(created.errorMessage ?? "")")
+            let head = try await Self.upload(server, .HEAD, path, token: alice)
+            #expect(head.status == 200 && head.headers.first(name: "Content-Length") == "300000")
+            let whole = try await Self.upload(server, .GET, path, token: alice)
+            #expect(whole.status == 200 && Array(whole.body) == bytes)
+            #expect(whole.headers.first(name: "ETag") == "\"\(Self.digest(bytes))\"")
+            #expect(whole.headers.first(name: "Cache-Control") == "private, immutable")
+            let part = try await Self.upload(server, .GET, path, token: alice, headers: [("Range", "bytes=1000-1999")])
+            #expect(part.status == 206 && Array(part.body) == Array(bytes[1000..<2000]))
+            #expect(part.headers.first(name: "Content-Range") == "bytes 1000-1999/300000")
+            let tail = try await Self.upload(server, .GET, path, token: alice, headers: [("Range", "bytes=-10")])
+            #expect(tail.status == 206 && Array(tail.body) == Array(bytes[299_990...]))
+            for range in ["bytes=300000-", "bytes=5-2", "items=0-1", "bytes=0-1,4-5"] {
+                let refused = try await Self.upload(server, .GET, path, token: alice, headers: [("Range", range)])
+                #expect(refused.status == 416 && refused.errorCode == "range_not_satisfiable", "\(range)")
+            }
+            // Another user, and a stranger probing digests, learn nothing.
+            for method in [HTTPMethod.HEAD, .GET] {
+                #expect(try await Self.upload(server, method, path, token: bob).status == 404)
+            }
+            #expect(try await server.perform(.GET, path, headers: [], body: nil).status == 401)
+        }
+    }
+
+    @Test(
+        "a cut upload goes on from the offset the server holds (interop versions 6 and 3); a wrong offset is refused with the right one",
+        arguments: StorageBackend.allCases
+    )
+    func resumedUpload(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let alice = try await TestServer.token(for: "alice")
+            for (version, partial, last) in [
+                ("6", ("Upload-Complete", "?0"), ("Upload-Complete", "?1")), ("3", ("Upload-Incomplete", "?1"), ("Upload-Incomplete", "?0")),
+            ] {
+                let bytes = Self.photo(200_000, seed: Int(version)!)
+                let path = "/v1/attachments/\(Self.digest(bytes))"
+                let draft = ("Upload-Draft-Interop-Version", version)
+                let first = try await Self.upload(server, .POST, path, token: alice, headers: [draft, partial], body: Array(bytes[..<80_000]))
+                #expect(first.status == 204 && first.headers.first(name: "Upload-Offset") == "80000", "\(first.status) \(first.errorMessage ?? "")")
+                #expect(try await Self.upload(server, .HEAD, path, token: alice).status == 404, "not an attachment before it completes")
+                let offset = try await Self.upload(server, .HEAD, path + "/upload", token: alice, headers: [draft])
+                #expect(offset.status == 204 && offset.headers.first(name: "Upload-Offset") == "80000")
+                let partialType = ("Content-Type", "application/partial-upload")
+                let wrong = try await Self.upload(
+                    server,
+                    .PATCH,
+                    path + "/upload",
+                    token: alice,
+                    headers: [draft, last, partialType, ("Upload-Offset", "70000")],
+                    body: Array(bytes[70_000...])
+                )
+                #expect(wrong.status == 409 && wrong.errorCode == "upload_offset_mismatch" && wrong.headers.first(name: "Upload-Offset") == "80000")
+                let rest = try await Self.upload(
+                    server,
+                    .PATCH,
+                    path + "/upload",
+                    token: alice,
+                    headers: [draft, last, partialType, ("Upload-Offset", "80000")],
+                    body: Array(bytes[80_000...])
+                )
+                #expect(rest.status == 201, "\(rest.errorMessage ?? "")")
+                #expect(Array(try await Self.upload(server, .GET, path, token: alice).body) == bytes)
+            }
+        }
+    }
+
+    @Test(
+        "bytes that do not hash to the digest, a malformed digest, a size past the limit and an unknown interop version are refused, and nothing is kept",
+        arguments: StorageBackend.allCases
+    )
+    func refusals(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let alice = try await TestServer.token(for: "alice")
+            let claimed = Self.digest(Self.photo(10))
+            let path = "/v1/attachments/\(claimed)"
+            let mismatch = try await Self.upload(server, .POST, path, token: alice, body: Self.photo(11))
+            #expect(mismatch.status == 422 && mismatch.errorCode == "digest_mismatch")
+            #expect(try await Self.upload(server, .HEAD, path, token: alice).status == 404)
+            #expect(try await Self.upload(server, .HEAD, path + "/upload", token: alice).status == 404)
+            for bad in ["sha256:ABC", "md5:00", "sha256:" + String(repeating: "0", count: 63)] {
+                let refused = try await Self.upload(server, .POST, "/v1/attachments/\(bad)", token: alice, body: [1])
+                #expect(refused.status == 400 && refused.errorMessage?.contains("not an attachment digest") == true, "\(bad)")
+            }
+            let tooLarge = try await Self.upload(server, .POST, path, token: alice, headers: [("Upload-Length", "\(6 << 30)")], body: [1])
+            #expect(tooLarge.status == 413 && tooLarge.errorCode == "attachment_too_large")
+            let version = try await Self.upload(server, .POST, path, token: alice, headers: [("Upload-Draft-Interop-Version", "4")], body: [1])
+            #expect(version.status == 400 && version.errorMessage?.contains("3, 5 or 6") == true)
+        }
+    }
+}
