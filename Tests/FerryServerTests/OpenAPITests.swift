@@ -16,8 +16,11 @@ struct OpenAPITests {
     /// The routes of the server's own router, as `METHOD path`: a route added there and nowhere
     /// else is found, and so is one the error middleware's table (for 405 answers) lacks.
     static func routerRoutes() async throws -> [String] {
+        let storage = try SQLiteSyncStorage(path: nil)
+        let blobs = try await FileBlobStore(folder: FileManager.default.temporaryDirectory.appendingPathComponent("openapi-\(UUID())").path)
         let router = FerryServerApplication.router(
-            controller: SyncController(storage: try SQLiteSyncStorage(path: nil), metrics: ServerMetrics()),
+            controller: SyncController(storage: storage, metrics: ServerMetrics()),
+            attachments: AttachmentController(storage: storage, blobs: blobs, maxAttachmentBytes: 1 << 30),
             authority: try await TokenAuthority(secret: String(repeating: "s", count: 32)),
             limiter: nil,
             metrics: ServerMetrics(),
@@ -29,7 +32,7 @@ struct OpenAPITests {
     @Test("every route the server's router answers is described with its method, and the error middleware knows it")
     func routes() async throws {
         let routes = try await Self.routerRoutes()
-        #expect(routes.count == 11, "\(routes)")
+        #expect(routes.count == 17, "\(routes)")
         let lines = Self.specification.components(separatedBy: "\n")
         for route in routes {
             let (method, path) = (String(route.prefix { $0 != " " }), String(route.drop { $0 != " " }.dropFirst()))
