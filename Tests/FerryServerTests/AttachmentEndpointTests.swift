@@ -119,6 +119,9 @@ struct AttachmentEndpointTests {
             }
             let tooLarge = try await Self.upload(server, .POST, path, token: alice, headers: [("Upload-Length", "\(6 << 30)")], body: [1])
             #expect(tooLarge.status == 413 && tooLarge.errorCode == "attachment_too_large")
+            let orphan = try await Self.upload(server, .PATCH, path + "/upload", token: alice, headers: [("Upload-Offset", "0")], body: [1])
+            #expect(orphan.status == 404, "a PATCH appends to an upload a POST began")
+            #expect(try await Self.upload(server, .HEAD, path + "/upload", token: alice).status == 404, "and begins none")
             let version = try await Self.upload(server, .POST, path, token: alice, headers: [("Upload-Draft-Interop-Version", "4")], body: [1])
             #expect(version.status == 400 && version.errorMessage?.contains("3, 5 or 6") == true)
         }

@@ -49,7 +49,8 @@ struct AttachmentController: Sendable {
             headers[.contentRange] = "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(size)"
         }
         let blobs = self.blobs
-        let body = ResponseBody { writer in
+        // Its length known, so the bytes count in the rate limit's charge per MiB.
+        let body = ResponseBody(contentLength: Int(range.count)) { writer in
             if !range.isEmpty { try await blobs.read(digest, range: range) { try await writer.write($0) } }
             try await writer.finish(nil)
         }
@@ -100,7 +101,7 @@ struct AttachmentController: Sendable {
         try checkLength(of: request, at: 0)
         let upload = Self.upload(of: digest, by: caller)
         try? await blobs.discard(upload)  // a creation starts again from nothing
-        return try await append(request, to: upload, of: digest, at: 0, caller: caller, version: version)
+        return try await append(request, to: upload, of: digest, at: 0, caller: caller, version: version, context: context)
     }
 
     /// `HEAD /v1/attachments/{digest}/upload`: how many bytes the server holds of the caller's upload.
@@ -125,7 +126,19 @@ struct AttachmentController: Sendable {
             throw ProtocolViolation.badRequest("PATCH of an upload needs Upload-Offset: the offset a HEAD of the upload answered")
         }
         try checkLength(of: request, at: offset)
-        return try await append(request, to: Self.upload(of: digest, by: caller), of: digest, at: offset, caller: caller, version: version)
+        // An upload begins with POST: a PATCH appends to one that exists.
+        guard try await blobs.offset(of: Self.upload(of: digest, by: caller)) != nil else {
+            throw FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
+        }
+        return try await append(
+            request,
+            to: Self.upload(of: digest, by: caller),
+            of: digest,
+            at: offset,
+            caller: caller,
+            version: version,
+            context: context
+        )
     }
 
     /// `DELETE /v1/attachments/{digest}/upload`: the upload is abandoned and its bytes go.
@@ -141,7 +154,8 @@ struct AttachmentController: Sendable {
         of digest: AttachmentDigest,
         at offset: Int64,
         caller: Caller,
-        version: Int?
+        version: Int?,
+        context: FerryRequestContext
     ) async throws -> Response {
         let complete = try Self.isComplete(request, version: version)
         let bytes = LimitedBody(body: request.body, start: offset, limit: maxAttachmentBytes)
@@ -161,6 +175,7 @@ struct AttachmentController: Sendable {
             try? await blobs.discard(upload)
             throw error
         }
+        context.facts.bodyBytes = Int(reached - offset)  // charged per MiB by the rate limit, as a push's body is
         guard complete else { return Self.progress(.noContent, offset: reached, complete: false, version: version ?? 6) }
         let size: Int64
         do {
