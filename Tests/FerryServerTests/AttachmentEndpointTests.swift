@@ -46,6 +46,9 @@ struct AttachmentEndpointTests {
             #expect(part.headers.first(name: "Content-Range") == "bytes 1000-1999/300000")
             let tail = try await Self.upload(server, .GET, path, token: alice, headers: [("Range", "bytes=-10")])
             #expect(tail.status == 206 && Array(tail.body) == Array(bytes[299_990...]))
+            // Found by review: a last byte of 2^63 - 1 overflowed, and the server died.
+            let huge = try await Self.upload(server, .GET, path, token: alice, headers: [("Range", "bytes=299990-9223372036854775807")])
+            #expect(huge.status == 206 && Array(huge.body) == Array(bytes[299_990...]))
             for range in ["bytes=300000-", "bytes=5-2", "items=0-1", "bytes=0-1,4-5"] {
                 let refused = try await Self.upload(server, .GET, path, token: alice, headers: [("Range", range)])
                 #expect(refused.status == 416 && refused.errorCode == "range_not_satisfiable", "\(range)")
@@ -119,6 +122,17 @@ struct AttachmentEndpointTests {
             }
             let tooLarge = try await Self.upload(server, .POST, path, token: alice, headers: [("Upload-Length", "\(6 << 30)")], body: [1])
             #expect(tooLarge.status == 413 && tooLarge.errorCode == "attachment_too_large")
+            // Found by the contract test: an offset near 2^63 plus a length overflowed, and the server died.
+            let far = try await Self.upload(
+                server,
+                .PATCH,
+                path + "/upload",
+                token: alice,
+                headers: [("Upload-Offset", "9223372036854775806")],
+                body: Array(repeating: 7, count: 64)
+            )
+            #expect(far.status == 413 && far.errorCode == "attachment_too_large")
+            #expect(try await Self.upload(server, .HEAD, "/v1/attachments/\(claimed)", token: alice).status == 404, "the server still answers")
             let orphan = try await Self.upload(server, .PATCH, path + "/upload", token: alice, headers: [("Upload-Offset", "0")], body: [1])
             #expect(orphan.status == 404, "a PATCH appends to an upload a POST began")
             #expect(try await Self.upload(server, .HEAD, path + "/upload", token: alice).status == 404, "and begins none")

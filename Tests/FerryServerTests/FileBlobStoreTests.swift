@@ -99,4 +99,22 @@ struct FileBlobStoreTests {
             #expect(AttachmentDigest(bad) == nil, "\(bad)")
         }
     }
+
+    @Test("two uploads of the same bytes completed at once are one attachment, both answered (review: the second rename failed)")
+    func sameBytesAtOnce() async throws {
+        let store = try await FileBlobStore(folder: Self.folder())
+        let bytes = Self.photo(2000)
+        for _ in 0..<10 {
+            let uploads = [UploadID(), UploadID()]
+            for upload in uploads { _ = try await store.append(Self.chunks(bytes), to: upload, at: 0) }
+            try await withThrowingTaskGroup(of: Int64.self) { group in
+                for upload in uploads { group.addTask { try await store.complete(upload, as: Self.digest(bytes)) } }
+                for try await size in group { #expect(size == 2000) }
+            }
+            for upload in uploads { #expect(try await store.offset(of: upload) == nil, "no upload file is left behind") }
+        }
+        #expect(try await Self.read(Self.digest(bytes), 0..<2000, from: store) == bytes)
+    }
+
+    static func photo(_ size: Int) -> [UInt8] { (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 131) } }
 }

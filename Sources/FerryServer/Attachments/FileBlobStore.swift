@@ -9,15 +9,15 @@ import NIOFileSystem
 /// file whose bytes were hashed, so no reader ever sees a half-written one, whatever stops the
 /// process; an upload keeps every byte that reached the disk and goes on from there.
 ///
-/// The digest is computed as the bytes pass when an upload arrives in one piece from this
-/// process; an upload resumed (another request, a restarted process) is hashed from its file
-/// when it completes. One process appends to an upload at a time (`UploadBusy` otherwise).
+/// An upload is hashed from its file when it completes, never from a hash kept between
+/// requests: another process, or a restore, may have changed the file meanwhile (review). One
+/// request of this process works on an upload at a time (`UploadBusy` otherwise); processes
+/// sharing one folder are not supported yet.
 public struct FileBlobStore: BlobStore {
     /// The folder the store keeps its files in.
     public let folder: FilePath
     private let fileSystem = FileSystem.shared
-    /// Per upload appended in this process: the hash of its bytes so far, and uploads being appended to now.
-    private let hashing = NIOLockedValueBox([UploadID: (offset: Int64, hash: SHA256)]())
+    /// The uploads a request of this process works on now.
     private let busy = NIOLockedValueBox(Set<UploadID>())
 
     /// A store in `folder`, created if missing.
@@ -63,16 +63,12 @@ public struct FileBlobStore: BlobStore {
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
         let held = try await self.offset(of: upload) ?? 0
         guard held == offset else { throw UploadOffsetMismatch(expected: held) }
-        // The hash goes on only from where it stopped; else the file is hashed at completion.
-        var hash = hashing.withLockedValue { $0[upload] }.flatMap { $0.offset == offset ? $0.hash : nil } ?? (offset == 0 ? SHA256() : nil)
         var written = offset
-        defer { if let hash { hashing.withLockedValue { $0[upload] = (written, hash) } } }
         try await fileSystem.withFileHandle(forWritingAt: path(of: upload), options: .modifyFile(createIfNecessary: true)) { handle in
             var writer = handle.bufferedWriter(startingAtAbsoluteOffset: offset)
             do {
                 for try await bytes in chunks {
                     try await writer.write(contentsOf: bytes)
-                    hash?.update(data: bytes.readableBytesView)
                     written += Int64(bytes.readableBytes)
                 }
             } catch {
@@ -92,36 +88,34 @@ public struct FileBlobStore: BlobStore {
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
         let file = path(of: upload)
         guard let size = try await fileSystem.info(forFileAt: file)?.size else { throw UploadNotFound() }
-        let kept = hashing.withLockedValue { $0.removeValue(forKey: upload) }
-        let actual: AttachmentDigest
-        if let kept, kept.offset == size {
-            actual = AttachmentDigest(sha256: kept.hash.finalize())
-        } else {
-            var hash = SHA256()
-            try await fileSystem.withFileHandle(forReadingAt: file) { handle in
-                for try await bytes in handle.readChunks(in: 0..<size, chunkLength: .mebibytes(1)) {
-                    hash.update(data: bytes.readableBytesView)
-                }
+        var hash = SHA256()
+        try await fileSystem.withFileHandle(forReadingAt: file) { handle in
+            for try await bytes in handle.readChunks(in: 0..<size, chunkLength: .mebibytes(1)) {
+                hash.update(data: bytes.readableBytesView)
             }
-            actual = AttachmentDigest(sha256: hash.finalize())
         }
+        let actual = AttachmentDigest(sha256: hash.finalize())
         guard actual == digest else {
             _ = try? await fileSystem.removeItem(at: file)
             throw DigestMismatch(expected: digest, actual: actual)
         }
         let destination = path(of: digest)
         try await fileSystem.createDirectory(at: destination.removingLastComponent(), withIntermediateDirectories: true)
-        if try await fileSystem.info(forFileAt: destination) != nil {
-            try await fileSystem.removeItem(at: file)  // the same bytes are there already
-        } else {
+        do {
+            guard try await fileSystem.info(forFileAt: destination) == nil else { throw AlreadyThere() }
             try await fileSystem.moveItem(at: file, to: destination)
+        } catch {
+            // The same bytes are there already (another user completed them first, review).
+            guard try await fileSystem.info(forFileAt: destination) != nil else { throw error }
+            _ = try? await fileSystem.removeItem(at: file)
         }
         return size
     }
 
     /// Discards an upload in progress.
     public func discard(_ upload: UploadID) async throws {
-        _ = hashing.withLockedValue { $0.removeValue(forKey: upload) }
+        guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
+        defer { _ = busy.withLockedValue { $0.remove(upload) } }
         try await fileSystem.removeItem(at: path(of: upload))
     }
 
@@ -131,8 +125,11 @@ public struct FileBlobStore: BlobStore {
     }
 }
 
-/// Another request appends to the upload, or completes it, now.
+/// Another request appends to the upload, completes or discards it, now.
 public struct UploadBusy: Error, Sendable {}
+
+/// The attachment is in the store already.
+private struct AlreadyThere: Error {}
 
 /// No upload of that id.
 public struct UploadNotFound: Error, Sendable {}

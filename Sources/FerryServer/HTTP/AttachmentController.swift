@@ -69,7 +69,7 @@ struct AttachmentController: Sendable {
         guard parts.count == 2 else { throw refused }
         switch (Int64(parts[0]), Int64(parts[1])) {
         case (let first?, let last?) where first >= 0 && first <= last && first < size:
-            return first..<min(last + 1, size)
+            return first..<(last >= size - 1 ? size : last + 1)  // never last + 1 past 2^63 (review)
         case (let first?, nil) where parts[1].isEmpty && first >= 0 && first < size:
             return first..<size
         case (nil, let suffix?) where parts[0].isEmpty && suffix > 0:
@@ -100,7 +100,12 @@ struct AttachmentController: Sendable {
         let version = try Self.version(of: request)
         try checkLength(of: request, at: 0)
         let upload = Self.upload(of: digest, by: caller)
-        try? await blobs.discard(upload)  // a creation starts again from nothing
+        // A creation starts again from nothing, but never under a request still appending.
+        do {
+            try await blobs.discard(upload)
+        } catch is UploadBusy {
+            throw Self.busy(offset: try? await blobs.offset(of: upload))
+        }
         return try await append(request, to: upload, of: digest, at: 0, caller: caller, version: version, context: context)
     }
 
@@ -144,7 +149,12 @@ struct AttachmentController: Sendable {
     /// `DELETE /v1/attachments/{digest}/upload`: the upload is abandoned and its bytes go.
     func cancel(_ request: Request, context: FerryRequestContext) async throws -> Response {
         let (digest, caller) = (try Self.digest(context), try Self.caller(context))
-        try? await blobs.discard(Self.upload(of: digest, by: caller))
+        let upload = Self.upload(of: digest, by: caller)
+        do {
+            try await blobs.discard(upload)
+        } catch is UploadBusy {
+            throw Self.busy(offset: try? await blobs.offset(of: upload))
+        }
         return Response(status: .noContent)
     }
 
@@ -170,7 +180,7 @@ struct AttachmentController: Sendable {
             error.headers[Self.uploadOffset] = "\(mismatch.expected)"
             throw error
         } catch is UploadBusy {
-            throw FerryHTTPError(.uploadOffsetMismatch, "another request is appending to this upload now; ask its offset with HEAD, then go on")
+            throw Self.busy(offset: try? await blobs.offset(of: upload))
         } catch let error as FerryHTTPError where error.code == .attachmentTooLarge {
             try? await blobs.discard(upload)
             throw error
@@ -240,14 +250,23 @@ struct AttachmentController: Sendable {
         }
     }
 
-    /// Refuses before reading the body an upload whose announced size passes the limit.
+    /// Refuses before reading the body an upload whose offset or announced size passes the
+    /// limit. (Compared without adding: an offset near 2^63 plus a length would overflow.)
     private func checkLength(of request: Request, at offset: Int64) throws {
+        let tooLarge = FerryHTTPError(.attachmentTooLarge, Self.tooLargeMessage(maxAttachmentBytes))
+        guard offset <= maxAttachmentBytes else { throw tooLarge }
         for name in [Self.uploadLength, .contentLength] {
             guard let text = request.headers[name] else { continue }
             guard let length = Int64(text), length >= 0 else { throw ProtocolViolation.badRequest("\(name) \(text.prefix(20)) is not a byte count") }
-            let total = name == .contentLength ? offset + length : length
-            if total > maxAttachmentBytes { throw FerryHTTPError(.attachmentTooLarge, Self.tooLargeMessage(maxAttachmentBytes)) }
+            if length > (name == .contentLength ? maxAttachmentBytes - offset : maxAttachmentBytes) { throw tooLarge }
         }
+    }
+
+    /// Another request appends to, completes or discards the upload now: `409` with the bytes it holds.
+    static func busy(offset: Int64?) -> FerryHTTPError {
+        var error = FerryHTTPError(.uploadOffsetMismatch, "another request is working on this upload now; ask its offset with HEAD, then go on")
+        if let offset { error.headers[uploadOffset] = "\(offset)" }
+        return error
     }
 
     static func tooLargeMessage(_ limit: Int64) -> String {
