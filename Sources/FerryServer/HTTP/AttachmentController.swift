@@ -187,6 +187,10 @@ struct AttachmentController: Sendable {
         }
         context.facts.bodyBytes = Int(reached - offset)  // charged per MiB by the rate limit, as a push's body is
         guard complete else { return Self.progress(.noContent, offset: reached, complete: false, version: version ?? 6) }
+        if let announced = request.headers[Self.uploadLength].flatMap(Int64.init), announced != reached {
+            try? await blobs.discard(upload)
+            throw ProtocolViolation.badRequest("the upload ended at \(reached) bytes, not the \(announced) Upload-Length announced; nothing was kept")
+        }
         let size: Int64
         do {
             size = try await blobs.complete(upload, as: digest)
