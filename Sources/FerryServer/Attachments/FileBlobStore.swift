@@ -93,6 +93,9 @@ public struct FileBlobStore: BlobStore {
             for try await bytes in handle.readChunks(in: 0..<size, chunkLength: .mebibytes(1)) {
                 hash.update(data: bytes.readableBytesView)
             }
+            // On the disk before it is named as whole: after a power cut, no file under an
+            // attachment's name holds less than its bytes (review).
+            try await handle.synchronize()
         }
         let actual = AttachmentDigest(sha256: hash.finalize())
         guard actual == digest else {
@@ -104,6 +107,7 @@ public struct FileBlobStore: BlobStore {
         do {
             guard try await fileSystem.info(forFileAt: destination) == nil else { throw AlreadyThere() }
             try await fileSystem.moveItem(at: file, to: destination)
+            try await fileSystem.withDirectoryHandle(atPath: destination.removingLastComponent()) { try await $0.synchronize() }
         } catch {
             // The same bytes are there already (another user completed them first, review).
             guard try await fileSystem.info(forFileAt: destination) != nil else { throw error }
