@@ -173,7 +173,8 @@ public enum FerryServerApplication {
                             logger: logger
                         )
                     ]
-                } ?? []),
+                } ?? [])
+                + (configuration.attachments.map { [UploadJanitor(blobs: $0, logger: logger)] } ?? []),
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger
         )

@@ -116,5 +116,23 @@ struct FileBlobStoreTests {
         #expect(try await Self.read(Self.digest(bytes), 0..<2000, from: store) == bytes)
     }
 
+    @Test("uploads untouched for a day are discarded; a fresh one and whole attachments stay")
+    func abandonedUploads() async throws {
+        let folder = Self.folder()
+        let store = try await FileBlobStore(folder: folder)
+        let (old, fresh) = (UploadID(), UploadID())
+        _ = try await store.append(Self.chunks(Self.photo(100)), to: old, at: 0)
+        _ = try await store.append(Self.chunks(Self.photo(50)), to: fresh, at: 0)
+        let whole = UploadID()
+        _ = try await store.append(Self.chunks(Self.photo(10)), to: whole, at: 0)
+        _ = try await store.complete(whole, as: Self.digest(Self.photo(10)))
+        let dayAgo = Date().addingTimeInterval(-86_400 - 60)
+        try FileManager.default.setAttributes([.modificationDate: dayAgo], ofItemAtPath: "\(folder)/uploads/\(old)")
+        #expect(try await store.discardUploads(untouchedSince: Date().addingTimeInterval(-86_400)) == 1)
+        #expect(try await store.offset(of: old) == nil)
+        #expect(try await store.offset(of: fresh) == 50)
+        #expect(try await store.size(of: Self.digest(Self.photo(10))) == 10)
+    }
+
     static func photo(_ size: Int) -> [UInt8] { (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 131) } }
 }

@@ -1,4 +1,5 @@
 import FerryProtocol
+import Foundation
 import NIOCore
 
 /// Where attachments' bytes live (ATTACHMENTS.md, "Where bytes live"): whole attachments by
@@ -29,6 +30,9 @@ public protocol BlobStore: Sendable {
 
     /// Deletes an attachment; nothing if the store does not hold it.
     func delete(_ digest: AttachmentDigest) async throws
+
+    /// Discards the uploads last written to before `cutoff` (abandoned); returns how many.
+    func discardUploads(untouchedSince cutoff: Date) async throws -> Int
 }
 
 /// An upload in progress, named by the server: 32 lowercase hex digits.

@@ -1,5 +1,6 @@
 import Crypto
 import FerryProtocol
+import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOFileSystem
@@ -121,6 +122,26 @@ public struct FileBlobStore: BlobStore {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
         try await fileSystem.removeItem(at: path(of: upload))
+    }
+
+    /// Discards the uploads whose file was last written to before `cutoff`, but for those a
+    /// request works on now.
+    public func discardUploads(untouchedSince cutoff: Date) async throws -> Int {
+        var discarded = 0
+        let folder = self.folder.appending("uploads")
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.string)) ?? [] {
+            guard let upload = UploadID(name),
+                let modified = try await fileSystem.info(forFileAt: folder.appending(name))?.lastDataModificationTime,
+                Date(timeIntervalSince1970: Double(modified.seconds) + Double(modified.nanoseconds) / 1e9) < cutoff
+            else { continue }
+            do {
+                try await discard(upload)
+                discarded += 1
+            } catch is UploadBusy {
+                continue
+            }
+        }
+        return discarded
     }
 
     /// Deletes an attachment.
