@@ -37,11 +37,6 @@ public protocol SyncStorage: Sendable {
     /// Removes `user` from `space`: an admin's or service's request, or the member's own.
     func removeMember(_ user: String, from space: String, by caller: Caller) async throws
 
-    /// Calls `deliver` with what each commit changed (a push's records, a membership), through
-    /// any process on this database, until cancelled. Each commit is announced with it (on
-    /// PostgreSQL in its transaction, so never without it; on SQLite once committed), and a
-    /// commit of another SQLite process within half a second as `everything`. After a gap in which signals may have been lost (a
-    /// lost connection, then the new one listening) it delivers `everything`.
     /// Notes that `userID` uploaded the attachment `digest`, `size` bytes: they may read it.
     func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws
 
@@ -49,6 +44,11 @@ public protocol SyncStorage: Sendable {
     /// `nil`, whether or not someone else holds the same bytes.
     func readableAttachment(_ digest: AttachmentDigest, by caller: Caller) async throws -> Int64?
 
+    /// Calls `deliver` with what each commit changed (a push's records, a membership), through
+    /// any process on this database, until cancelled. Each commit is announced with it (on
+    /// PostgreSQL in its transaction, so never without it; on SQLite once committed), and a
+    /// commit of another SQLite process within half a second as `everything`. After a gap in which signals may have been lost (a
+    /// lost connection, then the new one listening) it delivers `everything`.
     func followChanges(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async throws
 
     /// Forgets what the retention lets go: tombstones written before `cutoff` (milliseconds since

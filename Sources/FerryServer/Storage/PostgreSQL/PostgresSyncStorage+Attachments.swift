@@ -4,6 +4,7 @@ import PostgresNIO
 
 /// Attachments on PostgreSQL: who uploaded what (ATTACHMENTS.md).
 extension PostgresSyncStorage {
+    /// Notes that `userID` uploaded the attachment (``SyncStorage/noteUpload(of:size:by:)``).
     public func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws {
         _ = try await withDatabase { [logger] db in
             try await db.query(
@@ -17,6 +18,7 @@ extension PostgresSyncStorage {
         }
     }
 
+    /// The attachment's size if `caller` may read it (``SyncStorage/readableAttachment(_:by:)``).
     public func readableAttachment(_ digest: AttachmentDigest, by caller: Caller) async throws -> Int64? {
         try await withDatabase { [logger] db in
             for try await size in try await db.query(

@@ -4,6 +4,7 @@ import GRDB
 
 /// Attachments on SQLite: who uploaded what (ATTACHMENTS.md).
 extension SQLiteSyncStorage {
+    /// Notes that `userID` uploaded the attachment (``SyncStorage/noteUpload(of:size:by:)``).
     public func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws {
         try await mapErrors {
             try await writer.write { db in
@@ -15,6 +16,7 @@ extension SQLiteSyncStorage {
         }
     }
 
+    /// The attachment's size if `caller` may read it (``SyncStorage/readableAttachment(_:by:)``).
     public func readableAttachment(_ digest: AttachmentDigest, by caller: Caller) async throws -> Int64? {
         try await mapErrors {
             try await writer.read { db in
