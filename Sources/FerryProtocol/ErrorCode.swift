@@ -18,6 +18,10 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     /// A mutation's code only (`rejected`): the space it was made in (its `spaceIncarnation`) was
     /// deleted; a space created since under the same id is another space, and gets nothing of it.
     case spaceDeleted = "space_deleted"
+    /// A mutation's code only (`rejected`): it references an attachment the caller may not read
+    /// (not uploaded by them, and referenced by no record they may read). Upload it, then send the
+    /// change again; never a dead letter.
+    case attachmentMissing = "attachment_missing"
     /// 409: the space's last admin cannot leave or be demoted.
     case lastAdmin = "last_admin"
     /// 409: the user is already a member of ``ProtocolLimits/maxSpacesPerUser`` spaces.
@@ -59,7 +63,7 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
         case .requestTimeout: 408
         case .cursorExpired: 410
         case .tooManyClients, .forbidden: 403
-        case .spaceExists, .spaceDeleted, .lastAdmin, .tooManySpaces, .uploadOffsetMismatch: 409
+        case .spaceExists, .spaceDeleted, .attachmentMissing, .lastAdmin, .tooManySpaces, .uploadOffsetMismatch: 409
         case .batchTooLarge, .attachmentTooLarge: 413
         case .rangeNotSatisfiable: 416
         case .digestMismatch: 422

@@ -33,6 +33,11 @@ public struct Mutation: Sendable, Codable, Hashable {
     /// another space: a mutation naming an incarnation that is not the space's current one is
     /// `rejected` with `space_deleted`. Optional: without it the space's current one is meant.
     public var spaceIncarnation: String?
+    /// Only on `upsert`: the attachments the record references once written, by digest
+    /// (PROTOCOL.md, "Attachments"). The server keeps them with the record; each must be one the
+    /// caller may read, else the mutation is `rejected` with `attachment_missing`. Absent: the
+    /// record's references stay as they were (a client without attachments).
+    public var attachments: [String]?
 
     /// A mutation from its fields, unchecked: `upsert` and `delete` build the shapes PROTOCOL.md allows.
     public init(
@@ -45,7 +50,8 @@ public struct Mutation: Sendable, Codable, Hashable {
         baseVersion: Int64? = nil,
         changedAt: Int64? = nil,
         space: String? = nil,
-        spaceIncarnation: String? = nil
+        spaceIncarnation: String? = nil,
+        attachments: [String]? = nil
     ) {
         self.id = id
         self.entity = entity
@@ -57,6 +63,7 @@ public struct Mutation: Sendable, Codable, Hashable {
         self.changedAt = changedAt
         self.space = space
         self.spaceIncarnation = spaceIncarnation
+        self.attachments = attachments
     }
 
     /// A mutation that creates the record or replaces its data, optionally matched by `naturalKey` and guarded by

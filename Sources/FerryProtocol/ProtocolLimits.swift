@@ -12,6 +12,8 @@ public enum ProtocolLimits {
     public static let maxDataBytes = 256 * 1024
     /// Most mutations one push may carry; a larger batch is refused whole with `batch_too_large` (413).
     public static let maxMutationsPerPush = 1000
+    /// The most attachments one record may reference (`Mutation/attachments`).
+    public static let maxAttachmentsPerRecord = 64
     /// Largest push body in bytes (4 MiB); a larger body is refused with `batch_too_large` (413).
     public static let maxPushBodyBytes = 4 * 1024 * 1024
     /// The values a pull's `limit` query parameter may take; any other is a `bad_request`.

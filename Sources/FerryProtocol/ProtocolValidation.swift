@@ -68,6 +68,18 @@ package enum ProtocolValidation {
         return "data is \(bytes) bytes once encoded; the limit is \(ProtocolLimits.maxDataBytes) (256 KiB)"
     }
 
+    /// `nil` when a mutation's `attachments` are digests, at most
+    /// ``ProtocolLimits/maxAttachmentsPerRecord`` of them, else why not.
+    package static func attachmentsProblem(_ attachments: [String]) -> String? {
+        guard attachments.count <= ProtocolLimits.maxAttachmentsPerRecord else {
+            return "attachments names \(attachments.count) digests; a record may reference at most \(ProtocolLimits.maxAttachmentsPerRecord)"
+        }
+        for (index, text) in attachments.enumerated() where AttachmentDigest(text) == nil {
+            return "attachments[\(index)]: " + AttachmentDigest.problem(with: text)
+        }
+        return nil
+    }
+
     /// Encodes a record's data as stored and sent: compact JSON, keys sorted (`JSONTextWriter.value`).
     package static func encode(_ data: JSONObject) throws -> Data {
         var json = JSONTextWriter(capacity: 256)
@@ -125,9 +137,11 @@ extension Mutation {
                 return "data holds a number that is not finite, which JSON cannot carry"
             }
             if let problem = ProtocolValidation.dataSizeProblem(size) { return problem }
+            if let attachments, let problem = ProtocolValidation.attachmentsProblem(attachments) { return problem }
         case .delete:
             if data != nil { return "data must be absent for a delete" }
             if naturalKey != nil { return "naturalKey is only allowed on an upsert" }
+            if attachments != nil { return "attachments are only allowed on an upsert (a deleted record references none)" }
             if let baseVersion, baseVersion < 0 { return "baseVersion must be 0 or more, got \(baseVersion)" }
         }
         return nil

@@ -55,7 +55,8 @@ extension Mutation {
             baseVersion: try fields.optional("baseVersion", JSONFields.integer),
             changedAt: try fields.optional("changedAt", JSONFields.integer),
             space: try fields.optional("space", JSONFields.string),
-            spaceIncarnation: try fields.optional("spaceIncarnation", JSONFields.string)
+            spaceIncarnation: try fields.optional("spaceIncarnation", JSONFields.string),
+            attachments: fields.fields["attachments"].map { $0 == .null } ?? true ? nil : try fields.strings("attachments")
         )
     }
 }

@@ -12,8 +12,10 @@ public struct JournalDetail: Hashable, Sendable, CustomStringConvertible {
 
     /// A request's attempt number.
     public static let attempt = JournalDetail("attempt")
-    /// Bytes a request sent.
+    /// Bytes a request sent; an attachment's size.
     public static let bytes = JournalDetail("bytes")
+    /// An attachment's digest.
+    public static let digest = JournalDetail("digest")
     /// Conflicts a run met.
     public static let conflicts = JournalDetail("conflicts")
     /// How many changes an action touched.

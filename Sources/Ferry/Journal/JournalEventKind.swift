@@ -20,6 +20,12 @@ extension JournalEvent {
         /// The name, as the journal stores it.
         public var description: String { rawValue }
 
+        /// An attachment's bytes reached the server: `.digest`, `.bytes`.
+        public static let attachmentUploaded = Kind(rawValue: "attachment.uploaded")
+        /// An attachment's bytes were downloaded into the store's folder: `.digest`, `.bytes`.
+        public static let attachmentDownloaded = Kind(rawValue: "attachment.downloaded")
+        /// An attachment could not be uploaded or downloaded (`.digest`); the message says why.
+        public static let attachmentFailed = Kind(rawValue: "attachment.failed")
         /// A client's sync run began; `run.finished` ends it.
         public static let runStarted = Kind(rawValue: "run.started")
         /// A sync run ended: `.outcome` is `succeeded`, `failed` or `cancelled`.

@@ -34,6 +34,10 @@ struct AnswerPlan: Equatable {
         /// id it was judged against. `absorbsOwn` when that is another record's (its natural key's
         /// holder) and the server also has the mutation's own record, which then goes.
         case resolve(judged: OutgoingMutation, current: RecordState?, absorbsOwn: Bool)
+        /// Refused for an attachment the server does not hold for this user (`attachment_missing`):
+        /// `digests` wait for upload again, and the change is queued again behind them; never a
+        /// dead letter while the store holds their files.
+        case uploadFirst(digests: [String])
     }
 
     var steps: [Step]
@@ -81,6 +85,8 @@ struct AnswerPlan: Equatable {
                 version: result.version,
                 current: result.status == .duplicate ? result.current : nil
             )
+        case .rejected where result.code == ErrorCode.attachmentMissing.rawValue:
+            decision = .uploadFirst(digests: mutation.attachments ?? [])
         case .rejected:
             decision = .deadLetter(reason: result.error ?? "rejected", code: result.code, current: result.current)
         case .conflict:
@@ -119,6 +125,8 @@ struct AnswerPlan: Equatable {
                 if merged { outcome.merged += 1 }
             case .deadLetter:
                 outcome.deadLettered += step.entries.count
+            case .uploadFirst:
+                outcome.waitingForAttachments += step.entries.count
             case .resolve:
                 outcome.acknowledgedEntries += step.entries.count
                 outcome.conflicts += 1

@@ -13,6 +13,8 @@ struct BatchOutcome: Sendable {
     var resolved: [ResolvedConflict] = []
     /// Entries answered as another holder's mutations, queued again to go under a new client id.
     var returnedToQueue = 0
+    /// Entries refused for an attachment the server does not hold, queued again behind its upload.
+    var waitingForAttachments = 0
     /// The client id the store gave up, the one it took, and why.
     var newClientID: (old: String, new: String, reason: String)?
 }

@@ -58,14 +58,17 @@ struct Outbox: Sendable {
     func nextBatch(limit: Int, inFlight: Set<RecordRef> = []) async throws -> OutboxBatch? {
         try await store.database.write { db in
             try lease.confirm(db)
-            let pending = try OutboxTable.pending(limit: limit, db: db)
+            let pending = try holdBack(try OutboxTable.pending(limit: limit, db: db), limit: limit, db: db)
             guard !pending.isEmpty else { return nil }
             // The client id the batch goes out under, read with it: another process on this
             // store may have taken a new one.
             let sender = try StoreMeta.sender(db)
             let current = sender.clientID ?? store.clientID
             store.identity.clientID = current
-            let entries = Self.cut(pending, current: current, inFlight: inFlight)
+            // A mutation's attachments are digests its data holds too: room for them, at most.
+            let entries = Self.cut(pending, current: current, inFlight: inFlight) {
+                (store.table(forEntity: $0.record.entity)?.attachments.count ?? 0) * OutgoingMutation.attachmentBytes
+            }
             guard let first = entries.first else { return nil }
             var batch = OutboxBatch(entryCount: entries.count, clientID: first.goesAs(current))
             let coalesced = try coalesce(entries, into: &batch, db: db)
@@ -77,12 +80,48 @@ struct Outbox: Sendable {
         }
     }
 
+    /// `pending` without the changes that must wait for an attachment's upload: a record whose
+    /// change references one still waiting has its queued changes moved to the end of the queue
+    /// (none was sent: new ids are free), so the changes behind it go now and it goes once its
+    /// attachments are on the server (PROTOCOL.md, "Attachments"). A record with a change sent
+    /// before is never held: that change goes again as it was sent.
+    private func holdBack(_ pending: [OutboxTable.Entry], limit: Int, db: Database) throws -> [OutboxTable.Entry] {
+        let blocked = try AttachmentTable.blocked(db)
+        guard !blocked.isEmpty else { return pending }
+        // Only the queue as it stands: entries moved past its end are not looked at again.
+        let end = try OutboxTable.newest(db)
+        var window = pending
+        while !window.isEmpty {
+            let sent = Set(window.filter(\.sent).map(\.record))
+            let held = Set(
+                window.filter { entry in
+                    !sent.contains(entry.record) && store.table(forEntity: entry.record.entity)?.referencedDigests(inData: entry.data)?
+                        .contains(where: blocked.contains) == true
+                }
+                .map(\.record)
+            )
+            guard !held.isEmpty else { return window }
+            let rest = window.filter { !held.contains($0.record) }
+            // Nothing else waits behind them: they stay where they are.
+            if rest.isEmpty, window.count < limit { return [] }
+            try OutboxTable.moveToEnd(held, db: db)
+            if !rest.isEmpty { return rest }
+            window = try OutboxTable.pending(limit: limit, through: end, db: db)
+        }
+        return []
+    }
+
     /// The prefix of `pending` one batch may carry. An entry sent before goes out again under
     /// the client id it was sent under (its answer may have been lost: the server answers it
     /// from that id's kept results, and under another id would apply it twice), so a batch holds
     /// entries of one client id. It stops before the entry that would take its body past
     /// `bodyBudget`, and before the first change of a record in `inFlight`.
-    static func cut(_ pending: [OutboxTable.Entry], current: String, inFlight: Set<RecordRef>) -> [OutboxTable.Entry] {
+    static func cut(
+        _ pending: [OutboxTable.Entry],
+        current: String,
+        inFlight: Set<RecordRef>,
+        extraBytes: (OutboxTable.Entry) -> Int = { _ in 0 }
+    ) -> [OutboxTable.Entry] {
         guard let first = pending.first else { return [] }
         let clientID = first.goesAs(current)
         var bytes = 0
@@ -93,7 +132,7 @@ struct Outbox: Sendable {
             // or backslashes took a batch of 1,000 past the limit.
             bytes +=
                 OutgoingMutation.envelopeBytes + (entry.data?.utf8.count ?? 0) + JSONTextWriter.encodedLength(of: entry.record.entityID)
-                + (entry.naturalKey.map(JSONTextWriter.encodedLength(of:)) ?? 0)
+                + (entry.naturalKey.map(JSONTextWriter.encodedLength(of:)) ?? 0) + extraBytes(entry)
             // An entry sent before stands for exactly one mutation (the entries coalesced
             // into it were folded into it when it was sent): it goes out again alone, as
             // it was sent, and the record's other changes wait for its answer (the version
@@ -144,6 +183,7 @@ struct Outbox: Sendable {
             if entry.op == .upsert {
                 mutation.dataText = entry.data
                 mutation.naturalKey = entry.naturalKey
+                mutation.attachments = store.table(forEntity: record.entity)?.referencedDigests(inData: entry.data)
             }
             // A delete is checked too: a stale delete must not silently beat another device's edit.
             if detectsConflicts { mutation.baseVersion = version ?? 0 }
@@ -264,6 +304,8 @@ struct Outbox: Sendable {
                             // Refused in a space the user cannot read: the row goes with the refusal.
                             serverStates.append(ServerState(record: own, state: .absent, space: mutation.space))
                         }
+                    case .uploadFirst(let digests):
+                        try Self.uploadFirst(step.entries, of: own, digests: digests, db: db)
                     case .resolve(let judged, let current, let absorbsOwn):
                         finished += step.entries
                         // The server has the mutation's own record too: it goes, as a merge would delete it.
@@ -285,6 +327,22 @@ struct Outbox: Sendable {
         }
         if let change = outcome.newClientID { store.identity.clientID = change.new }
         return outcome
+    }
+
+    /// A change the server refused for an attachment it does not hold for this user: queued again
+    /// behind its attachments, which wait for upload again; a dead letter naming the record when
+    /// the store holds no file of one.
+    private static func uploadFirst(_ entries: [Int64], of record: RecordRef, digests: [String], db: Database) throws {
+        let missing = try AttachmentTable.uploadAgain(digests, db: db)
+        guard let digest = missing.first else {
+            return try OutboxTable.requeue(entries, of: record, db: db)
+        }
+        try OutboxTable.deadLetter(
+            entries,
+            reason: "\(record.entity) \(record.entityID) references attachment \(digest), which the server does not hold for this user and "
+                + "this store has no file of; attach the file again (FerryStore.attach(fileAt:)) and write its digest",
+            db: db
+        )
     }
 
     /// Takes a new client id when the answer shows another store holds this one, or entries went

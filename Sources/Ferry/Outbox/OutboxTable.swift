@@ -50,20 +50,77 @@ enum OutboxTable {
         }
     }
 
-    /// The first `limit` pending entries, in id order.
-    static func pending(limit: Int, db: Database) throws -> [Entry] {
+    /// The first `limit` pending entries, in id order; with `through`, of those up to that id.
+    static func pending(limit: Int, through: Int64 = .max, db: Database) throws -> [Entry] {
         try Row.fetchAll(
             db.cachedStatement(
                 sql: """
                     SELECT id, entity, entity_id, op, data, natural_key, sent, sent_as, coalesce(changed_at, queued_at), space, space_incarnation,
                         base
                     FROM ferry_outbox
-                    WHERE state = ? ORDER BY id LIMIT ?
+                    WHERE state = ? AND id <= ? ORDER BY id LIMIT ?
                     """
             ),
-            arguments: [OutboxState.pending.rawValue, limit]
+            arguments: [OutboxState.pending.rawValue, through, limit]
         )
         .map(Entry.init)
+    }
+
+    /// Moves every pending entry of `records` to the end of the queue, in their order, under new
+    /// ids: entries never sent, whose ids the server has not seen (`Outbox.holdBack`).
+    static func moveToEnd(_ records: Set<RecordRef>, db: Database) throws {
+        let ids = try Int64.fetchAll(
+            db,
+            sql: """
+                SELECT id FROM ferry_outbox WHERE state = ? AND (entity, entity_id) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?))
+                ORDER BY id
+                """,
+            arguments: [OutboxState.pending.rawValue, recordList(records)]
+        )
+        for id in ids {
+            try db.cachedStatement(sql: "UPDATE ferry_outbox SET id = (SELECT max(id) FROM ferry_outbox) + 1 WHERE id = ?").execute(arguments: [id])
+        }
+    }
+
+    /// Queues the change `entries` stand for again, as a new entry at the end of the queue (the
+    /// server has spent their ids), unless a later change of its record is queued, which carries
+    /// the record's state instead: then they are done with.
+    static func requeue(_ entries: [Int64], of record: RecordRef, db: Database) throws {
+        guard let newest = entries.max() else { return }
+        let later = try Bool.fetchOne(
+            db,
+            sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE entity = ? AND entity_id = ? AND id > ? AND \(OutboxState.queuedCondition))",
+            arguments: [record.entity, record.entityID, newest]
+        )
+        if later != true {
+            try db.execute(
+                sql: """
+                    INSERT INTO ferry_outbox (entity, entity_id, op, data, natural_key, queued_at, changed_at, space, space_incarnation, base)
+                    SELECT entity, entity_id, op, data, natural_key, queued_at, changed_at, space, space_incarnation, base FROM ferry_outbox WHERE id = ?
+                    """,
+                arguments: [newest]
+            )
+        }
+        try remove(where: idIn, arguments: [idList(entries)], db: db)
+    }
+
+    /// Dead-letters the queued changes (not in flight: those get the server's answer) whose data
+    /// holds `digest`, each with `reason` for its record; returns how many. A digest is 71
+    /// characters of its own: found in the data text, it is that attachment.
+    static func deadLetterReferencing(_ digest: String, reason: (RecordRef) -> String, db: Database) throws -> Int {
+        let rows = try Row.fetchAll(
+            db,
+            sql: "SELECT id, entity, entity_id FROM ferry_outbox WHERE state = ? AND instr(data, ?) > 0 ORDER BY id",
+            arguments: [OutboxState.pending.rawValue, digest]
+        )
+        for row in rows {
+            try deadLetter([row[0]], reason: reason(RecordRef(entity: row[1], entityID: row[2])), db: db)
+        }
+        return rows.count
+    }
+
+    private static func recordList(_ records: Set<RecordRef>) -> String {
+        String(decoding: (try? JSONEncoder().encode(records.map { [$0.entity, $0.entityID] })) ?? Data("[]".utf8), as: UTF8.self)
     }
 
     /// The entry `id`, if it is still there.

@@ -19,6 +19,9 @@ struct OutgoingMutation: Sendable, Equatable {
     var space: String?
     /// The incarnation of `space` the store knew when the change was made (`Mutation.spaceIncarnation`).
     var spaceIncarnation: String?
+    /// The attachments the record references (`Mutation.attachments`); `nil` for a table without
+    /// attachment columns, whose mutations say nothing of them.
+    var attachments: [String]?
     /// The row as it was before the first of the changes this mutation stands for, for a
     /// conflict policy (`Conflict.base`); not sent.
     var baseText: String?
@@ -26,6 +29,8 @@ struct OutgoingMutation: Sendable, Equatable {
     /// A mutation's share of a request body besides its data, id and natural key: field names,
     /// punctuation, the entity, numbers (an upper bound, for `Outbox.bodyBudget`).
     static let envelopeBytes = 224
+    /// One digest's share of a body in `attachments`: its 71 characters, quotes and a comma.
+    static let attachmentBytes = 74
 
     /// Why the protocol cannot carry this mutation, by the server's own rules
     /// (`Mutation.rejectionReason`), or `nil` when it can.
@@ -51,7 +56,8 @@ struct OutgoingMutation: Sendable, Equatable {
             baseVersion: baseVersion,
             changedAt: changedAt,
             space: space,
-            spaceIncarnation: spaceIncarnation
+            spaceIncarnation: spaceIncarnation,
+            attachments: attachments
         )
         // Text of up to 32 KiB cannot exceed 256 KiB once the server encodes it (its numbers
         // may be a few digits longer than SQLite's); larger data is measured exactly.
@@ -87,6 +93,14 @@ struct OutgoingMutation: Sendable, Equatable {
             if let naturalKey {
                 json.raw(",\"naturalKey\":")
                 json.string(naturalKey)
+            }
+            if let attachments {
+                json.raw(",\"attachments\":[")
+                for (index, digest) in attachments.enumerated() {
+                    if index > 0 { json.raw(",") }
+                    json.string(digest)
+                }
+                json.raw("]")
             }
         } else {
             json.raw(",\"op\":\"delete\"")

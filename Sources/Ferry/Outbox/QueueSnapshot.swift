@@ -32,6 +32,22 @@ public struct QueueSnapshot: Sendable, Equatable {
         public var reason: String
     }
 
+    /// An attachment the store holds or must upload (PROTOCOL.md, "Attachments").
+    public struct Attachment: Sendable, Equatable {
+        /// Its digest, as rows hold it.
+        public var digest: String
+        /// Its bytes.
+        public var size: Int64
+        /// Whether it waits for upload: the changes referencing it wait for it.
+        public var waitsForUpload: Bool
+        /// Whether its file is in the store's folder (a downloaded one may have been evicted).
+        public var stored: Bool
+        /// Failed uploads since the last success.
+        public var attempts: Int
+        /// Why the last upload failed; `nil` when none has since the last success.
+        public var lastError: String?
+    }
+
     /// When the snapshot was read.
     public var takenAt: Date
     /// Changes the server has not acknowledged yet (queued or in flight), by entity.
@@ -50,6 +66,8 @@ public struct QueueSnapshot: Sendable, Equatable {
     public var deadLetters: [DeadLetter]
     /// Pulled records the app's schema refused, oldest first.
     public var setAside: [SetAsideRecord] = []
+    /// The attachments the store holds or must upload, least recently used first.
+    public var attachments: [Attachment] = []
     /// When the last successful sync ended; `nil` if none has.
     public var lastSyncedAt: Date?
     /// The journal's latest `run.finished` event: how the last run ended, and when.
@@ -116,6 +134,18 @@ public struct QueueSnapshot: Sendable, Equatable {
             ? try Row.fetchAll(db, sql: "SELECT entity, entity_id, version, error FROM ferry_set_aside ORDER BY at").map {
                 SetAsideRecord(entity: $0[0], entityID: $0[1], version: $0[2], reason: $0[3])
             } : []
+        let attachments =
+            try db.tableExists("ferry_attachments")
+            ? try AttachmentTable.all(db).map {
+                Attachment(
+                    digest: $0.digest.description,
+                    size: $0.size,
+                    waitsForUpload: $0.waitsForUpload,
+                    stored: $0.stored,
+                    attempts: $0.attempts,
+                    lastError: $0.error
+                )
+            } : []
         let lastSynced = try StoreMeta.lastSyncedAt(db)
         // The newest of each kind in the whole journal: a long offline spell fills it with
         // triggers, and the run that matters may be thousands of events back.
@@ -132,6 +162,7 @@ public struct QueueSnapshot: Sendable, Equatable {
             lease: lease,
             deadLetters: deadLetters,
             setAside: setAside,
+            attachments: attachments,
             lastSyncedAt: lastSynced,
             lastRun: lastRun,
             lastWait: wait.flatMap { wait in lastStart.map { wait.at >= $0.at } ?? true ? wait : nil },
@@ -189,6 +220,14 @@ public struct QueueSnapshot: Sendable, Equatable {
             let more = setAside.count > 3 ? "; and \(setAside.count - 3) more" : ""
             lines.append(
                 "Pulled but refused by the app's schema, tried again after every pull: \(setAside.count == 1 ? "1 record" : "\(setAside.count.formatted()) records"): \(named)\(more)."
+            )
+        }
+        let waiting = attachments.filter(\.waitsForUpload)
+        if !waiting.isEmpty {
+            let bytes = ByteCountFormatter.string(fromByteCount: waiting.reduce(0) { $0 + $1.size }, countStyle: .file)
+            let failed = waiting.first { $0.lastError != nil }.map { "; \($0.digest) failed \($0.attempts) times, last: \($0.lastError ?? "")" } ?? ""
+            lines.append(
+                "Attachments waiting to upload, their records waiting for them: \(waiting.count) (\(bytes))\(failed)."
             )
         }
         switch lastRun {

@@ -390,6 +390,7 @@ public actor SyncSession {
             for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
                 try FileManager.default.removeItem(atPath: path + suffix)
             }
+            AttachmentFolder.removeAll(besideStoreAt: path)
         }
         logger.debug("signed out", metadata: ["user": "\(engine.userID)", "policy": "\(configuration.signOutPolicy)"])
     }

@@ -33,6 +33,8 @@ public struct SyncStatus: Sendable, Equatable {
     /// The spaces the user is a member of, with their roles, as the latest pull read them
     /// (PROTOCOL.md, "Spaces"); a revoked space leaves this list, and its queued changes count in `deadLettered`.
     public var spaces: [Membership] = []
+    /// Attachments waiting to upload and download in this run, with their bytes and the bytes moved so far.
+    public var attachments = AttachmentProgress()
 
     /// The status before anything is known: `phase` (idle by default), nothing pending, never synced.
     public init(phase: Phase = .idle) {

@@ -20,7 +20,7 @@ enum ChangeCapture {
         let sql = try Expressions(table: table, db: db)
         let name = table.table
         let quoted = name.quotedDatabaseIdentifier
-        for suffix in ["insert", "update", "delete", "guard_insert", "guard_update", "guard_delete"] {
+        for suffix in ["insert", "update", "delete", "guard_insert", "guard_update", "guard_delete", "digest_insert", "digest_update"] {
             try db.execute(sql: "DROP TRIGGER IF EXISTS \("ferry_capture_\(name)_\(suffix)".quotedDatabaseIdentifier)")
         }
         let capturing = StoreMeta.capturingSQL
@@ -41,6 +41,30 @@ enum ChangeCapture {
                 """
         )
         try installGuards(for: table, sql: sql, in: db)
+        try installDigestChecks(for: table, in: db)
+    }
+
+    /// Refuses, in the app's own transaction, an attachment column holding anything but a
+    /// digest or NULL: what the server would refuse, and what no device could download.
+    private static func installDigestChecks(for table: SyncedTable, in db: Database) throws {
+        guard !table.attachments.isEmpty else { return }
+        let digest = "sha256:" + String(repeating: "[0-9a-f]", count: 64)
+        let checks = table.attachments.map { column -> String in
+            let value = "NEW.\(column.quotedDatabaseIdentifier)"
+            let message: String = "ferry: column \(column) of \(table.table) holds attachment digests (sha256: and 64 lowercase hex digits) or NULL; "
+                + "write the digest FerryStore.attach(fileAt:) returned"
+            return "SELECT RAISE(ABORT, \(message.sqlLiteral)) WHERE \(value) IS NOT NULL AND (typeof(\(value)) != 'text' OR \(value) NOT GLOB '\(digest)');"
+        }
+        .joined(separator: "\n")
+        let (name, quoted, capturing) = (table.table, table.table.quotedDatabaseIdentifier, StoreMeta.capturingSQL)
+        try db.execute(
+            sql: """
+                CREATE TRIGGER \("ferry_capture_\(name)_digest_insert".quotedDatabaseIdentifier) BEFORE INSERT ON \(quoted) WHEN \(capturing)
+                BEGIN \(checks) END;
+                CREATE TRIGGER \("ferry_capture_\(name)_digest_update".quotedDatabaseIdentifier) BEFORE UPDATE ON \(quoted) WHEN \(capturing)
+                BEGIN \(checks) END;
+                """
+        )
     }
 
     /// Installs the guards of every table again, after the memberships changed (`SpaceMemberships`).
@@ -128,6 +152,13 @@ private struct Expressions {
         }
         for required in table.reservedColumns where !columns.contains(required) {
             throw FerryError.invalidTable("table \(table.table) has no column \(required)")
+        }
+        for column in table.attachments {
+            guard case .columns = table.layout, columns.contains(column), !table.reservedColumns.contains(column) else {
+                throw FerryError.invalidTable(
+                    "table \(table.table): attachment column \(column) must be one of its data columns, in the .columns layout"
+                )
+            }
         }
         if case .document(let column) = table.layout, !columns.contains(column) {
             throw FerryError.invalidTable("table \(table.table) has no column \(column)")

@@ -54,6 +54,10 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The server refused a space request (PROTOCOL.md, "Spaces"); ``FerryError/serverCode``
         /// holds its code (`forbidden`, `not_found`, `space_exists`, `last_admin`, `too_many_spaces`, `bad_request`).
         public static let refused = Code(rawValue: "refused")
+        /// An attachment could not be taken in, uploaded or fetched: a file that cannot be read,
+        /// bytes the server refused or does not hold for this user. The message names the
+        /// attachment and what to do.
+        public static let attachment = Code(rawValue: "attachment")
         /// Something Ferry does not name went wrong during a run (the store's disk full, an
         /// error of the app's own schema); ``FerryError/underlying`` holds it.
         public static let unexpected = Code(rawValue: "unexpected")
@@ -127,6 +131,8 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func interrupted(_ message: String) -> FerryError { FerryError(.interrupted, message) }
     /// A write to a space the store may only read.
     public static func readOnlySpace(_ message: String) -> FerryError { FerryError(.readOnlySpace, message) }
+    /// An ``Code/attachment`` error saying `message`.
+    public static func attachment(_ message: String) -> FerryError { FerryError(.attachment, message) }
     /// `error` as a `FerryError`: itself if it is one, else ``Code/unexpected`` holding it.
     public init(wrapping error: any Error) {
         self = error as? FerryError ?? FerryError(.unexpected, "\(error)", underlying: error)
@@ -146,6 +152,7 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unreadableStore: "cannot open the store: \(message)"
         case .stopped: "not syncing: \(message)"
         case .interrupted: "sync interrupted: \(message)"
+        case .attachment: "attachment: \(message)"
         case .refused: "the server refused the request (\(serverCode ?? "?")): \(message)"
         default: message
         }

@@ -337,6 +337,11 @@ public final class FerryStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("ferry-v14") { db in
+            // Attachments (PROTOCOL.md, "Attachments"): which the store holds in its folder and
+            // which wait for upload (`AttachmentTable`).
+            try db.execute(sql: AttachmentTable.createSQL)
+        }
         return migrator
     }
 

@@ -1,3 +1,4 @@
+import FerryProtocol
 import GRDB
 
 /// An app table whose rows Ferry keeps in sync.
@@ -41,6 +42,23 @@ public struct SyncedTable: Sendable, Hashable {
     /// by default, one named space, or the space a column of each row names.
     public var space: Space = .personal
 
+    /// The TEXT columns that hold an attachment's digest (`sha256:` and 64 hex digits) or NULL
+    /// (PROTOCOL.md, "Attachments"): write the digest ``FerryStore/attach(fileAt:contentType:)``
+    /// returns. A change of the row goes to the server only after its attachments, and the
+    /// column refuses anything that is not a digest.
+    public var attachments: [String] = []
+    /// When this table's attachments come to the device: `.lazy` (the default) when the app
+    /// asks for one (``FerryClient/attachment(_:)``), `.eager` after each pull.
+    public var attachmentDownloads: AttachmentDownloads = .lazy
+
+    /// When a table's attachments are downloaded.
+    public enum AttachmentDownloads: Sendable, Hashable {
+        /// When the app asks for one: a photo opened, not every photo of every job.
+        case lazy
+        /// After each pull, in the background of the run: the records are in the store first.
+        case eager
+    }
+
     /// Where a synced table's rows live.
     public enum Space: Sendable, Hashable {
         /// The signed-in user's own records.
@@ -63,8 +81,12 @@ public struct SyncedTable: Sendable, Hashable {
         layout: Layout = .columns,
         detectsConflicts: Bool = false,
         fieldNames: [String: String] = [:],
-        space: Space = .personal
+        space: Space = .personal,
+        attachments: [String] = [],
+        attachmentDownloads: AttachmentDownloads = .lazy
     ) {
+        self.attachments = attachments
+        self.attachmentDownloads = attachmentDownloads
         self.fieldNames = fieldNames
         self.space = space
         self.table = table
@@ -87,6 +109,16 @@ public struct SyncedTable: Sendable, Hashable {
         var synced = SyncedTable(table: table, primaryKey: primaryKey, naturalKey: naturalKey, layout: layout, space: space)
         synced.entityColumn = entityColumn
         return synced
+    }
+
+    /// The digests a change's data (the outbox entry's JSON text) references, in its attachment
+    /// columns' fields; `nil` for a table without attachments, whose mutations say nothing.
+    func referencedDigests(inData text: String?) -> [String]? {
+        guard !attachments.isEmpty else { return nil }
+        guard let text, case .object(let data)? = try? JSONReader.parse(text.utf8) else { return [] }
+        return attachments.compactMap { column in
+            if case .string(let digest)? = data[field(ofColumn: column)] { digest } else { nil }
+        }
     }
 
     /// The column naming each row's space, if any.

@@ -23,6 +23,12 @@ public struct SyncConfiguration: Sendable {
     public var leaseRetryInterval: Duration = .milliseconds(250)
     /// Journal events kept in the store; older ones are dropped first.
     public var journalCapacity = 10_000
+    /// The most bytes of downloaded attachments the store keeps; past it, the least recently used
+    /// go (an attachment waiting for upload never does). 1 GiB by default.
+    public var attachmentCacheBytes: Int64 = 1 << 30
+    /// The bytes of one attachment request's body or answer: memory holds about this much per
+    /// transfer, and a cut connection costs at most this much again. 4 MiB by default.
+    public var attachmentChunkBytes = 4 << 20
 
     /// The default tuning.
     public init() {}
@@ -83,6 +89,8 @@ public actor FerryClient {
     private var joiners: [UUID: [UUID: CheckedContinuation<SyncReport, any Error>]] = [:]
     /// Set by `stop()`.
     private var stopped = false
+    /// The attachments being downloaded for `attachment(_:)`.
+    private var downloads: [AttachmentDigest: Task<URL, any Error>] = [:]
 
     /// A client that syncs `store` with the server.
     ///
@@ -240,15 +248,45 @@ public actor FerryClient {
         try await holdingLease { try await self.upload() }
     }
 
+    /// The changes first, holding back only those that wait for an attachment; then the
+    /// attachments; then the changes they held back.
     private func upload() async throws -> UploadSummary {
-        try await Uploader(
+        let uploader = Uploader(
             outbox: Outbox(store: store, lease: lease),
             connection: connection,
             journal: journal,
             status: statusCenter,
             conflictPolicy: configuration.conflictPolicy,
             maximumBatchSize: configuration.batchSize
-        ).drain()
+        )
+        var summary = try await uploader.drain()
+        summary.attachmentsUploaded = try await transfers.uploadWaiting()
+        if summary.attachmentsUploaded > 0 { summary.add(try await uploader.drain()) }
+        return summary
+    }
+
+    private var transfers: AttachmentTransfers {
+        AttachmentTransfers(store: store, connection: connection, journal: journal, status: statusCenter, chunkBytes: configuration.attachmentChunkBytes)
+    }
+
+    /// The local file of the attachment `digest` (a column's value), downloaded first if the
+    /// store does not hold it: streamed a chunk at a time, resumed from where a cut download
+    /// stopped, and named whole only once its bytes hash to `digest`. The file is the store's:
+    /// read it, do not move or change it; it stays until no row references it, or the cache
+    /// budget (``SyncConfiguration/attachmentCacheBytes``) evicts it after others.
+    ///
+    /// - Throws: ``FerryError/Code/attachment`` for a value that is not a digest, or one the
+    ///   server does not hold for this user; a connection error as a sync does.
+    public func attachment(_ digest: String) async throws -> URL {
+        guard let parsed = AttachmentDigest(digest) else { throw FerryError.attachment(AttachmentDigest.problem(with: digest)) }
+        guard !stopped else { throw Self.stoppedError }
+        // Two asks for one attachment share its download: one `.part` file has one writer.
+        let download = downloads[parsed] ?? Task { [transfers] in try await transfers.file(of: parsed) }
+        downloads[parsed] = download
+        defer { downloads[parsed] = nil }
+        let file = try await download.value
+        try await store.sweepAttachments(budget: configuration.attachmentCacheBytes, keeping: parsed)
+        return file
     }
 
     /// Runs `body` holding the store's sync lease: waits while another client (another process
@@ -327,6 +365,9 @@ public actor FerryClient {
                 fromScratch: full
             )
             .pullUntilCaughtUp()
+            // The records are in the store: eager tables' attachments follow, then the cache is kept in its budget.
+            _ = try await transfers.fetchEager()
+            try await store.sweepAttachments(budget: configuration.attachmentCacheBytes)
         } catch let error where error is CancellationError || Task.isCancelled {
             throw error  // performSync says so
         } catch {

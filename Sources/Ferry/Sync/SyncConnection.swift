@@ -48,18 +48,22 @@ actor SyncConnection {
 
     /// Sends `request` until it gets a final answer: 2xx, or a 4xx other than 429
     /// (returned for the caller to handle). A 401 gets one more try with a new token before it
-    /// is thrown. Gives up after the retry budget.
-    func send(_ request: TransportRequest) async throws -> TransportResponse {
+    /// is thrown. Gives up after the retry budget. With `retryAs`, a try after a failure sends
+    /// what it returns instead (an upload goes on from the offset the server holds, not from
+    /// the one the failed try started at).
+    func send(_ request: TransportRequest, retryAs: (@Sendable () async throws -> TransportRequest)? = nil) async throws -> TransportResponse {
         var attempt = 0
         var renewedToken = false
+        var next = request
         while true {
             try Task.checkCancellation()
             attempt += 1
-            var request = request
+            if attempt > 1, let retryAs { next = try await retryAs() }
+            var request = next
             let token = try await tokens.token()
             request.headers["Authorization"] = "Bearer \(token)"
             request.headers["Ferry-Client-ID"] = clientID()
-            if request.body != nil { request.headers["Content-Type"] = "application/json" }
+            if request.body != nil, request.headers["Content-Type"] == nil { request.headers["Content-Type"] = "application/json" }
             let started = ContinuousClock.now
             let response: TransportResponse
             do {
@@ -151,6 +155,32 @@ actor SyncConnection {
         )
         if stream.status == 401 { await tokens.refused(token) }
         return stream
+    }
+
+    /// Opens a streamed exchange, authenticated as `send`'s, once: resuming after a failure is
+    /// the caller's (a download goes on from the bytes it holds, `pause(afterFailedAttempt:reason:)` between).
+    func openStream(_ request: TransportRequest) async throws -> TransportStream {
+        var request = request
+        let token = try await tokens.token()
+        request.headers["Authorization"] = "Bearer \(token)"
+        request.headers["Ferry-Client-ID"] = clientID()
+        requestCount += 1
+        let stream = try await transport.openStream(request)
+        await journal.record(
+            JournalEvent(
+                kind: .request,
+                message: "\(request.method) \(request.path) → \(stream.status)",
+                details: [.method: request.method, .path: request.path, .status: "\(stream.status)"]
+            )
+        )
+        if stream.status == 401 { await tokens.refused(token) }
+        return stream
+    }
+
+    /// Waits before the try after failed try `attempt`, as `send` would; throws once the retry
+    /// budget is spent.
+    func pause(afterFailedAttempt attempt: Int, reason: String) async throws {
+        try await backOff(attempt: attempt, reason: reason)
     }
 
     /// The user signed out: a token request in progress is abandoned.

@@ -337,8 +337,22 @@ public struct UploadSummary: Sendable, Equatable {
     /// Mutations the server answered `conflict`, each decided by the ``ConflictPolicy``.
     public var conflicts = 0
 
+    /// Attachments whose bytes reached the server before the changes referencing them.
+    public var attachmentsUploaded = 0
+
     /// Zero totals.
     public init() {}
+
+    /// The totals of this and `other`, two drains of one run.
+    mutating func add(_ other: UploadSummary) {
+        requests += other.requests
+        acknowledged += other.acknowledged
+        merged += other.merged
+        rekeyed += other.rekeyed
+        deadLettered += other.deadLettered
+        conflicts += other.conflicts
+        attachmentsUploaded += other.attachmentsUploaded
+    }
 
     mutating func add(_ outcome: BatchOutcome) {
         acknowledged += outcome.acknowledgedEntries

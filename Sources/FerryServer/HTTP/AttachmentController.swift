@@ -83,7 +83,7 @@ struct AttachmentController: Sendable {
     /// whether or not another user holds the same bytes.
     private func readable(_ context: FerryRequestContext) async throws -> (AttachmentDigest, Int64) {
         let digest = try Self.digest(context)
-        guard try await storage.readableAttachment(digest, by: try Self.caller(context)) != nil,
+        guard try await storage.readableAttachments([digest], by: try Self.caller(context)).contains(digest),
             let size = try await blobs.size(of: digest)
         else {
             throw FerryHTTPError(.notFound, "no attachment \(digest) this user may read: upload it, or sync the record that references it")
@@ -114,7 +114,7 @@ struct AttachmentController: Sendable {
         let (digest, caller) = (try Self.digest(context), try Self.caller(context))
         let version = try Self.version(of: request) ?? 6
         guard let offset = try await blobs.offset(of: Self.upload(of: digest, by: caller)) else {
-            if try await storage.readableAttachment(digest, by: caller) != nil {
+            if try await storage.readableAttachments([digest], by: caller).contains(digest) {
                 return Self.progress(.noContent, offset: nil, complete: true, version: version)
             }
             throw FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")

@@ -22,6 +22,9 @@ struct BatchPlanner {
         /// Records that held a live natural key before the batch and no longer hold it; the
         /// storage releases these keys before writing so the uniqueness index never sees two holders.
         var releasedNaturalKeys: [RecordRef]
+        /// The attachments each written record references now, for the records whose upserts said
+        /// (`Mutation/attachments`); the others keep theirs, a tombstone included until purged.
+        var references: [RecordRef: [String]] = [:]
     }
 
     /// - Parameter replays: the results kept for resent mutations; a replayed conflict reports
@@ -53,6 +56,7 @@ struct BatchPlanner {
     private var records: [RecordRef: StoredRecord]
     private var naturalKeyHolders: [NaturalKeyRef: RecordRef] = [:]
     private var lastTouch: [RecordRef: Int] = [:]
+    private var references: [RecordRef: [String]] = [:]
 
     /// - Parameters:
     ///   - clientID: the pushing client, recorded as the writer of what its mutations write.
@@ -97,7 +101,8 @@ struct BatchPlanner {
         return BatchPlan(
             response: PushResponse(lastMutationID: lastMutationID, results: results),
             writes: writes,
-            releasedNaturalKeys: released
+            releasedNaturalKeys: released,
+            references: references
         )
     }
 
@@ -192,6 +197,7 @@ struct BatchPlanner {
             writtenMutation: mutation.id
         )
         store(record, replacing: existing, at: index)
+        if let attachments = mutation.attachments { references[key] = Array(Set(attachments)).sorted() }
         if merged {
             // The mutation's own record, if the server has it live, is the same thing as the
             // key's holder: it is merged into the holder and deleted, so every device ends with

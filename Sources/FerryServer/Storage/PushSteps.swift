@@ -10,7 +10,8 @@ import Foundation
 ///    the user's clients if it has no row (`admit(existingClients:)`), and read its kept results
 ///    for a resend (`needsKeptResults`, `replay(_:)`);
 /// 2. resolve the spaces the batch names (`spaceIDs`; on PostgreSQL, lock each writable one
-///    first, `toLock(targets:locked:)`) and divide the batch by history (`judge(targets:)`),
+///    first, `toLock(targets:locked:)`) and which of the attachments it references the caller
+///    may read (`referencedDigests`), and divide the batch by history (`judge(targets:readableAttachments:)`),
 ///    reading the current state of each refused record the caller may read;
 /// 3. plan and write each group (`BatchPlanner`), or, after the database refused a write, each
 ///    mutation alone (`refusedByDatabase(_:reason:)` for the one it refuses);
@@ -76,10 +77,26 @@ struct PushSteps {
     /// The batch divided by history, by the spaces as resolved; the refusals the caller may read
     /// the record of, whose `current` the engine fills in.
     func judge(
-        targets: [String: SpacedBatch.Target]
+        targets: [String: SpacedBatch.Target],
+        readableAttachments: Set<String> = []
     ) -> (groups: [SpacedBatch.Group], refused: [Int64: PushResult], readable: [SpacedBatch.ReadableRefusal]) {
-        let (groups, refused) = batch.groups(caller: caller, clientID: clientID, targets: targets, lastMutationID: lastMutationID, replays: replays)
+        let (groups, refused) = batch.groups(
+            caller: caller,
+            clientID: clientID,
+            targets: targets,
+            lastMutationID: lastMutationID,
+            replays: replays,
+            readableAttachments: readableAttachments
+        )
         return (groups, refused, batch.readableRefusals(refused, targets: targets))
+    }
+
+    /// The attachments the batch's new mutations reference, which the engine reads whether the
+    /// caller may read (`readableAttachments` of `judge`): a mutation referencing one they may
+    /// not is `rejected` with `attachment_missing`.
+    var referencedDigests: [String] {
+        Array(Set(mutations.lazy.filter { $0.mutation.id > lastMutationID && $0.rejection == nil }.flatMap { $0.mutation.attachments ?? [] }))
+            .sorted()
     }
 
     // MARK: 3. Writing

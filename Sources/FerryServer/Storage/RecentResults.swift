@@ -39,6 +39,9 @@ enum RecentResults {
         }
     }
 
+    /// The rejections' codes a resend is answered with again; others are kept as their message alone.
+    static let keptCodes: Set<String> = [ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue, ErrorCode.attachmentMissing.rawValue]
+
     /// A push's results as kept: each new mutation's result, and each resent mutation's kept
     /// result as it was (a `duplicate`, or a rejection of a reused id, is worked out again).
     static func encode(_ results: [PushResult], of mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: Kept]) -> Data {
@@ -61,7 +64,7 @@ enum RecentResults {
                     entityID: entityID,
                     error: result.error,
                     fingerprint: fingerprint(of: incoming),
-                    code: [ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue].contains(result.code) ? result.code : nil
+                    code: Self.keptCodes.contains(result.code ?? "") ? result.code : nil
                 )
             } else if let replayed = replays[result.id], replayed.status != .duplicate {
                 kept = replayed
@@ -155,6 +158,8 @@ enum RecentResults {
         if let space = mutation.space { add(space.utf8) }
         // Likewise its incarnation: mutations without one keep theirs.
         if let incarnation = mutation.spaceIncarnation { add(incarnation.utf8) }
+        // And its attachments: mutations without them keep theirs.
+        for digest in mutation.attachments ?? [] { add(digest.utf8) }
         return Int64(bitPattern: hash)
     }
 }

@@ -40,9 +40,10 @@ public protocol SyncStorage: Sendable {
     /// Notes that `userID` uploaded the attachment `digest`, `size` bytes: they may read it.
     func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws
 
-    /// The size of the attachment `digest` if `caller` may read it (they uploaded it), else
-    /// `nil`, whether or not someone else holds the same bytes.
-    func readableAttachment(_ digest: AttachmentDigest, by caller: Caller) async throws -> Int64?
+    /// Those of `digests` that `caller` may read: they uploaded it, or a live record of theirs or
+    /// of a space they are a member of references it (a service may read all). Whether someone
+    /// else holds the same bytes is never revealed.
+    func readableAttachments(_ digests: [AttachmentDigest], by caller: Caller) async throws -> Set<AttachmentDigest>
 
     /// Calls `deliver` with what each commit changed (a push's records, a membership), through
     /// any process on this database, until cancelled. Each commit is announced with it (on

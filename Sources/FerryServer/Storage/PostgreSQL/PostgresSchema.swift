@@ -186,7 +186,9 @@ enum PostgresSchema {
             ]
         },
         Migration(version: 7, name: "attachments each user uploaded") {
-            // Who uploaded which attachment (ATTACHMENTS.md, "The model"): an uploader may read it.
+            // Attachments (PROTOCOL.md, "Attachments"): who uploaded which (an uploader may read
+            // it), and which attachments each record references, by the record's partition (a
+            // member of its space may read them).
             [
                 """
                 CREATE TABLE attachment_uploads (
@@ -196,7 +198,18 @@ enum PostgresSchema {
                     uploaded_at bigint NOT NULL,
                     PRIMARY KEY (user_id, digest)
                 )
+                """,
+                "CREATE INDEX attachment_uploads_digest ON attachment_uploads (digest)",
                 """
+                CREATE TABLE attachment_refs (
+                    partition text COLLATE "C" NOT NULL,
+                    entity text COLLATE "C" NOT NULL,
+                    entity_id text COLLATE "C" NOT NULL,
+                    digest text COLLATE "C" NOT NULL,
+                    PRIMARY KEY (partition, entity, entity_id, digest)
+                )
+                """,
+                "CREATE INDEX attachment_refs_digest ON attachment_refs (digest, partition)",
             ]
         },
     ]

@@ -1,8 +1,9 @@
 import FerryProtocol
 import Foundation
+import Logging
 import PostgresNIO
 
-/// Attachments on PostgreSQL: who uploaded what (ATTACHMENTS.md).
+/// Attachments on PostgreSQL: who uploaded what, and who may read what (PROTOCOL.md, "Attachments").
 extension PostgresSyncStorage {
     /// Notes that `userID` uploaded the attachment (``SyncStorage/noteUpload(of:size:by:)``).
     public func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws {
@@ -18,16 +19,34 @@ extension PostgresSyncStorage {
         }
     }
 
-    /// The attachment's size if `caller` may read it (``SyncStorage/readableAttachment(_:by:)``).
-    public func readableAttachment(_ digest: AttachmentDigest, by caller: Caller) async throws -> Int64? {
+    /// Those of `digests` that `caller` may read (``SyncStorage/readableAttachments(_:by:)``).
+    public func readableAttachments(_ digests: [AttachmentDigest], by caller: Caller) async throws -> Set<AttachmentDigest> {
         try await withDatabase { [logger] db in
-            for try await size in try await db.query(
-                "SELECT size FROM attachment_uploads WHERE user_id = \(caller.userID) AND digest = \(digest.description)",
-                logger: logger
-            ).decode(Int64.self) {
-                return size
-            }
-            return nil
+            Set(try await Self.readableAttachments(digests.map(\.description), by: caller, db: db, logger: logger).compactMap(AttachmentDigest.init))
         }
+    }
+
+    /// Those of `digests` that `caller` may read: uploaded by them, or referenced by a live record
+    /// of theirs or of a space they are a member of. A service may read every attachment the
+    /// server knows.
+    static func readableAttachments(_ digests: [String], by caller: Caller, db: PostgresConnection, logger: Logger) async throws -> Set<String> {
+        let query: PostgresQuery =
+            caller.isService
+            ? """
+            SELECT digest FROM attachment_uploads WHERE digest = ANY(\(digests)::text[])
+            UNION SELECT digest FROM attachment_refs WHERE digest = ANY(\(digests)::text[])
+            """
+            : """
+            SELECT digest FROM attachment_uploads WHERE user_id = \(caller.userID) AND digest = ANY(\(digests)::text[])
+            UNION
+            SELECT a.digest FROM attachment_refs a
+            JOIN records r ON r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id AND NOT r.deleted
+            WHERE a.digest = ANY(\(digests)::text[])
+                AND (a.partition = \(caller.userID)
+                    OR a.partition IN (SELECT chr(1) || space_key::text FROM space_members WHERE user_id = \(caller.userID)))
+            """
+        var readable: Set<String> = []
+        for try await digest in try await db.query(query, logger: logger).decode(String.self) { readable.insert(digest) }
+        return readable
     }
 }

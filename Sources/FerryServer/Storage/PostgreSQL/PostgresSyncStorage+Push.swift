@@ -138,7 +138,9 @@ extension PostgresSyncStorage {
                 targets = try await Self.targets(of: steps.batch, caller: steps.caller, db: db, logger: logger)
             }
         }
-        let (groups, judged, readable) = steps.judge(targets: targets)
+        let digests = steps.referencedDigests
+        let readableDigests = digests.isEmpty ? [] : try await readableAttachments(digests, by: steps.caller, db: db, logger: logger)
+        let (groups, judged, readable) = steps.judge(targets: targets, readableAttachments: readableDigests)
         var refused = judged
         for refusal in readable {
             var current = RecordState.absent
@@ -217,8 +219,7 @@ extension PostgresSyncStorage {
                         db: db,
                         logger: logger
                     )
-                    try await release(plan, userID: userID, db: db, logger: logger)
-                    if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger) }
+                    try await store(plan, after: position, userID: userID, epoch: epoch, db: db, logger: logger)
                     try await db.query("RELEASE SAVEPOINT mutation", logger: logger)
                     position += Int64(plan.writes.count)
                     results.append(plan.response.results[0])
@@ -239,11 +240,43 @@ extension PostgresSyncStorage {
                 db: db,
                 logger: logger
             )
-            try await release(plan, userID: userID, db: db, logger: logger)
-            if !plan.writes.isEmpty { try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger) }
+            try await store(plan, after: position, userID: userID, epoch: epoch, db: db, logger: logger)
             response = plan.response
         }
         return response
+    }
+
+    /// Writes a plan: releases the natural keys it moves, writes its records after `position`, and
+    /// replaces the attachments of the records whose upserts named theirs.
+    private static func store(
+        _ plan: BatchPlanner.BatchPlan,
+        after position: Int64,
+        userID: String,
+        epoch: Int64,
+        db: PostgresConnection,
+        logger: Logger
+    ) async throws {
+        try await release(plan, userID: userID, db: db, logger: logger)
+        guard !plan.writes.isEmpty else { return }
+        try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger)
+        guard !plan.references.isEmpty else { return }
+        let records = Array(plan.references.keys)
+        try await db.query(
+            """
+            DELETE FROM attachment_refs WHERE partition = \(userID)
+                AND (entity, entity_id) IN (SELECT * FROM unnest(\(records.map(\.entity))::text[], \(records.map(\.entityID))::text[]))
+            """,
+            logger: logger
+        )
+        let rows = records.flatMap { record in plan.references[record]!.map { (record, $0) } }
+        guard !rows.isEmpty else { return }
+        try await db.query(
+            """
+            INSERT INTO attachment_refs (partition, entity, entity_id, digest)
+            SELECT \(userID), * FROM unnest(\(rows.map(\.0.entity))::text[], \(rows.map(\.0.entityID))::text[], \(rows.map(\.1))::text[])
+            """,
+            logger: logger
+        )
     }
 
     /// Locks the user's change position until the transaction ends; returns it with the

@@ -203,6 +203,15 @@ public final class PostgresSyncStorage: SyncStorage {
                     report.users = users
                     report.tombstones = tombstones
                 }
+                // A purged tombstone's attachments are no longer its: without another reference
+                // they go with the uploads that expire.
+                try await db.query(
+                    """
+                    DELETE FROM attachment_refs a WHERE NOT EXISTS (SELECT 1 FROM records r
+                        WHERE r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id)
+                    """,
+                    logger: logger
+                )
                 for try await clients in try await db.query(
                     """
                     WITH idle AS (DELETE FROM clients WHERE last_seen_at < \(cutoff) RETURNING user_id, client_id),

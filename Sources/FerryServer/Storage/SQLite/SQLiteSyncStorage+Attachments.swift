@@ -2,7 +2,7 @@ import FerryProtocol
 import Foundation
 import GRDB
 
-/// Attachments on SQLite: who uploaded what (ATTACHMENTS.md).
+/// Attachments on SQLite: who uploaded what, and who may read what (PROTOCOL.md, "Attachments").
 extension SQLiteSyncStorage {
     /// Notes that `userID` uploaded the attachment (``SyncStorage/noteUpload(of:size:by:)``).
     public func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws {
@@ -16,16 +16,34 @@ extension SQLiteSyncStorage {
         }
     }
 
-    /// The attachment's size if `caller` may read it (``SyncStorage/readableAttachment(_:by:)``).
-    public func readableAttachment(_ digest: AttachmentDigest, by caller: Caller) async throws -> Int64? {
+    /// Those of `digests` that `caller` may read (``SyncStorage/readableAttachments(_:by:)``).
+    public func readableAttachments(_ digests: [AttachmentDigest], by caller: Caller) async throws -> Set<AttachmentDigest> {
         try await mapErrors {
             try await writer.read { db in
-                try Int64.fetchOne(
-                    db,
-                    sql: "SELECT size FROM attachment_uploads WHERE user_id = ? AND digest = ?",
-                    arguments: [caller.userID, digest.description]
-                )
+                Set(try Self.readableAttachments(digests.map(\.description), by: caller, db: db).compactMap(AttachmentDigest.init))
             }
         }
+    }
+
+    /// Those of `digests` that `caller` may read: uploaded by them, or referenced by a live record
+    /// of theirs or of a space they are a member of. A service may read every attachment the
+    /// server knows.
+    static func readableAttachments(_ digests: [String], by caller: Caller, db: Database) throws -> Set<String> {
+        let list = String(decoding: try JSONEncoder().encode(digests), as: UTF8.self)
+        let sql =
+            caller.isService
+            ? """
+            SELECT digest FROM attachment_uploads WHERE digest IN (SELECT value FROM json_each(?1))
+            UNION SELECT digest FROM attachment_refs WHERE digest IN (SELECT value FROM json_each(?1))
+            """
+            : """
+            SELECT digest FROM attachment_uploads WHERE user_id = ?2 AND digest IN (SELECT value FROM json_each(?1))
+            UNION
+            SELECT a.digest FROM attachment_refs a
+            JOIN records r ON r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id AND r.deleted = 0
+            WHERE a.digest IN (SELECT value FROM json_each(?1))
+                AND (a.partition = ?2 OR a.partition IN (SELECT char(1) || space_key FROM space_members WHERE user_id = ?2))
+            """
+        return Set(try String.fetchAll(db.cachedStatement(sql: sql), arguments: caller.isService ? [list] : [list, caller.userID]))
     }
 }

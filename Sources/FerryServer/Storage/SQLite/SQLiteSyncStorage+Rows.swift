@@ -100,6 +100,20 @@ extension SQLiteSyncStorage {
             }
             try statement.execute(arguments: [userID] + rows.arguments(values))
         }
+        try writeReferences(plan.references, partition: userID, db: db)
+    }
+
+    /// Replaces the attachments of each record in `references` with those it names.
+    static func writeReferences(_ references: [RecordRef: [String]], partition: String, db: Database) throws {
+        for (record, digests) in references {
+            let arguments: StatementArguments = [partition, record.entity, record.entityID]
+            try db.cachedStatement(sql: "DELETE FROM attachment_refs WHERE partition = ? AND entity = ? AND entity_id = ?")
+                .execute(arguments: arguments)
+            for digest in digests {
+                try db.cachedStatement(sql: "INSERT INTO attachment_refs (partition, entity, entity_id, digest) VALUES (?, ?, ?, ?)")
+                    .execute(arguments: arguments + [digest])
+            }
+        }
     }
 
     /// A record from a row whose columns are entity, entity_id, version, deleted, natural_key,

@@ -198,7 +198,9 @@ public final class SQLiteSyncStorage: SyncStorage {
             )
         }
         migrator.registerMigration("v6") { db in
-            // Who uploaded which attachment (ATTACHMENTS.md, "The model"): an uploader may read it.
+            // Attachments (PROTOCOL.md, "Attachments"): who uploaded which (an uploader may read
+            // it), and which attachments each record references, by the record's partition (a
+            // member of its space may read them).
             try db.execute(
                 sql: """
                     CREATE TABLE attachment_uploads (
@@ -208,6 +210,15 @@ public final class SQLiteSyncStorage: SyncStorage {
                         uploaded_at INTEGER NOT NULL,
                         PRIMARY KEY (user_id, digest)
                     ) WITHOUT ROWID;
+                    CREATE INDEX attachment_uploads_digest ON attachment_uploads (digest);
+                    CREATE TABLE attachment_refs (
+                        partition TEXT NOT NULL,
+                        entity TEXT NOT NULL,
+                        entity_id TEXT NOT NULL,
+                        digest TEXT NOT NULL,
+                        PRIMARY KEY (partition, entity, entity_id, digest)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX attachment_refs_digest ON attachment_refs (digest, partition);
                     """
             )
         }
@@ -352,7 +363,9 @@ public final class SQLiteSyncStorage: SyncStorage {
                 targets[row[0]] = SpacedBatch.Target(key: row[1], role: (row[2] as String?).flatMap(SpaceRole.init(rawValue:)))
             }
         }
-        let (groups, judged, readable) = steps.judge(targets: targets)
+        let digests = steps.referencedDigests
+        let readableDigests = digests.isEmpty ? [] : try readableAttachments(digests, by: steps.caller, db: db)
+        let (groups, judged, readable) = steps.judge(targets: targets, readableAttachments: readableDigests)
         var refused = judged
         for refusal in readable {
             let row = try Row.fetchOne(
@@ -459,6 +472,15 @@ public final class SQLiteSyncStorage: SyncStorage {
                     arguments: [cutoff]
                 )
                 report.tombstones = db.changesCount
+                // A purged tombstone's attachments are no longer its: without another reference
+                // they go with the uploads that expire (`purgeAttachments`).
+                try db.execute(
+                    sql: """
+                        DELETE FROM attachment_refs WHERE NOT EXISTS (SELECT 1 FROM records r
+                            WHERE r.user_id = attachment_refs.partition AND r.entity = attachment_refs.entity
+                            AND r.entity_id = attachment_refs.entity_id)
+                        """
+                )
                 try db.execute(
                     sql: """
                         DELETE FROM client_results WHERE (user_id, client_id) IN

@@ -38,12 +38,19 @@ struct SpacedBatch {
         clientID: String,
         targets: [String: Target],
         lastMutationID: Int64,
-        replays: [Int64: RecentResults.Kept]
+        replays: [Int64: RecentResults.Kept],
+        readableAttachments: Set<String> = []
     ) -> (groups: [Group], refused: [Int64: PushResult]) {
         var personal: [IncomingMutation] = []
         var bySpace: [Int64: [IncomingMutation]] = [:]
         var refused: [Int64: PushResult] = [:]
         for incoming in mutations {
+            if incoming.mutation.id > lastMutationID, incoming.rejection == nil,
+                let missing = incoming.mutation.attachments?.first(where: { !readableAttachments.contains($0) })
+            {
+                refused[incoming.mutation.id] = Self.missingAttachment(id: incoming.mutation.id, digest: missing)
+                continue
+            }
             guard let space = incoming.mutation.space, incoming.rejection == nil else {
                 personal.append(incoming)
                 continue
@@ -71,6 +78,19 @@ struct SpacedBatch {
             groups.append(Group(partition: SpacePartition.name(key), writer: writer, mutations: bySpace[key]!))
         }
         return (groups, refused)
+    }
+
+    /// The answer to mutation `id` referencing `digest`, which the caller may not read: the
+    /// client uploads it first and sends the change again (PROTOCOL.md, "Attachments").
+    static func missingAttachment(id: Int64, digest: String) -> PushResult {
+        PushResult(
+            id: id,
+            status: .rejected,
+            entityID: nil,
+            version: nil,
+            error: "attachment \(digest) is not on the server for you: upload it (POST /v1/attachments/\(digest)), then send the change again",
+            code: ErrorCode.attachmentMissing.rawValue
+        )
     }
 
     /// A refused mutation of a record the caller may still read (a reader of its space): its

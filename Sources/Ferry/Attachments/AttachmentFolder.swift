@@ -1,0 +1,139 @@
+import FerryProtocol
+import Foundation
+
+#if canImport(CryptoKit)
+import CryptoKit
+#else
+import Crypto
+#endif
+
+/// Where a store keeps its attachments' bytes: a folder beside its file (`<store>.attachments/`),
+/// one file per attachment named by its digest's hex digits. The database names digests, never
+/// paths, so a relaunch or a moved app container finds them. A file takes its name only by the
+/// rename of one whose bytes were hashed to it: a crash never leaves a partial file under a
+/// digest's name.
+struct AttachmentFolder: Sendable {
+    /// The folder.
+    let url: URL
+    /// How much of a file is read or written at once: memory holds this, never a whole file.
+    static let chunkBytes = 1 << 20
+
+    init(storePath: String) {
+        url = URL(fileURLWithPath: storePath + ".attachments", isDirectory: true)
+    }
+
+    /// The whole attachment's file.
+    func file(_ digest: AttachmentDigest) -> URL { url.appendingPathComponent(digest.hex) }
+
+    /// The bytes of a download so far.
+    func partial(_ digest: AttachmentDigest) -> URL { url.appendingPathComponent(digest.hex + ".part") }
+
+    /// Whether the whole attachment is here.
+    func holds(_ digest: AttachmentDigest) -> Bool { FileManager.default.fileExists(atPath: file(digest).path) }
+
+    /// Copies the file at `source` in, hashing its bytes as they pass; returns their digest and size.
+    func copyIn(_ source: URL) throws -> (digest: AttachmentDigest, size: Int64) {
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        let input = try FileHandle(forReadingFrom: source)
+        defer { try? input.close() }
+        let incoming = url.appendingPathComponent("incoming-" + UUID().uuidString)
+        guard FileManager.default.createFile(atPath: incoming.path, contents: nil) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: incoming.path])
+        }
+        var hasher = SHA256()
+        var size: Int64 = 0
+        do {
+            let output = try FileHandle(forWritingTo: incoming)
+            defer { try? output.close() }
+            while let chunk = try input.read(upToCount: Self.chunkBytes), !chunk.isEmpty {
+                hasher.update(data: chunk)
+                try output.write(contentsOf: chunk)
+                size += Int64(chunk.count)
+            }
+            try output.synchronize()
+        } catch {
+            try? FileManager.default.removeItem(at: incoming)
+            throw error
+        }
+        let digest = AttachmentDigest(sha256: hasher.finalize())
+        try place(incoming, as: digest)
+        return (digest, size)
+    }
+
+    /// Names `file`, whose bytes hash to `digest`, as the attachment's file (the same bytes
+    /// already there: `file` goes).
+    func place(_ file: URL, as digest: AttachmentDigest) throws {
+        let target = self.file(digest)
+        guard !FileManager.default.fileExists(atPath: target.path) else {
+            try? FileManager.default.removeItem(at: file)
+            return
+        }
+        do {
+            try FileManager.default.moveItem(at: file, to: target)
+        } catch where FileManager.default.fileExists(atPath: target.path) {
+            try? FileManager.default.removeItem(at: file)  // another process placed the same bytes first
+        }
+    }
+
+    /// The digest and size of the bytes of `file`, read a chunk at a time.
+    static func digest(of file: URL) throws -> (digest: AttachmentDigest, size: Int64) {
+        let input = try FileHandle(forReadingFrom: file)
+        defer { try? input.close() }
+        var hasher = SHA256()
+        var size: Int64 = 0
+        while let chunk = try input.read(upToCount: chunkBytes), !chunk.isEmpty {
+            hasher.update(data: chunk)
+            size += Int64(chunk.count)
+        }
+        return (AttachmentDigest(sha256: hasher.finalize()), size)
+    }
+
+    /// Up to `count` bytes of the attachment's file from `offset`.
+    func read(_ digest: AttachmentDigest, at offset: Int64, count: Int) throws -> Data {
+        let input = try FileHandle(forReadingFrom: file(digest))
+        defer { try? input.close() }
+        try input.seek(toOffset: UInt64(offset))
+        return try input.read(upToCount: count) ?? Data()
+    }
+
+    /// Appends `bytes` to the download of `digest` so far; returns its size after.
+    func append(_ bytes: Data, toPartial digest: AttachmentDigest) throws -> Int64 {
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        let path = partial(digest).path
+        if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
+        let output = try FileHandle(forWritingTo: partial(digest))
+        defer { try? output.close() }
+        let end = try output.seekToEnd()
+        try output.write(contentsOf: bytes)
+        return Int64(end) + Int64(bytes.count)
+    }
+
+    /// The size of the download of `digest` so far (0 when none).
+    func partialSize(_ digest: AttachmentDigest) -> Int64 {
+        ((try? FileManager.default.attributesOfItem(atPath: partial(digest).path))?[.size] as? NSNumber)?.int64Value ?? 0
+    }
+
+    /// Removes the attachment's file and any download of it.
+    func remove(_ digest: AttachmentDigest) {
+        try? FileManager.default.removeItem(at: file(digest))
+        try? FileManager.default.removeItem(at: partial(digest))
+    }
+
+    /// Removes the files no row names (`known`) last changed before `cutoff`: bytes copied in by
+    /// an `attach` whose row never committed, and incoming copies a crash cut short.
+    func removeOrphans(known: Set<AttachmentDigest>, olderThan cutoff: Date) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
+        for name in names {
+            let hex = name.hasSuffix(".part") ? String(name.dropLast(5)) : name
+            if let digest = AttachmentDigest("sha256:" + hex), known.contains(digest), !name.hasSuffix(".part") { continue }
+            let file = url.appendingPathComponent(name)
+            let changed = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.modificationDate] as? Date
+            if let changed, changed < cutoff { try? FileManager.default.removeItem(at: file) }
+        }
+    }
+
+    /// Removes the folder and everything in it (a sign-out that erases the store).
+    static func removeAll(besideStoreAt path: String) {
+        try? FileManager.default.removeItem(at: AttachmentFolder(storePath: path).url)
+    }
+}

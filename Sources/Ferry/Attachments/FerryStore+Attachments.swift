@@ -1,0 +1,90 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// Attachments in the store (PROTOCOL.md, "Attachments"): photos and files whose bytes live in the
+/// store's folder and whose digests live in the app's rows.
+extension FerryStore {
+    /// Where the store keeps its attachments: `<store>.attachments/`.
+    var attachmentFolder: AttachmentFolder { AttachmentFolder(storePath: path) }
+
+    /// Takes the file at `url` into the store, streamed and hashed (the file itself is not
+    /// changed), and returns its digest to write in an attachment column of a row. The bytes
+    /// wait for upload from now on; a change of a row referencing them goes to the server only
+    /// after them. Attaching the same bytes again returns the same digest and stores nothing more.
+    ///
+    /// A crash between this and the row's commit leaves bytes no row references, which the store
+    /// removes a day later.
+    ///
+    /// - Throws: ``FerryError/Code/attachment`` when the file cannot be read.
+    public func attach(fileAt url: URL, contentType: String? = nil) async throws -> String {
+        let folder = attachmentFolder
+        let (digest, size): (AttachmentDigest, Int64)
+        do {
+            (digest, size) = try await offCooperativeThreads("ferry.attach") { try folder.copyIn(url) }
+        } catch {
+            throw FerryError.attachment("cannot read \(url.path) to attach it: \(error.localizedDescription)")
+        }
+        try await database.write { db in try AttachmentTable.attached(digest, size: size, contentType: contentType, db: db) }
+        return digest.description
+    }
+
+    /// The local file of the attachment `digest` if the store holds it whole, without
+    /// downloading it (``FerryClient/attachment(_:)`` downloads).
+    public func localAttachment(_ digest: String) -> URL? {
+        guard let parsed = AttachmentDigest(digest), attachmentFolder.holds(parsed) else { return nil }
+        return attachmentFolder.file(parsed)
+    }
+
+    /// Removes the files no row references any more (a revoked space's, a deleted record's), and
+    /// downloaded ones past `budget` bytes, least recently used first. An attachment waiting for
+    /// upload stays while a change references it, and a day after it was attached otherwise.
+    /// Returns how many files went.
+    @discardableResult
+    func sweepAttachments(budget: Int64, keeping kept: AttachmentDigest? = nil) async throws -> Int {
+        guard tables.contains(where: { !$0.attachments.isEmpty }) || FileManager.default.fileExists(atPath: attachmentFolder.url.path) else {
+            return 0
+        }
+        let tables = self.tables
+        let gone = try await database.write { db -> [AttachmentDigest] in
+            let referenced = try Self.referencedDigests(tables, db: db)
+            let dayAgo = Date().timeIntervalSince1970 - 86_400
+            var gone: [AttachmentDigest] = []
+            for row in try AttachmentTable.all(db) where !referenced.contains(row.digest.description) {
+                if row.waitsForUpload {
+                    let queued = try Bool.fetchOne(
+                        db,
+                        sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE instr(data, ?) > 0)",
+                        arguments: [row.digest.description]
+                    )
+                    let attachedAt = try Double.fetchOne(db, sql: "SELECT used_at FROM ferry_attachments WHERE digest = ?", arguments: [row.digest.description])
+                    if queued == true || (attachedAt ?? 0) > dayAgo { continue }
+                }
+                gone.append(row.digest)
+            }
+            try AttachmentTable.forget(gone, db: db)
+            let evicted = try AttachmentTable.evictable(toFit: budget, db: db).filter { $0 != kept }
+            try AttachmentTable.evicted(evicted, db: db)
+            return gone + evicted
+        }
+        let folder = attachmentFolder
+        for digest in gone { folder.remove(digest) }
+        let known = try await database.read { db in Set(try AttachmentTable.all(db).map(\.digest)) }
+        folder.removeOrphans(known: known, olderThan: Date(timeIntervalSinceNow: -86_400))
+        return gone.count
+    }
+
+    /// Every digest a row of a synced table holds in an attachment column.
+    private static func referencedDigests(_ tables: [SyncedTable], db: Database) throws -> Set<String> {
+        var digests: Set<String> = []
+        for table in tables {
+            for column in table.attachments {
+                let quoted = column.quotedDatabaseIdentifier
+                digests.formUnion(
+                    try String.fetchAll(db, sql: "SELECT DISTINCT \(quoted) FROM \(table.table.quotedDatabaseIdentifier) WHERE \(quoted) IS NOT NULL")
+                )
+            }
+        }
+        return digests
+    }
+}
