@@ -92,7 +92,8 @@ def check_dom(path, failures):
     tracks = {track["title"]: track for track in page.tracks}
     expected = ["launch-storm: maya", "queued-events: sam", "crash-recovery: lee, before the crash and after",
                 "account-switch: ben", "account-switch: ana, back", "hostile-network: kim",
-                "team-spaces: dispatcher", "team-spaces: worker"]
+                "team-spaces: dispatcher", "team-spaces: worker",
+                "photos-from-the-field: worker", "photos-from-the-field: dispatcher"]
     missing = [title for title in expected if title not in tracks]
     if missing:
         failures.append(f"tracks missing: {missing} (the page has {list(tracks)})")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The timeline page in a real browser. `ferry demo --report` plays the demo's six scenarios (each
+# The timeline page in a real browser. `ferry demo --report` plays the demo's seven scenarios (each
 # must pass) and writes their journals as one page; headless Chromium loads it, dumps the DOM it
 # built and takes a screenshot; scripts/check-timeline.py checks both. The page, the DOM and the
 # screenshot stay in artifacts/ for CI to keep.

@@ -26,7 +26,10 @@ struct AttachmentReferenceTests {
         try await AttachmentEndpointTests.upload(server, .HEAD, "/v1/attachments/\(digest)", token: token).status
     }
 
-    @Test("a record's attachment is readable by its space's members, by nobody else, and by them only while the record lives", arguments: StorageBackend.allCases)
+    @Test(
+        "a record's attachment is readable by its space's members, by nobody else, and by them only while the record lives",
+        arguments: StorageBackend.allCases
+    )
     func readableThroughRecords(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             try await server.makeSpace("crew", admin: "alice", members: ["bob": .write, "dave": .read])
@@ -62,7 +65,10 @@ struct AttachmentReferenceTests {
         }
     }
 
-    @Test("a mutation referencing an attachment the caller may not read is rejected attachment_missing, and applied once it is uploaded", arguments: StorageBackend.allCases)
+    @Test(
+        "a mutation referencing an attachment the caller may not read is rejected attachment_missing, and applied once it is uploaded",
+        arguments: StorageBackend.allCases
+    )
     func missingAttachment(backend: StorageBackend) async throws {
         try await TestServer.run(backend: backend) { server in
             try await server.makeSpace("crew", admin: "alice", members: ["bob": .write])

@@ -18,6 +18,23 @@ struct AnswerPlanTests {
         return batch
     }
 
+    @Test("attachment_missing is no dead letter: its attachments upload first and the change goes again, counted apart")
+    func attachmentMissing() {
+        var photo = Self.upsert(1, "j1")
+        photo.attachments = ["sha256:" + String(repeating: "a", count: 64)]
+        let response = PushResponse(
+            lastMutationID: 2,
+            results: [
+                PushResult(id: 1, status: .rejected, entityID: nil, version: nil, error: "upload it", code: "attachment_missing"),
+                PushResult(id: 2, status: .rejected, entityID: nil, version: nil, error: "no", code: nil),
+            ]
+        )
+        let plan = AnswerPlan(response, to: Self.batch([photo, Self.upsert(2, "n2")]), clientID: "c1", highestSent: 2)
+        #expect(plan.steps.map(\.decision) == [.uploadFirst(digests: photo.attachments ?? []), .deadLetter(reason: "no", code: nil, current: nil)])
+        let outcome = plan.outcome(unsent: 0)
+        #expect(outcome.waitingForAttachments == 2 && outcome.deadLettered == 2 && outcome.acknowledgedEntries == 0)
+    }
+
     @Test("applied, merged, duplicate, rejected and conflict each get their decision; the counts follow")
     func eachStatus() {
         let mutations = (1...5).map { Self.upsert(Int64($0), "n\($0)", base: 2) }

@@ -77,7 +77,11 @@ struct AttachmentSyncTests {
             #expect(office.localAttachment(digest) == file)
             #expect(try await dispatcher.journal.events().contains { $0.kind == .attachmentDownloaded && $0[.digest] == digest })
             // The same bytes attached again are the same attachment, and nothing is sent again.
-            let uploads = { try await worker.journal.events().filter { ["POST", "PATCH"].contains($0[.method]) && $0[.path]?.hasPrefix("/v1/attachments") == true }.count }
+            let uploads = {
+                try await worker.journal.events().filter {
+                    ["POST", "PATCH"].contains($0[.method]) && $0[.path]?.hasPrefix("/v1/attachments") == true
+                }.count
+            }
             let before = try await uploads()
             #expect(before == 6, "1.5 MB in chunks of 256 KiB")
             #expect(try await field.attach(fileAt: url) == digest)
@@ -163,13 +167,19 @@ struct AttachmentSyncTests {
 
             let received = LockIsolated(0)
             let streamCuts = LockIsolated(0)
-            let cuttingDownloads = InterceptingTransport(real) { request, next in try await next(request) } stream: { request, next in
+            let cuttingDownloads = InterceptingTransport(real) { request, next in
+                try await next(request)
+            } stream: { request, next in
                 let stream = try await next(request)
                 guard streamCuts.value < 3 else {
                     return TransportStream(status: stream.status, headers: stream.headers, body: Self.counting(stream.body, into: received))
                 }
                 streamCuts.withValue { $0 += 1 }
-                return TransportStream(status: stream.status, headers: stream.headers, body: Self.cut(stream.body, after: size / 10, counting: received))
+                return TransportStream(
+                    status: stream.status,
+                    headers: stream.headers,
+                    body: Self.cut(stream.body, after: size / 10, counting: received)
+                )
             }
             let other = try Self.openStore()
             let reader = ClientFixture.client(store: other, server: server, transport: cuttingDownloads, configuration: Self.configuration())
@@ -240,7 +250,11 @@ struct AttachmentSyncTests {
     }
 
     /// The body's bytes until `limit` have passed, then a cut connection.
-    static func cut(_ body: AsyncThrowingStream<Data, any Error>, after limit: Int, counting total: LockIsolated<Int>) -> AsyncThrowingStream<Data, any Error> {
+    static func cut(
+        _ body: AsyncThrowingStream<Data, any Error>,
+        after limit: Int,
+        counting total: LockIsolated<Int>
+    ) -> AsyncThrowingStream<Data, any Error> {
         AsyncThrowingStream { continuation in
             let task = Task {
                 var passed = 0

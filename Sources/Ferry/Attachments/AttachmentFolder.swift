@@ -70,7 +70,7 @@ struct AttachmentFolder: Sendable {
         }
         do {
             try FileManager.default.moveItem(at: file, to: target)
-        } catch where FileManager.default.fileExists(atPath: target.path) {
+        } catch  where FileManager.default.fileExists(atPath: target.path) {
             try? FileManager.default.removeItem(at: file)  // another process placed the same bytes first
         }
     }

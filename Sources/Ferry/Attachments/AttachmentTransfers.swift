@@ -51,11 +51,15 @@ struct AttachmentTransfers: Sendable {
                         details: [.digest: row.digest.description, .bytes: "\(row.size)"]
                     )
                 )
-            } catch where !(error is CancellationError) {
+            } catch  where !(error is CancellationError) {
                 // Noted for the queue snapshot; refused bytes wait for the next run, a lost connection ends this one.
                 try await store.database.write { db in try AttachmentTable.failed(row.digest, error: "\(error)", db: db) }
                 await journal.record(
-                    JournalEvent(kind: .attachmentFailed, message: "the upload of \(row.digest) failed: \(error)", details: [.digest: row.digest.description])
+                    JournalEvent(
+                        kind: .attachmentFailed,
+                        message: "the upload of \(row.digest) failed: \(error)",
+                        details: [.digest: row.digest.description]
+                    )
                 )
                 guard let error = error as? FerryError, error.code == .attachment else { throw error }
             }
@@ -96,7 +100,13 @@ struct AttachmentTransfers: Sendable {
                 if reached > acknowledged { await sent(reached - acknowledged) }
                 (offset, acknowledged) = (reached, reached)
             case 404:
-                offset = nil  // the upload was discarded (a day untouched): from the first byte
+                // Completed by another device of the user's at the same time, or discarded (a day
+                // untouched): done, or again from the first byte.
+                if try await connection.send(TransportRequest(method: "HEAD", path: path)).status == 200 {
+                    await sent(row.size - acknowledged)
+                    return
+                }
+                offset = nil
                 stalls += 1
             default:
                 throw FerryError.attachment(
@@ -140,8 +150,10 @@ struct AttachmentTransfers: Sendable {
             try AttachmentTable.forget([digest], db: db)
             return try OutboxTable.deadLetterReferencing(
                 digest.description,
-                reason: { "\($0.entity) \($0.entityID) references attachment \(digest), whose file is gone from the store's folder; "
-                    + "attach the file again (FerryStore.attach(fileAt:)) and write its digest" },
+                reason: {
+                    "\($0.entity) \($0.entityID) references attachment \(digest), whose file is gone from the store's folder; "
+                        + "attach the file again (FerryStore.attach(fileAt:)) and write its digest"
+                },
                 db: db
             )
         }
@@ -216,7 +228,9 @@ struct AttachmentTransfers: Sendable {
         let found = try await offCooperativeThreads("ferry.attachment.hash") { try AttachmentFolder.digest(of: partial) }
         guard found.digest == digest else {
             try? FileManager.default.removeItem(at: partial)
-            throw FerryError.attachment("the bytes downloaded for \(digest) hash to \(found.digest); they were dropped, and the next try starts again")
+            throw FerryError.attachment(
+                "the bytes downloaded for \(digest) hash to \(found.digest); they were dropped, and the next try starts again"
+            )
         }
         try folder.place(partial, as: digest)
         return found.size
@@ -264,12 +278,13 @@ struct AttachmentTransfers: Sendable {
         var digests: [AttachmentDigest] = []
         for table in tables where table.attachmentDownloads == .eager {
             for column in table.attachments {
-                let quoted = column.quotedDatabaseIdentifier
+                let value = table.attachmentSQL(column)
+                // Text only: a pulled record may hold anything there.
                 digests += try String.fetchAll(
                     db,
                     sql: """
-                        SELECT DISTINCT \(quoted) FROM \(table.table.quotedDatabaseIdentifier) WHERE \(quoted) IS NOT NULL
-                            AND \(quoted) NOT IN (SELECT digest FROM ferry_attachments WHERE stored = 1)
+                        SELECT DISTINCT \(value) FROM \(table.table.quotedDatabaseIdentifier) WHERE typeof(\(value)) = 'text'
+                            AND \(value) NOT IN (SELECT digest FROM ferry_attachments WHERE stored = 1)
                         """
                 )
                 .compactMap(AttachmentDigest.init)

@@ -57,7 +57,11 @@ extension FerryStore {
                         sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE instr(data, ?) > 0)",
                         arguments: [row.digest.description]
                     )
-                    let attachedAt = try Double.fetchOne(db, sql: "SELECT used_at FROM ferry_attachments WHERE digest = ?", arguments: [row.digest.description])
+                    let attachedAt = try Double.fetchOne(
+                        db,
+                        sql: "SELECT used_at FROM ferry_attachments WHERE digest = ?",
+                        arguments: [row.digest.description]
+                    )
                     if queued == true || (attachedAt ?? 0) > dayAgo { continue }
                 }
                 gone.append(row.digest)
@@ -79,9 +83,12 @@ extension FerryStore {
         var digests: Set<String> = []
         for table in tables {
             for column in table.attachments {
-                let quoted = column.quotedDatabaseIdentifier
+                let value = table.attachmentSQL(column)
                 digests.formUnion(
-                    try String.fetchAll(db, sql: "SELECT DISTINCT \(quoted) FROM \(table.table.quotedDatabaseIdentifier) WHERE \(quoted) IS NOT NULL")
+                    try String.fetchAll(
+                        db,
+                        sql: "SELECT DISTINCT \(value) FROM \(table.table.quotedDatabaseIdentifier) WHERE typeof(\(value)) = 'text'"
+                    )
                 )
             }
         }

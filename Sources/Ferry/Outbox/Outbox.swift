@@ -95,8 +95,9 @@ struct Outbox: Sendable {
             let sent = Set(window.filter(\.sent).map(\.record))
             let held = Set(
                 window.filter { entry in
-                    !sent.contains(entry.record) && store.table(forEntity: entry.record.entity)?.referencedDigests(inData: entry.data)?
-                        .contains(where: blocked.contains) == true
+                    !sent.contains(entry.record)
+                        && store.table(forEntity: entry.record.entity)?.referencedDigests(inData: entry.data)?
+                            .contains(where: blocked.contains) == true
                 }
                 .map(\.record)
             )
@@ -296,13 +297,8 @@ struct Outbox: Sendable {
                         finished += step.entries
                     case .deadLetter(let reason, let code, let current):
                         try OutboxTable.deadLetter(step.entries, reason: reason, db: db)
-                        // A refused change of a record the user may still read: the dead letter holds
-                        // what was attempted, and the row shows what the server holds again.
-                        if let current {
-                            serverStates.append(ServerState(record: own, state: current, space: mutation.space))
-                        } else if try Self.unreadable(mutation, refusedWith: code, db: db) {
-                            // Refused in a space the user cannot read: the row goes with the refusal.
-                            serverStates.append(ServerState(record: own, state: .absent, space: mutation.space))
+                        if let state = try Self.stateAfterRefusal(mutation, code: code, current: current, db: db) {
+                            serverStates.append(ServerState(record: own, state: state, space: mutation.space))
                         }
                     case .uploadFirst(let digests):
                         try Self.uploadFirst(step.entries, of: own, digests: digests, db: db)
@@ -327,6 +323,14 @@ struct Outbox: Sendable {
         }
         if let change = outcome.newClientID { store.identity.clientID = change.new }
         return outcome
+    }
+
+    /// What the row of a refused change shows: the record as the user may still read it (the
+    /// dead letter holds what was attempted), or nothing when refused in a space the user cannot
+    /// read (the row goes with the refusal); `nil`: the row stays as it is.
+    private static func stateAfterRefusal(_ mutation: OutgoingMutation, code: String?, current: RecordState?, db: Database) throws -> RecordState? {
+        if let current { return current }
+        return try unreadable(mutation, refusedWith: code, db: db) ? .absent : nil
     }
 
     /// A change the server refused for an attachment it does not hold for this user: queued again

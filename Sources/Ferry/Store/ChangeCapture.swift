@@ -50,10 +50,12 @@ enum ChangeCapture {
         guard !table.attachments.isEmpty else { return }
         let digest = "sha256:" + String(repeating: "[0-9a-f]", count: 64)
         let checks = table.attachments.map { column -> String in
-            let value = "NEW.\(column.quotedDatabaseIdentifier)"
-            let message: String = "ferry: column \(column) of \(table.table) holds attachment digests (sha256: and 64 lowercase hex digits) or NULL; "
+            let value = table.attachmentSQL(column, row: "NEW")
+            let message: String =
+                "ferry: \(column) of \(table.table) holds attachment digests (sha256: and 64 lowercase hex digits) or NULL; "
                 + "write the digest FerryStore.attach(fileAt:) returned"
-            return "SELECT RAISE(ABORT, \(message.sqlLiteral)) WHERE \(value) IS NOT NULL AND (typeof(\(value)) != 'text' OR \(value) NOT GLOB '\(digest)');"
+            return
+                "SELECT RAISE(ABORT, \(message.sqlLiteral)) WHERE \(value) IS NOT NULL AND (typeof(\(value)) != 'text' OR \(value) NOT GLOB '\(digest)');"
         }
         .joined(separator: "\n")
         let (name, quoted, capturing) = (table.table, table.table.quotedDatabaseIdentifier, StoreMeta.capturingSQL)
@@ -153,11 +155,13 @@ private struct Expressions {
         for required in table.reservedColumns where !columns.contains(required) {
             throw FerryError.invalidTable("table \(table.table) has no column \(required)")
         }
-        for column in table.attachments {
-            guard case .columns = table.layout, columns.contains(column), !table.reservedColumns.contains(column) else {
-                throw FerryError.invalidTable(
-                    "table \(table.table): attachment column \(column) must be one of its data columns, in the .columns layout"
-                )
+        for name in table.attachments {
+            switch table.layout {
+            case .columns where !columns.contains(name) || table.reservedColumns.contains(name):
+                throw FerryError.invalidTable("table \(table.table): attachment column \(name) must be one of its data columns")
+            case .document where name.isEmpty || name.contains("\""):
+                throw FerryError.invalidTable("table \(table.table): attachment field '\(name)' must be a field name without a double quote")
+            default: break
             }
         }
         if case .document(let column) = table.layout, !columns.contains(column) {

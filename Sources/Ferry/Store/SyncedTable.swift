@@ -45,7 +45,8 @@ public struct SyncedTable: Sendable, Hashable {
     /// The TEXT columns that hold an attachment's digest (`sha256:` and 64 hex digits) or NULL
     /// (PROTOCOL.md, "Attachments"): write the digest ``FerryStore/attach(fileAt:contentType:)``
     /// returns. A change of the row goes to the server only after its attachments, and the
-    /// column refuses anything that is not a digest.
+    /// column refuses anything that is not a digest. In the `.document` layout, fields of the
+    /// document instead.
     public var attachments: [String] = []
     /// When this table's attachments come to the device: `.lazy` (the default) when the app
     /// asks for one (``FerryClient/attachment(_:)``), `.eager` after each pull.
@@ -118,6 +119,16 @@ public struct SyncedTable: Sendable, Hashable {
         guard let text, case .object(let data)? = try? JSONReader.parse(text.utf8) else { return [] }
         return attachments.compactMap { column in
             if case .string(let digest)? = data[field(ofColumn: column)] { digest } else { nil }
+        }
+    }
+
+    /// SQL reading the attachment `name` of a row (of `row`, an alias, when given): its column,
+    /// or in the `.document` layout its field of the document.
+    func attachmentSQL(_ name: String, row: String? = nil) -> String {
+        let prefix = row.map { "\($0)." } ?? ""
+        switch layout {
+        case .columns: return prefix + name.quotedDatabaseIdentifier
+        case .document(let column): return "json_extract(\(prefix)\(column.quotedDatabaseIdentifier), \(("$.\"" + name + "\"").sqlLiteral))"
         }
     }
 

@@ -266,7 +266,13 @@ public actor FerryClient {
     }
 
     private var transfers: AttachmentTransfers {
-        AttachmentTransfers(store: store, connection: connection, journal: journal, status: statusCenter, chunkBytes: configuration.attachmentChunkBytes)
+        AttachmentTransfers(
+            store: store,
+            connection: connection,
+            journal: journal,
+            status: statusCenter,
+            chunkBytes: configuration.attachmentChunkBytes
+        )
     }
 
     /// The local file of the attachment `digest` (a column's value), downloaded first if the

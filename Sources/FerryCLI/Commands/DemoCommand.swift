@@ -14,7 +14,7 @@ struct DemoCommand: AsyncParsableCommand {
 
     static let scenarios: [any DemoScenario] = [
         LaunchStormScenario(), QueuedEventsScenario(), CrashRecoveryScenario(), AccountSwitchScenario(), HostileNetworkScenario(),
-        TeamSpacesScenario(),
+        TeamSpacesScenario(), PhotosFromTheFieldScenario(),
     ]
 
     @Option(help: "Run only this scenario: \(Self.scenarios.map(\.name).joined(separator: ", ")).")

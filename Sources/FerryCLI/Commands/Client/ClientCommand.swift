@@ -14,7 +14,7 @@ struct ClientCommand: AsyncParsableCommand {
         subcommands: [
             ClientAddCommand.self, ClientDeleteCommand.self, ClientImportCommand.self, ClientSyncCommand.self,
             ClientWatchCommand.self, ClientStatusCommand.self, ClientInspectQueueCommand.self, ClientListCommand.self, ClientJournalCommand.self,
-            ClientDeadLettersCommand.self,
+            ClientDeadLettersCommand.self, ClientAttachCommand.self, ClientFetchCommand.self,
         ]
     )
 }
@@ -27,13 +27,13 @@ struct StoreOptions: ParsableArguments {
     @Option(help: "The user whose store to use.")
     var user: String
 
-    /// The generic records table: every entity in one table, data as a JSON document.
-    static let records = SyncedTable.multiEntity(
-        table: "records",
-        naturalKey: "natural_key",
-        layout: .document(column: "data"),
-        space: .column("space")
-    )
+    /// The generic records table: every entity in one table, data as a JSON document whose
+    /// `photo`, `file` and `attachment` fields hold attachments' digests (`ferry client attach`).
+    static let records: SyncedTable = {
+        var table = SyncedTable.multiEntity(table: "records", naturalKey: "natural_key", layout: .document(column: "data"), space: .column("space"))
+        table.attachments = ["photo", "file", "attachment"]
+        return table
+    }()
 
     /// Refuses an empty `--user` and a `--store` that is a file; `false` when the directory
     /// does not exist.

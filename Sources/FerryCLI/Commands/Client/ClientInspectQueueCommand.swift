@@ -26,8 +26,23 @@ struct ClientInspectQueueCommand: AsyncParsableCommand {
         if json {
             printNow(String(decoding: try ProtocolValidation.encode(Self.json(snapshot)), as: UTF8.self))
         } else {
-            printNow(snapshot.explanation.joined(separator: "\n"))
+            printNow((snapshot.explanation + Self.attachmentLines(snapshot.attachments)).joined(separator: "\n"))
         }
+    }
+
+    /// A line per attachment (the first 20): its digest, size and state.
+    static func attachmentLines(_ attachments: [QueueSnapshot.Attachment]) -> [String] {
+        guard !attachments.isEmpty else { return [] }
+        var lines = ["Attachments (\(attachments.count)):"]
+        for attachment in attachments.prefix(20) {
+            let state =
+                attachment.waitsForUpload
+                ? "waiting for upload" + (attachment.lastError.map { ", \(attachment.attempts) failed, last: \($0)" } ?? "")
+                : attachment.stored ? "on the server, file held" : "on the server, file evicted"
+            lines.append("  \(attachment.digest) \(ByteCountFormatter.string(fromByteCount: attachment.size, countStyle: .file)): \(state)")
+        }
+        if attachments.count > 20 { lines.append("  and \(attachments.count - 20) more") }
+        return lines
     }
 
     static func json(_ snapshot: QueueSnapshot) -> JSONObject {
@@ -69,6 +84,14 @@ struct ClientInspectQueueCommand: AsyncParsableCommand {
                     .object([
                         "entity": .string($0.entity), "entityID": .string($0.entityID), "version": .integer($0.version),
                         "reason": .string($0.reason),
+                    ])
+                }
+            ),
+            "attachments": .array(
+                snapshot.attachments.map {
+                    .object([
+                        "digest": .string($0.digest), "size": .integer($0.size), "waitsForUpload": .bool($0.waitsForUpload),
+                        "stored": .bool($0.stored), "attempts": .integer(Int64($0.attempts)), "lastError": $0.lastError.map { .string($0) } ?? .null,
                     ])
                 }
             ),
