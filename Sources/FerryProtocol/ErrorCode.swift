@@ -46,6 +46,9 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     case rangeNotSatisfiable = "range_not_satisfiable"
     /// 422: the uploaded bytes do not hash to the digest they were uploaded as; nothing is kept.
     case digestMismatch = "digest_mismatch"
+    /// 507: the attachment would take the user's uploads past the server's attachment quota
+    /// (`--attachment-quota`); the message says their use. Nothing is kept.
+    case quotaExceeded = "quota_exceeded"
     /// 429: the user's quota is spent; retry after `Retry-After` seconds.
     case rateLimited = "rate_limited"
     /// 500: the server failed on its side; retry with backoff (a resent push is still applied once).
@@ -69,6 +72,7 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
         case .digestMismatch: 422
         case .rateLimited: 429
         case .internal: 500
+        case .quotaExceeded: 507
         case .unavailable: 503
         }
     }

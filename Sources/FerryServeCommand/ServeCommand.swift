@@ -66,11 +66,17 @@ public struct ServeCommand: AsyncParsableCommand {
     @Option(help: "The largest attachment taken, in bytes (1 to 1 TiB); a larger one is answered 413 before its bytes are read.")
     var maxAttachmentBytes: Int64 = 5 * 1024 * 1024 * 1024
 
+    @Option(help: "The most bytes one user's uploaded attachments may hold; past it an upload is answered 507 quota_exceeded. No limit by default.")
+    var attachmentQuota: Int64?
+
     public init() {}
 
     public func validate() throws {
         guard (1...(1 << 40)).contains(maxAttachmentBytes) else {
             throw ValidationError("--max-attachment-bytes must be from 1 to 1099511627776, got \(maxAttachmentBytes)")
+        }
+        if let attachmentQuota, attachmentQuota < 0 {
+            throw ValidationError("--attachment-quota must be a number of bytes, 0 or more, got \(attachmentQuota)")
         }
         if let attachments, attachments != "off", !(attachments.hasPrefix("file:") && attachments.count > 5) {
             throw ValidationError(
@@ -187,6 +193,7 @@ public struct ServeCommand: AsyncParsableCommand {
         )
         configuration.maxBodyBytesInFlight = bodyMemory * 1024 * 1024
         configuration.maxAttachmentBytes = maxAttachmentBytes
+        configuration.attachmentQuota = attachmentQuota
         if let folder = try attachmentFolder(for: location) {
             do {
                 configuration.attachments = try await FileBlobStore(folder: folder)

@@ -42,6 +42,9 @@ public struct ServerConfiguration: Sendable {
     public var attachments: (any BlobStore)?
     /// The largest attachment taken, in bytes (5 GiB by default).
     public var maxAttachmentBytes: Int64 = 5 * 1024 * 1024 * 1024
+    /// The most bytes one user's uploads may hold, answered `507 quota_exceeded` past it; `nil`
+    /// (the default): no limit.
+    public var attachmentQuota: Int64?
 
     /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit,
     /// 30-second idle and body timeouts, at most 4 requests of a user at once, and a retention of
@@ -149,7 +152,12 @@ public enum FerryServerApplication {
             controller: controller,
             live: live,
             attachments: configuration.attachments.map {
-                AttachmentController(storage: storage, blobs: $0, maxAttachmentBytes: configuration.maxAttachmentBytes)
+                AttachmentController(
+                    storage: storage,
+                    blobs: $0,
+                    maxAttachmentBytes: configuration.maxAttachmentBytes,
+                    quota: configuration.attachmentQuota
+                )
             },
             authority: authority,
             limiter: limiter,
@@ -174,7 +182,7 @@ public enum FerryServerApplication {
                         )
                     ]
                 } ?? [])
-                + (configuration.attachments.map { [UploadJanitor(blobs: $0, logger: logger)] } ?? []),
+                + (configuration.attachments.map { [AttachmentJanitor(storage: storage, blobs: $0, metrics: metrics, logger: logger)] } ?? []),
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
             logger: logger
         )

@@ -24,7 +24,7 @@ public struct FerryTestServer: Sendable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:_:)``,
+    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:_:)``,
     /// which stops it however the test ends.
     ///
     /// - Parameters:
@@ -36,6 +36,7 @@ public struct FerryTestServer: Sendable {
     ///   - logger: The server's logger; errors only when `nil`.
     ///   - idleTimeout: How long a connection may stay idle before the server closes it.
     ///   - live: The event streams' limits and pacing.
+    ///   - attachmentQuota: The most bytes one user's uploaded attachments may hold; `nil`: no limit.
     public static func start(
         storage: (any SyncStorage)? = nil,
         secret: String? = nil,
@@ -44,7 +45,8 @@ public struct FerryTestServer: Sendable {
         metrics: ServerMetrics = ServerMetrics(),
         logger: Logger? = nil,
         idleTimeout: Duration = .seconds(30),
-        live: LiveChanges.Configuration = LiveChanges.Configuration()
+        live: LiveChanges.Configuration = LiveChanges.Configuration(),
+        attachmentQuota: Int64? = nil
     ) async throws -> FerryTestServer {
         let secret = secret ?? TokenAuthority.randomSecret()
         let storage = try storage ?? SQLiteSyncStorage(path: nil)
@@ -81,6 +83,7 @@ public struct FerryTestServer: Sendable {
                 )
                 configuration.live = live
                 configuration.attachments = attachments
+                configuration.attachmentQuota = attachmentQuota
                 return configuration
             }(),
             storage: storage,
@@ -119,6 +122,7 @@ public struct FerryTestServer: Sendable {
         logger: Logger? = nil,
         idleTimeout: Duration = .seconds(30),
         live: LiveChanges.Configuration = LiveChanges.Configuration(),
+        attachmentQuota: Int64? = nil,
         _ body: (FerryTestServer) async throws -> T
     ) async throws -> T {
         let server = try await start(
@@ -129,7 +133,8 @@ public struct FerryTestServer: Sendable {
             metrics: metrics,
             logger: logger,
             idleTimeout: idleTimeout,
-            live: live
+            live: live,
+            attachmentQuota: attachmentQuota
         )
         do {
             let result = try await body(server)

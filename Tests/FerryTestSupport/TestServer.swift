@@ -50,6 +50,7 @@ public struct TestServer: HTTPServerEndpoint {
         logger: Logger? = nil,
         idleTimeout: Duration = .seconds(30),
         live: LiveChanges.Configuration = LiveChanges.Configuration(),
+        attachmentQuota: Int64? = nil,
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
         let database = if let database { database } else { try await TestDatabase.make(backend) }
@@ -63,7 +64,8 @@ public struct TestServer: HTTPServerEndpoint {
             metrics: metrics,
             logger: logger,
             idleTimeout: idleTimeout,
-            live: live
+            live: live,
+            attachmentQuota: attachmentQuota
         ) { server in
             try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage))
         }

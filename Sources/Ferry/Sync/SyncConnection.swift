@@ -117,8 +117,8 @@ actor SyncConnection {
             case 401:
                 await tokens.refused(token)  // the next run starts with a new one
                 throw FerryError.unauthorized(Self.message(in: response))
-            case 400..<500:
-                return response
+            case 400..<500, 507:
+                return response  // 507: over the attachment quota, which waiting does not end
             default:
                 try await backOff(attempt: attempt, reason: "server error \(response.status): \(Self.message(in: response))")
             }

@@ -28,8 +28,10 @@ public protocol BlobStore: Sendable {
     /// Discards an upload in progress; nothing if there is none.
     func discard(_ upload: UploadID) async throws
 
-    /// Deletes an attachment; nothing if the store does not hold it.
-    func delete(_ digest: AttachmentDigest) async throws
+    /// Deletes the attachment unless `stillWanted` says otherwise, asked once the bytes can no
+    /// longer be read under its name: an upload of the same bytes completing meanwhile keeps them.
+    /// Returns whether the bytes went.
+    func purge(_ digest: AttachmentDigest, unless stillWanted: @Sendable () async throws -> Bool) async throws -> Bool
 
     /// Discards the uploads last written to before `cutoff` (abandoned); returns how many.
     func discardUploads(untouchedSince cutoff: Date) async throws -> Int

@@ -144,9 +144,28 @@ public struct FileBlobStore: BlobStore {
         return discarded
     }
 
-    /// Deletes an attachment.
-    public func delete(_ digest: AttachmentDigest) async throws {
-        try await fileSystem.removeItem(at: path(of: digest))
+    /// Deletes the attachment unless `stillWanted` (``BlobStore/purge(_:unless:)``): its file is
+    /// renamed aside first, so no request reads it while the database is asked, and an upload
+    /// completing meanwhile finds no file and places its own.
+    public func purge(_ digest: AttachmentDigest, unless stillWanted: @Sendable () async throws -> Bool) async throws -> Bool {
+        let file = path(of: digest)
+        let aside = folder.appending("uploads").appending("purging-\(digest.hex)-\(UUID().uuidString)")
+        try await fileSystem.createDirectory(at: aside.removingLastComponent(), withIntermediateDirectories: true)
+        guard try await fileSystem.info(forFileAt: file) != nil else { return false }
+        try await fileSystem.moveItem(at: file, to: aside)
+        let wanted: Bool
+        do {
+            wanted = try await stillWanted()
+        } catch {
+            try? await fileSystem.moveItem(at: aside, to: file)
+            throw error
+        }
+        if wanted, try await fileSystem.info(forFileAt: file) == nil {
+            try await fileSystem.moveItem(at: aside, to: file)
+            return false
+        }
+        _ = try? await fileSystem.removeItem(at: aside)
+        return !wanted
     }
 }
 

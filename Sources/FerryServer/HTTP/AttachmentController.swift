@@ -19,6 +19,8 @@ struct AttachmentController: Sendable {
     let blobs: any BlobStore
     /// The largest attachment taken, in bytes.
     let maxAttachmentBytes: Int64
+    /// The most bytes one user's uploads may hold; `nil`: no limit.
+    var quota: Int64? = nil
 
     static let uploadComplete = HTTPField.Name("Upload-Complete")!
     static let uploadIncomplete = HTTPField.Name("Upload-Incomplete")!
@@ -99,6 +101,7 @@ struct AttachmentController: Sendable {
         let (digest, caller) = (try Self.digest(context), try Self.caller(context))
         let version = try Self.version(of: request)
         try checkLength(of: request, at: 0)
+        if let announced = request.headers[Self.uploadLength].flatMap(Int64.init) { try await checkQuota(adding: announced, of: digest, by: caller) }
         let upload = Self.upload(of: digest, by: caller)
         // A creation starts again from nothing, but never under a request still appending.
         do {
@@ -191,6 +194,12 @@ struct AttachmentController: Sendable {
             try? await blobs.discard(upload)
             throw ProtocolViolation.badRequest("the upload ended at \(reached) bytes, not the \(announced) Upload-Length announced; nothing was kept")
         }
+        do {
+            try await checkQuota(adding: reached, of: digest, by: caller)
+        } catch {
+            try? await blobs.discard(upload)
+            throw error
+        }
         let size: Int64
         do {
             size = try await blobs.complete(upload, as: digest)
@@ -201,6 +210,12 @@ struct AttachmentController: Sendable {
             )
         }
         try await storage.noteUpload(of: digest, size: size, by: caller.userID)
+        // Purged at this very moment (`AttachmentJanitor`): the client tries again, and uploads it anew.
+        guard try await blobs.size(of: digest) != nil else {
+            var error = FerryHTTPError(.unavailable, "the attachment was being purged as its upload completed; upload it again")
+            error.headers[.retryAfter] = "1"
+            throw error
+        }
         var response = Self.progress(.created, offset: size, complete: true, version: version ?? 6)
         response.headers[.location] = "\(Endpoint.attachments)/\(digest)"
         return response
@@ -264,6 +279,19 @@ struct AttachmentController: Sendable {
             guard let length = Int64(text), length >= 0 else { throw ProtocolViolation.badRequest("\(name) \(text.prefix(20)) is not a byte count") }
             if length > (name == .contentLength ? maxAttachmentBytes - offset : maxAttachmentBytes) { throw tooLarge }
         }
+    }
+
+    /// Refuses an attachment of `size` bytes that would take the caller's uploads past the quota
+    /// (one they uploaded already counts once).
+    private func checkQuota(adding size: Int64, of digest: AttachmentDigest, by caller: Caller) async throws {
+        guard let quota else { return }
+        let used = try await storage.attachmentBytes(of: caller.userID)
+        let held = try await storage.readableAttachments([digest], by: caller).contains(digest) ? size : 0
+        guard used - held > quota - size else { return }
+        throw FerryHTTPError(
+            .quotaExceeded,
+            "this attachment's \(size) bytes would take your uploads past the quota of \(quota) bytes: you use \(used); nothing was kept"
+        )
     }
 
     /// Another request appends to, completes or discards the upload now: `409` with the bytes it holds.

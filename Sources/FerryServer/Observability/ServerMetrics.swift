@@ -50,6 +50,11 @@ public final class ServerMetrics: Sendable {
         Counter(label: "ferry_purges_total", factory: factory).increment()
     }
 
+    /// Counts the attachments a sweep purged (`AttachmentJanitor`).
+    func recordPurgedAttachments(_ count: Int) {
+        Counter(label: "ferry_purged_attachments_total", factory: factory).increment(by: count)
+    }
+
     /// The Prometheus text exposition of every metric.
     func exposition() -> [UInt8] {
         registry.emitToBuffer()

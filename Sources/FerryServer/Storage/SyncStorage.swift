@@ -45,6 +45,17 @@ public protocol SyncStorage: Sendable {
     /// else holds the same bytes is never revealed.
     func readableAttachments(_ digests: [AttachmentDigest], by caller: Caller) async throws -> Set<AttachmentDigest>
 
+    /// Forgets the uploads made before `cutoff` (milliseconds since 1970) of attachments no
+    /// record references (their uploaders' access expires), and returns the attachments that
+    /// nobody may read any more: the bytes to purge (`AttachmentJanitor`).
+    func expireAttachmentUploads(before cutoff: Int64) async throws -> [AttachmentDigest]
+
+    /// Whether anyone may read the attachment: an upload of it is noted, or a record references it.
+    func wantsAttachment(_ digest: AttachmentDigest) async throws -> Bool
+
+    /// The bytes of the attachments `userID` uploaded that the server keeps for them (`--attachment-quota`).
+    func attachmentBytes(of userID: String) async throws -> Int64
+
     /// Calls `deliver` with what each commit changed (a push's records, a membership), through
     /// any process on this database, until cancelled. Each commit is announced with it (on
     /// PostgreSQL in its transaction, so never without it; on SQLite once committed), and a

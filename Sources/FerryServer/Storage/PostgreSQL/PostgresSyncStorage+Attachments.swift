@@ -49,4 +49,59 @@ extension PostgresSyncStorage {
         for try await digest in try await db.query(query, logger: logger).decode(String.self) { readable.insert(digest) }
         return readable
     }
+
+    /// Forgets old uploads of unreferenced attachments (``SyncStorage/expireAttachmentUploads(before:)``).
+    public func expireAttachmentUploads(before cutoff: Int64) async throws -> [AttachmentDigest] {
+        try await withDatabase { [logger] db in
+            var digests: [AttachmentDigest] = []
+            for try await digest in try await db.query(
+                """
+                WITH expired AS (
+                    DELETE FROM attachment_uploads u WHERE uploaded_at < \(cutoff)
+                        AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = u.digest)
+                    RETURNING user_id, digest
+                )
+                SELECT DISTINCT e.digest FROM expired e
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM attachment_uploads u WHERE u.digest = e.digest
+                        AND NOT EXISTS (SELECT 1 FROM expired x WHERE x.user_id = u.user_id AND x.digest = u.digest)
+                )
+                ORDER BY e.digest
+                """,
+                logger: logger
+            ).decode(String.self) {
+                if let parsed = AttachmentDigest(digest) { digests.append(parsed) }
+            }
+            return digests
+        }
+    }
+
+    /// Whether anyone may read the attachment (``SyncStorage/wantsAttachment(_:)``).
+    public func wantsAttachment(_ digest: AttachmentDigest) async throws -> Bool {
+        try await withDatabase { [logger] db in
+            for try await wanted in try await db.query(
+                """
+                SELECT EXISTS (SELECT 1 FROM attachment_uploads WHERE digest = \(digest.description))
+                    OR EXISTS (SELECT 1 FROM attachment_refs WHERE digest = \(digest.description))
+                """,
+                logger: logger
+            ).decode(Bool.self) {
+                return wanted
+            }
+            return true
+        }
+    }
+
+    /// The bytes `userID`'s uploads hold (``SyncStorage/attachmentBytes(of:)``).
+    public func attachmentBytes(of userID: String) async throws -> Int64 {
+        try await withDatabase { [logger] db in
+            for try await bytes in try await db.query(
+                "SELECT coalesce(sum(size), 0)::bigint FROM attachment_uploads WHERE user_id = \(userID)",
+                logger: logger
+            ).decode(Int64.self) {
+                return bytes
+            }
+            return 0
+        }
+    }
 }

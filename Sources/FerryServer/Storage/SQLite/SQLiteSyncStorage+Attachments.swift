@@ -46,4 +46,47 @@ extension SQLiteSyncStorage {
             """
         return Set(try String.fetchAll(db.cachedStatement(sql: sql), arguments: caller.isService ? [list] : [list, caller.userID]))
     }
+
+    /// Forgets old uploads of unreferenced attachments (``SyncStorage/expireAttachmentUploads(before:)``).
+    public func expireAttachmentUploads(before cutoff: Int64) async throws -> [AttachmentDigest] {
+        try await mapErrors {
+            try await writer.write { db in
+                let expired = try String.fetchAll(
+                    db,
+                    sql: """
+                        DELETE FROM attachment_uploads AS u WHERE uploaded_at < ?
+                            AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = u.digest)
+                        RETURNING digest
+                        """,
+                    arguments: [cutoff]
+                )
+                return try Set(expired).filter { try !Self.wants($0, db: db) }.compactMap(AttachmentDigest.init).sorted { $0.hex < $1.hex }
+            }
+        }
+    }
+
+    /// Whether anyone may read the attachment (``SyncStorage/wantsAttachment(_:)``).
+    public func wantsAttachment(_ digest: AttachmentDigest) async throws -> Bool {
+        try await mapErrors { try await writer.read { db in try Self.wants(digest.description, db: db) } }
+    }
+
+    /// The bytes `userID`'s uploads hold (``SyncStorage/attachmentBytes(of:)``).
+    public func attachmentBytes(of userID: String) async throws -> Int64 {
+        try await mapErrors {
+            try await writer.read { db in
+                try Int64.fetchOne(db, sql: "SELECT coalesce(sum(size), 0) FROM attachment_uploads WHERE user_id = ?", arguments: [userID]) ?? 0
+            }
+        }
+    }
+
+    private static func wants(_ digest: String, db: Database) throws -> Bool {
+        try Bool.fetchOne(
+            db,
+            sql: """
+                SELECT EXISTS (SELECT 1 FROM attachment_uploads WHERE digest = ?1)
+                    OR EXISTS (SELECT 1 FROM attachment_refs WHERE digest = ?1)
+                """,
+            arguments: [digest]
+        ) ?? true
+    }
 }
