@@ -50,6 +50,7 @@ let package = Package(
             name: "FerryServer",
             dependencies: [
                 "FerryProtocol",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

@@ -58,7 +58,9 @@ public struct ServeCommand: AsyncParsableCommand {
     @Option(
         help: """
             Where attachments' bytes live: file:FOLDER (by default FOLDER is the SQLite database's path with .attachments; \
-            with PostgreSQL or an in-memory database, attachments are off unless given), or off.
+            with PostgreSQL or an in-memory database, attachments are off unless given), \
+            s3://BUCKET?endpoint=URL&region=REGION (keys from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; for several processes \
+            on one PostgreSQL database), or off.
             """
     )
     var attachments: String?
@@ -78,10 +80,12 @@ public struct ServeCommand: AsyncParsableCommand {
         if let attachmentQuota, attachmentQuota < 0 {
             throw ValidationError("--attachment-quota must be a number of bytes, 0 or more, got \(attachmentQuota)")
         }
-        if let attachments, attachments != "off", !(attachments.hasPrefix("file:") && attachments.count > 5) {
-            throw ValidationError(
-                "--attachments \(attachments): write file:FOLDER (a folder on this machine) or off; s3:// is not supported yet"
-            )
+        if let attachments {
+            do {
+                _ = try BlobStoreURL(parsing: attachments)
+            } catch {
+                throw ValidationError("--attachments \(error)")
+            }
         }
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be from 0 to 65535, got \(port)") }
         guard (1...3600).contains(idleTimeout) else {
@@ -129,16 +133,12 @@ public struct ServeCommand: AsyncParsableCommand {
         }
     }
 
-    /// The folder attachments live in, or `nil` when they are off.
-    private func attachmentFolder(for location: DatabaseURL) throws -> String? {
-        switch attachments {
-        case "off": return nil
-        case let given?: return String(given.dropFirst("file:".count))
-        case nil:
-            guard case .sqlite(let path?) = location else { return nil }  // in memory, or PostgreSQL: say where
-            return path + ".attachments"
-
-        }
+    /// Where attachments live: as given, else beside a SQLite file (off in memory, and with
+    /// PostgreSQL, whose processes need a store they share: say which).
+    private func attachmentStore(for location: DatabaseURL) throws -> BlobStoreURL {
+        if let attachments { return try BlobStoreURL(parsing: attachments) }
+        guard case .sqlite(let path?) = location else { return .off }
+        return .file(folder: path + ".attachments")
     }
 
     private func databaseURL() throws -> DatabaseURL {
@@ -194,12 +194,11 @@ public struct ServeCommand: AsyncParsableCommand {
         configuration.maxBodyBytesInFlight = bodyMemory * 1024 * 1024
         configuration.maxAttachmentBytes = maxAttachmentBytes
         configuration.attachmentQuota = attachmentQuota
-        if let folder = try attachmentFolder(for: location) {
-            do {
-                configuration.attachments = try await FileBlobStore(folder: folder)
-            } catch {
-                throw CommandFailure("--attachments file:\(folder): \(error)")
-            }
+        let store = try attachmentStore(for: location)
+        do {
+            configuration.attachments = try await store.open()
+        } catch {
+            throw CommandFailure("--attachments \(attachments ?? "(beside the database)"): \(error)")
         }
         let host = self.host
         let app = try await FerryServerApplication.make(

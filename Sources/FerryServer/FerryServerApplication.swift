@@ -117,14 +117,16 @@ public enum FerryServerApplication {
         authenticated.get("\(Endpoint.spaces)/{space}/members", use: spaces.members)
         authenticated.put("\(Endpoint.spaces)/{space}/members/{user}", use: spaces.setRole)
         authenticated.delete("\(Endpoint.spaces)/{space}/members/{user}", use: spaces.removeMember)
-        if let attachments {
-            authenticated.head("\(Endpoint.attachments)/{digest}", use: attachments.head)
-            authenticated.get("\(Endpoint.attachments)/{digest}", use: attachments.get)
-            authenticated.post("\(Endpoint.attachments)/{digest}", use: attachments.create)
-            authenticated.head("\(Endpoint.attachments)/{digest}/upload", use: attachments.offset)
-            authenticated.patch("\(Endpoint.attachments)/{digest}/upload", use: attachments.resume)
-            authenticated.delete("\(Endpoint.attachments)/{digest}/upload", use: attachments.cancel)
+        // Without a store, the routes answer 404 as the protocol says, not 405.
+        let off: @Sendable (Request, FerryRequestContext) async throws -> Response = { _, _ in
+            throw FerryHTTPError(.notFound, "this server keeps no attachments (ferry serve --attachments)")
         }
+        authenticated.head("\(Endpoint.attachments)/{digest}", use: attachments?.head ?? off)
+        authenticated.get("\(Endpoint.attachments)/{digest}", use: attachments?.get ?? off)
+        authenticated.post("\(Endpoint.attachments)/{digest}", use: attachments?.create ?? off)
+        authenticated.head("\(Endpoint.attachments)/{digest}/upload", use: attachments?.offset ?? off)
+        authenticated.patch("\(Endpoint.attachments)/{digest}/upload", use: attachments?.resume ?? off)
+        authenticated.delete("\(Endpoint.attachments)/{digest}/upload", use: attachments?.cancel ?? off)
         return router
     }
 
@@ -144,7 +146,8 @@ public enum FerryServerApplication {
             storage: storage,
             metrics: metrics,
             bodyTimeout: configuration.bodyTimeout,
-            bodies: BodyBudget(limit: configuration.maxBodyBytesInFlight)
+            bodies: BodyBudget(limit: configuration.maxBodyBytesInFlight),
+            attachments: configuration.attachments != nil
         )
         let live = LiveChanges(configuration: configuration.live)
 

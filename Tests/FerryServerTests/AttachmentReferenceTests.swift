@@ -126,4 +126,12 @@ struct AttachmentReferenceTests {
             #expect(garbage.status == 400 && garbage.errorMessage?.contains("mutations[0].attachments[0]") == true)
         }
     }
+
+    @Test("a server that keeps no attachments refuses for good a mutation naming any, and takes one naming none")
+    func attachmentsOff() {
+        let photo = AttachmentEndpointTests.digest([1, 2, 3])
+        let refused = IncomingMutation(Self.job(1, "j1", photo: photo, space: nil), attachments: false)
+        #expect(refused.rejection?.contains("keeps no attachments") == true)
+        #expect(IncomingMutation(Self.job(2, "j2", photo: nil, space: nil), attachments: false).rejection == nil)
+    }
 }

@@ -25,9 +25,6 @@ struct AttachmentFolder: Sendable {
     /// The whole attachment's file.
     func file(_ digest: AttachmentDigest) -> URL { url.appendingPathComponent(digest.hex) }
 
-    /// The bytes of a download so far.
-    func partial(_ digest: AttachmentDigest) -> URL { url.appendingPathComponent(digest.hex + ".part") }
-
     /// Whether the whole attachment is here.
     func holds(_ digest: AttachmentDigest) -> Bool { FileManager.default.fileExists(atPath: file(digest).path) }
 
@@ -75,8 +72,9 @@ struct AttachmentFolder: Sendable {
         }
     }
 
-    /// The digest and size of the bytes of `file`, read a chunk at a time.
-    static func digest(of file: URL) throws -> (digest: AttachmentDigest, size: Int64) {
+    /// The digest and size of the bytes of `file`, read a chunk at a time; with
+    /// `synchronizing`, the file is on the disk before this returns (it is about to be named whole).
+    static func digest(of file: URL, synchronizing: Bool = false) throws -> (digest: AttachmentDigest, size: Int64) {
         let input = try FileHandle(forReadingFrom: file)
         defer { try? input.close() }
         var hasher = SHA256()
@@ -85,6 +83,7 @@ struct AttachmentFolder: Sendable {
             hasher.update(data: chunk)
             size += Int64(chunk.count)
         }
+        if synchronizing { try input.synchronize() }
         return (AttachmentDigest(sha256: hasher.finalize()), size)
     }
 
@@ -96,36 +95,60 @@ struct AttachmentFolder: Sendable {
         return try input.read(upToCount: count) ?? Data()
     }
 
-    /// Appends `bytes` to the download of `digest` so far; returns its size after.
-    func append(_ bytes: Data, toPartial digest: AttachmentDigest) throws -> Int64 {
+    // MARK: Downloads
+
+    /// A `.part` file for a download of `digest` that no other download writes: the largest one a
+    /// download before left (a cut, a crash) untouched for `idle`, taken over by a rename (of two
+    /// takers, one wins), else a new empty one.
+    func claimPartial(_ digest: AttachmentDigest, idle: TimeInterval = 10) throws -> URL {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        let path = partial(digest).path
-        if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
-        let output = try FileHandle(forWritingTo: partial(digest))
+        let mine = url.appendingPathComponent("\(digest.hex).\(UUID().uuidString).part")
+        let left = ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [])
+            .filter { $0.hasPrefix(digest.hex + ".") && $0.hasSuffix(".part") }
+            .map { url.appendingPathComponent($0) }
+            .filter {
+                ((try? FileManager.default.attributesOfItem(atPath: $0.path))?[.modificationDate] as? Date ?? .distantFuture)
+                    < Date(timeIntervalSinceNow: -idle)
+            }
+            .sorted { size(of: $0) > size(of: $1) }
+        for part in left where (try? FileManager.default.moveItem(at: part, to: mine)) != nil { return mine }
+        guard FileManager.default.createFile(atPath: mine.path, contents: nil) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: mine.path])
+        }
+        return mine
+    }
+
+    /// Appends `bytes` to a download's `.part` file.
+    func append(_ bytes: Data, to partial: URL) throws {
+        let output = try FileHandle(forWritingTo: partial)
         defer { try? output.close() }
-        let end = try output.seekToEnd()
+        try output.seekToEnd()
         try output.write(contentsOf: bytes)
-        return Int64(end) + Int64(bytes.count)
     }
 
-    /// The size of the download of `digest` so far (0 when none).
-    func partialSize(_ digest: AttachmentDigest) -> Int64 {
-        ((try? FileManager.default.attributesOfItem(atPath: partial(digest).path))?[.size] as? NSNumber)?.int64Value ?? 0
+    /// Empties a download's `.part` file.
+    func truncate(_ partial: URL) throws {
+        let output = try FileHandle(forWritingTo: partial)
+        defer { try? output.close() }
+        try output.truncate(atOffset: 0)
     }
 
-    /// Removes the attachment's file and any download of it.
+    /// A file's size (0 when there is none).
+    func size(of file: URL) -> Int64 {
+        ((try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber)?.int64Value ?? 0
+    }
+
+    /// Removes the attachment's file.
     func remove(_ digest: AttachmentDigest) {
         try? FileManager.default.removeItem(at: file(digest))
-        try? FileManager.default.removeItem(at: partial(digest))
     }
 
     /// Removes the files no row names (`known`) last changed before `cutoff`: bytes copied in by
-    /// an `attach` whose row never committed, and incoming copies a crash cut short.
+    /// an `attach` whose row never committed, and incoming copies and downloads a crash cut short.
     func removeOrphans(known: Set<AttachmentDigest>, olderThan cutoff: Date) {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
         for name in names {
-            let hex = name.hasSuffix(".part") ? String(name.dropLast(5)) : name
-            if let digest = AttachmentDigest("sha256:" + hex), known.contains(digest), !name.hasSuffix(".part") { continue }
+            if let digest = AttachmentDigest("sha256:" + name), known.contains(digest) { continue }
             let file = url.appendingPathComponent(name)
             let changed = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.modificationDate] as? Date
             if let changed, changed < cutoff { try? FileManager.default.removeItem(at: file) }

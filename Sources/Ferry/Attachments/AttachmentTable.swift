@@ -15,6 +15,8 @@ enum AttachmentTable {
         var stored: Bool
         var attempts: Int
         var error: String?
+        /// When it was attached, downloaded or last read (seconds since 1970).
+        var usedAt: Double
     }
 
     static let createSQL = """
@@ -135,11 +137,11 @@ enum AttachmentTable {
     private static func fetch(where condition: String, order: String = "used_at", db: Database) throws -> [Row] {
         try GRDB.Row.fetchAll(
             db,
-            sql: "SELECT digest, size, upload, stored, attempts, error FROM ferry_attachments WHERE \(condition) ORDER BY \(order)"
+            sql: "SELECT digest, size, upload, stored, attempts, error, used_at FROM ferry_attachments WHERE \(condition) ORDER BY \(order)"
         )
         .compactMap { row in
             AttachmentDigest(row[0] as String).map {
-                Row(digest: $0, size: row[1], waitsForUpload: row[2], stored: row[3], attempts: row[4], error: row[5])
+                Row(digest: $0, size: row[1], waitsForUpload: row[2], stored: row[3], attempts: row[4], error: row[5], usedAt: row[6])
             }
         }
     }

@@ -26,6 +26,11 @@ extension FerryStore {
             throw FerryError.attachment("cannot read \(url.path) to attach it: \(error.localizedDescription)")
         }
         try await database.write { db in try AttachmentTable.attached(digest, size: size, contentType: contentType, db: db) }
+        // A sweep that found the same bytes unreferenced may have removed them after the copy
+        // found them there: noted now, they stay; gone, they are copied again.
+        if !folder.holds(digest) {
+            _ = try await offCooperativeThreads("ferry.attach") { try folder.copyIn(url) }
+        }
         return digest.description
     }
 
@@ -39,43 +44,42 @@ extension FerryStore {
     /// Removes the files no row references any more (a revoked space's, a deleted record's), and
     /// downloaded ones past `budget` bytes, least recently used first. An attachment waiting for
     /// upload stays while a change references it, and a day after it was attached otherwise.
-    /// Returns how many files went.
+    /// Files go inside the transaction that forgets them, so an `attach` of the same bytes,
+    /// noting them after it, finds whether they are there. Returns how many files went.
     @discardableResult
-    func sweepAttachments(budget: Int64, keeping kept: AttachmentDigest? = nil) async throws -> Int {
+    func sweepAttachments(budget: Int64) async throws -> Int {
         guard tables.contains(where: { !$0.attachments.isEmpty }) || FileManager.default.fileExists(atPath: attachmentFolder.url.path) else {
             return 0
         }
-        let tables = self.tables
-        let gone = try await database.write { db -> [AttachmentDigest] in
+        let (tables, folder) = (self.tables, attachmentFolder)
+        let gone = try await database.write { db -> Int in
             let referenced = try Self.referencedDigests(tables, db: db)
             let dayAgo = Date().timeIntervalSince1970 - 86_400
             var gone: [AttachmentDigest] = []
             for row in try AttachmentTable.all(db) where !referenced.contains(row.digest.description) {
-                if row.waitsForUpload {
-                    let queued = try Bool.fetchOne(
-                        db,
-                        sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE instr(data, ?) > 0)",
-                        arguments: [row.digest.description]
-                    )
-                    let attachedAt = try Double.fetchOne(
-                        db,
-                        sql: "SELECT used_at FROM ferry_attachments WHERE digest = ?",
-                        arguments: [row.digest.description]
-                    )
-                    if queued == true || (attachedAt ?? 0) > dayAgo { continue }
-                }
+                if row.waitsForUpload, try OutboxTable.queuedChangeReferences(row.digest.description, db: db) || row.usedAt > dayAgo { continue }
                 gone.append(row.digest)
             }
             try AttachmentTable.forget(gone, db: db)
+            let evicted = try AttachmentTable.evictable(toFit: budget, db: db)
+            try AttachmentTable.evicted(evicted, db: db)
+            for digest in gone + evicted { folder.remove(digest) }
+            return gone.count + evicted.count
+        }
+        let known = try await database.read { db in Set(try AttachmentTable.all(db).filter(\.stored).map(\.digest)) }
+        folder.removeOrphans(known: known, olderThan: Date(timeIntervalSinceNow: -86_400))
+        return gone
+    }
+
+    /// Evicts downloaded files past `budget` bytes, least recently used first, but `kept` (the
+    /// one the app just asked for). Files go inside the transaction that forgets them.
+    func evictAttachments(toFit budget: Int64, keeping kept: AttachmentDigest) async throws {
+        let folder = attachmentFolder
+        try await database.write { db in
             let evicted = try AttachmentTable.evictable(toFit: budget, db: db).filter { $0 != kept }
             try AttachmentTable.evicted(evicted, db: db)
-            return gone + evicted
+            for digest in evicted { folder.remove(digest) }
         }
-        let folder = attachmentFolder
-        for digest in gone { folder.remove(digest) }
-        let known = try await database.read { db in Set(try AttachmentTable.all(db).map(\.digest)) }
-        folder.removeOrphans(known: known, olderThan: Date(timeIntervalSinceNow: -86_400))
-        return gone.count
     }
 
     /// Every digest a row of a synced table holds in an attachment column.

@@ -81,10 +81,11 @@ struct Outbox: Sendable {
     }
 
     /// `pending` without the changes that must wait for an attachment's upload: a record whose
-    /// change references one still waiting has its queued changes moved to the end of the queue
-    /// (none was sent: new ids are free), so the changes behind it go now and it goes once its
-    /// attachments are on the server (PROTOCOL.md, "Attachments"). A record with a change sent
-    /// before is never held: that change goes again as it was sent.
+    /// newest change here (the state a batch sends, its earlier ones folded into it) references
+    /// one still waiting has its queued changes moved to the end of the queue (none was sent: new
+    /// ids are free), so the changes behind it go now and it goes once its attachments are on the
+    /// server (PROTOCOL.md, "Attachments"). A record with a change sent before is never held: that
+    /// change goes again as it was sent.
     private func holdBack(_ pending: [OutboxTable.Entry], limit: Int, db: Database) throws -> [OutboxTable.Entry] {
         let blocked = try AttachmentTable.blocked(db)
         guard !blocked.isEmpty else { return pending }
@@ -93,8 +94,10 @@ struct Outbox: Sendable {
         var window = pending
         while !window.isEmpty {
             let sent = Set(window.filter(\.sent).map(\.record))
+            var newest: [RecordRef: OutboxTable.Entry] = [:]
+            for entry in window { newest[entry.record] = entry }
             let held = Set(
-                window.filter { entry in
+                newest.values.filter { entry in
                     !sent.contains(entry.record)
                         && store.table(forEntity: entry.record.entity)?.referencedDigests(inData: entry.data)?
                             .contains(where: blocked.contains) == true

@@ -119,6 +119,28 @@ enum OutboxTable {
         return rows.count
     }
 
+    /// Whether the newest queued change of some record (the state a batch sends) holds `digest`.
+    static func newestStateReferences(_ digest: String, db: Database) throws -> Bool {
+        try Bool.fetchOne(
+            db,
+            sql: """
+                SELECT EXISTS (SELECT 1 FROM ferry_outbox o WHERE o.\(OutboxState.queuedCondition) AND instr(o.data, ?) > 0
+                    AND NOT EXISTS (SELECT 1 FROM ferry_outbox n WHERE n.entity = o.entity AND n.entity_id = o.entity_id AND n.id > o.id
+                        AND n.\(OutboxState.queuedCondition)))
+                """,
+            arguments: [digest]
+        ) ?? false
+    }
+
+    /// Whether any change still queued or set aside holds `digest`.
+    static func queuedChangeReferences(_ digest: String, db: Database) throws -> Bool {
+        try Bool.fetchOne(
+            db,
+            sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE state != \(OutboxState.highWaterMark.rawValue) AND instr(data, ?) > 0)",
+            arguments: [digest]
+        ) ?? false
+    }
+
     private static func recordList(_ records: Set<RecordRef>) -> String {
         String(decoding: (try? JSONEncoder().encode(records.map { [$0.entity, $0.entityID] })) ?? Data("[]".utf8), as: UTF8.self)
     }

@@ -49,22 +49,26 @@ enum ChangeCapture {
     private static func installDigestChecks(for table: SyncedTable, in db: Database) throws {
         guard !table.attachments.isEmpty else { return }
         let digest = "sha256:" + String(repeating: "[0-9a-f]", count: 64)
-        let checks = table.attachments.map { column -> String in
-            let value = table.attachmentSQL(column, row: "NEW")
-            let message: String =
-                "ferry: \(column) of \(table.table) holds attachment digests (sha256: and 64 lowercase hex digits) or NULL; "
-                + "write the digest FerryStore.attach(fileAt:) returned"
-            return
-                "SELECT RAISE(ABORT, \(message.sqlLiteral)) WHERE \(value) IS NOT NULL AND (typeof(\(value)) != 'text' OR \(value) NOT GLOB '\(digest)');"
+        // On an update, only a value that changes: a row pulled with anything there stays editable.
+        func checks(changedOnly: Bool) -> String {
+            table.attachments.map { column -> String in
+                let value = table.attachmentSQL(column, row: "NEW")
+                let changed = changedOnly ? " AND \(value) IS NOT \(table.attachmentSQL(column, row: "OLD"))" : ""
+                let message: String =
+                    "ferry: \(column) of \(table.table) holds attachment digests (sha256: and 64 lowercase hex digits) or NULL; "
+                    + "write the digest FerryStore.attach(fileAt:) returned"
+                return "SELECT RAISE(ABORT, \(message.sqlLiteral)) WHERE \(value) IS NOT NULL\(changed) "
+                    + "AND (typeof(\(value)) != 'text' OR \(value) NOT GLOB '\(digest)');"
+            }
+            .joined(separator: "\n")
         }
-        .joined(separator: "\n")
         let (name, quoted, capturing) = (table.table, table.table.quotedDatabaseIdentifier, StoreMeta.capturingSQL)
         try db.execute(
             sql: """
                 CREATE TRIGGER \("ferry_capture_\(name)_digest_insert".quotedDatabaseIdentifier) BEFORE INSERT ON \(quoted) WHEN \(capturing)
-                BEGIN \(checks) END;
+                BEGIN \(checks(changedOnly: false)) END;
                 CREATE TRIGGER \("ferry_capture_\(name)_digest_update".quotedDatabaseIdentifier) BEFORE UPDATE ON \(quoted) WHEN \(capturing)
-                BEGIN \(checks) END;
+                BEGIN \(checks(changedOnly: true)) END;
                 """
         )
     }

@@ -80,7 +80,7 @@ public actor FerryClient {
     public nonisolated let journal: Journal
     private let statusCenter = StatusCenter()
     private let connection: SyncConnection
-    private let configuration: SyncConfiguration
+    let configuration: SyncConfiguration
     private let clock: any Clock<Duration>
     private let lease: SyncLease
     /// The run in progress: its id, whether it pulls from the beginning, and its task.
@@ -88,9 +88,9 @@ public actor FerryClient {
     /// Callers that joined a run someone else started, by run.
     private var joiners: [UUID: [UUID: CheckedContinuation<SyncReport, any Error>]] = [:]
     /// Set by `stop()`.
-    private var stopped = false
+    private(set) var stopped = false
     /// The attachments being downloaded for `attachment(_:)`.
-    private var downloads: [AttachmentDigest: Task<URL, any Error>] = [:]
+    var downloads: [AttachmentDigest: Task<URL, any Error>] = [:]
 
     /// A client that syncs `store` with the server.
     ///
@@ -210,7 +210,7 @@ public actor FerryClient {
         return try outcome.get()
     }
 
-    private static let stoppedError = FerryError.stopped(
+    static let stoppedError = FerryError.stopped(
         "this client's user signed out and its store is closed; `SyncSession.client` is the signed-in user's"
     )
 
@@ -248,8 +248,8 @@ public actor FerryClient {
         try await holdingLease { try await self.upload() }
     }
 
-    /// The changes first, holding back only those that wait for an attachment; then the
-    /// attachments; then the changes they held back.
+    /// The changes first, holding back only those that wait for an attachment; then each
+    /// attachment, and at once the changes it held back (not behind the other uploads).
     private func upload() async throws -> UploadSummary {
         let uploader = Uploader(
             outbox: Outbox(store: store, lease: lease),
@@ -260,13 +260,14 @@ public actor FerryClient {
             maximumBatchSize: configuration.batchSize
         )
         var summary = try await uploader.drain()
-        summary.attachmentsUploaded = try await transfers.uploadWaiting()
-        if summary.attachmentsUploaded > 0 { summary.add(try await uploader.drain()) }
+        var released = UploadSummary()
+        summary.attachmentsUploaded = try await attachmentUploader.uploadWaiting { released.add(try await uploader.drain()) }
+        summary.add(released)
         return summary
     }
 
-    private var transfers: AttachmentTransfers {
-        AttachmentTransfers(
+    private var attachmentUploader: AttachmentUploader {
+        AttachmentUploader(
             store: store,
             connection: connection,
             journal: journal,
@@ -275,24 +276,14 @@ public actor FerryClient {
         )
     }
 
-    /// The local file of the attachment `digest` (a column's value), downloaded first if the
-    /// store does not hold it: streamed a chunk at a time, resumed from where a cut download
-    /// stopped, and named whole only once its bytes hash to `digest`. The file is the store's:
-    /// read it, do not move or change it; it stays until no row references it, or the cache
-    /// budget (``SyncConfiguration/attachmentCacheBytes``) evicts it after others.
-    ///
-    /// - Throws: ``FerryError/Code/attachment`` for a value that is not a digest, or one the
-    ///   server does not hold for this user; a connection error as a sync does.
-    public func attachment(_ digest: String) async throws -> URL {
-        guard let parsed = AttachmentDigest(digest) else { throw FerryError.attachment(AttachmentDigest.problem(with: digest)) }
-        guard !stopped else { throw Self.stoppedError }
-        // Two asks for one attachment share its download: one `.part` file has one writer.
-        let download = downloads[parsed] ?? Task { [transfers] in try await transfers.file(of: parsed) }
-        downloads[parsed] = download
-        defer { downloads[parsed] = nil }
-        let file = try await download.value
-        try await store.sweepAttachments(budget: configuration.attachmentCacheBytes, keeping: parsed)
-        return file
+    var attachmentDownloader: AttachmentDownloader {
+        AttachmentDownloader(
+            store: store,
+            connection: connection,
+            journal: journal,
+            status: statusCenter,
+            chunkBytes: configuration.attachmentChunkBytes
+        )
     }
 
     /// Runs `body` holding the store's sync lease: waits while another client (another process
@@ -330,7 +321,12 @@ public actor FerryClient {
 
     private func performSync(full: Bool) async throws -> SyncReport {
         do {
-            return try await holdingLease { try await self.leasedSync(full: full) }
+            let report = try await holdingLease { try await self.leasedSync(full: full) }
+            // The records are in the store: eager tables' attachments follow, outside the lease
+            // (another process may sync meanwhile), and failing none of the run.
+            _ = await attachmentDownloader.fetchEager()
+            _ = try? await store.sweepAttachments(budget: configuration.attachmentCacheBytes)
+            return report
         } catch let error where error is CancellationError || Task.isCancelled {
             // Stopped (a sign-out), not failed: what was in flight is back in the queue. An
             // unstructured task writes the line: the cancelled one's writes would not run.
@@ -371,9 +367,6 @@ public actor FerryClient {
                 fromScratch: full
             )
             .pullUntilCaughtUp()
-            // The records are in the store: eager tables' attachments follow, then the cache is kept in its budget.
-            _ = try await transfers.fetchEager()
-            try await store.sweepAttachments(budget: configuration.attachmentCacheBytes)
         } catch let error where error is CancellationError || Task.isCancelled {
             throw error  // performSync says so
         } catch {

@@ -62,10 +62,11 @@ struct AttachmentController: Sendable {
     /// The bytes a `Range` header asks for (one range, RFC 9110), the whole attachment without one.
     static func range(_ header: String?, size: Int64) throws -> Range<Int64> {
         guard let header else { return 0..<size }
-        let refused = FerryHTTPError(
+        var refused = FerryHTTPError(
             .rangeNotSatisfiable,
             "Range '\(header.prefix(80))' is not one range of the attachment's \(size) bytes (bytes=FIRST-LAST, bytes=FIRST- or bytes=-SUFFIX)"
         )
+        refused.headers[.contentRange] = "bytes */\(size)"
         guard header.hasPrefix("bytes="), !header.contains(",") else { throw refused }
         let parts = header.dropFirst(6).split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
         guard parts.count == 2 else { throw refused }
@@ -102,7 +103,7 @@ struct AttachmentController: Sendable {
         let version = try Self.version(of: request)
         try checkLength(of: request, at: 0)
         if let announced = request.headers[Self.uploadLength].flatMap(Int64.init) { try await checkQuota(adding: announced, of: digest, by: caller) }
-        let upload = Self.upload(of: digest, by: caller)
+        let upload = Self.upload(of: digest, by: caller, from: request)
         // A creation starts again from nothing, but never under a request still appending.
         do {
             try await blobs.discard(upload)
@@ -116,9 +117,10 @@ struct AttachmentController: Sendable {
     func offset(_ request: Request, context: FerryRequestContext) async throws -> Response {
         let (digest, caller) = (try Self.digest(context), try Self.caller(context))
         let version = try Self.version(of: request) ?? 6
-        guard let offset = try await blobs.offset(of: Self.upload(of: digest, by: caller)) else {
-            if try await storage.readableAttachments([digest], by: caller).contains(digest) {
-                return Self.progress(.noContent, offset: nil, complete: true, version: version)
+        guard let offset = try await blobs.offset(of: Self.upload(of: digest, by: caller, from: request)) else {
+            // Done (its answer may have been lost): the whole size, so a client resuming sends nothing more.
+            if try await storage.readableAttachments([digest], by: caller).contains(digest), let size = try await blobs.size(of: digest) {
+                return Self.progress(.noContent, offset: size, complete: true, version: version)
             }
             throw FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
         }
@@ -133,14 +135,20 @@ struct AttachmentController: Sendable {
         guard let text = request.headers[Self.uploadOffset], let offset = Int64(text), offset >= 0 else {
             throw ProtocolViolation.badRequest("PATCH of an upload needs Upload-Offset: the offset a HEAD of the upload answered")
         }
-        try checkLength(of: request, at: offset)
+        let upload = Self.upload(of: digest, by: caller, from: request)
+        do {
+            try checkLength(of: request, at: offset)
+        } catch let error as FerryHTTPError where error.code == .attachmentTooLarge {
+            try? await blobs.discard(upload)  // as its message says: nothing is kept
+            throw error
+        }
         // An upload begins with POST: a PATCH appends to one that exists.
-        guard try await blobs.offset(of: Self.upload(of: digest, by: caller)) != nil else {
+        guard try await blobs.offset(of: upload) != nil else {
             throw FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
         }
         return try await append(
             request,
-            to: Self.upload(of: digest, by: caller),
+            to: upload,
             of: digest,
             at: offset,
             caller: caller,
@@ -152,7 +160,7 @@ struct AttachmentController: Sendable {
     /// `DELETE /v1/attachments/{digest}/upload`: the upload is abandoned and its bytes go.
     func cancel(_ request: Request, context: FerryRequestContext) async throws -> Response {
         let (digest, caller) = (try Self.digest(context), try Self.caller(context))
-        let upload = Self.upload(of: digest, by: caller)
+        let upload = Self.upload(of: digest, by: caller, from: request)
         do {
             try await blobs.discard(upload)
         } catch is UploadBusy {
@@ -203,6 +211,10 @@ struct AttachmentController: Sendable {
         let size: Int64
         do {
             size = try await blobs.complete(upload, as: digest)
+        } catch is UploadBusy {
+            throw Self.busy(offset: try? await blobs.offset(of: upload))
+        } catch is UploadNotFound {
+            throw Self.busy(offset: nil)  // completed or discarded by another request meanwhile
         } catch let mismatch as DigestMismatch {
             throw FerryHTTPError(
                 .digestMismatch,
@@ -317,9 +329,12 @@ struct AttachmentController: Sendable {
         return response
     }
 
-    /// A user's upload of a digest: one resource, so a cut upload is found again by its digest alone.
-    static func upload(of digest: AttachmentDigest, by caller: Caller) -> UploadID {
-        let hash = SHA256.hash(data: Array("\(caller.userID)\n\(digest)".utf8))
+    /// A client's upload of a digest: one resource, so a cut upload is found again by its digest
+    /// alone. Per client (`Ferry-Client-ID`, when the request names one): two devices of a user
+    /// uploading the same bytes at once each have their own, and neither discards the other's.
+    static func upload(of digest: AttachmentDigest, by caller: Caller, from request: Request) -> UploadID {
+        let client = request.headers[.ferryClientID].flatMap { ProtocolValidation.clientIDProblem($0) == nil ? $0 : nil } ?? ""
+        let hash = SHA256.hash(data: Array("\(caller.userID)\n\(digest)\n\(client)".utf8))
         return UploadID(String(AttachmentDigest(sha256: hash).hex.prefix(32)))!
     }
 

@@ -13,6 +13,8 @@ struct SyncController: Sendable {
     var bodies = BodyBudget(limit: ServerConfiguration.defaultMaxBodyBytesInFlight)
     /// A user's pulls in this process, one at a time (`UserLine`).
     let pulls = UserLine()
+    /// Whether this server keeps attachments (`ServerConfiguration/attachments`).
+    var attachments = true
 
     func health(_ request: Request, context: FerryRequestContext) async throws -> Response {
         try await storage.checkHealth()
@@ -35,7 +37,7 @@ struct SyncController: Sendable {
         let response = try await storage.push(
             caller: Caller(userID: userID, isService: context.isService),
             clientID: pushRequest.clientID,
-            mutations: pushRequest.mutations.map(IncomingMutation.init)
+            mutations: pushRequest.mutations.map { IncomingMutation($0, attachments: attachments) }
         )
         metrics.recordMutations(response.results)
         context.logger.info(

@@ -133,10 +133,20 @@ public struct IncomingMutation: Sendable {
 
     /// Encodes `mutation`'s data once and decides whether it must be `rejected`.
     public init(_ mutation: Mutation) {
+        self.init(mutation, attachments: true)
+    }
+
+    /// As `init(_:)`, on a server that keeps attachments or not. A server that
+    /// keeps no attachments (`attachments` false) rejects a mutation naming any, for good: its
+    /// record could never be read whole.
+    public init(_ mutation: Mutation, attachments: Bool) {
         self.mutation = mutation
         let encoded = mutation.data.flatMap { try? ProtocolValidation.encode($0) }
         self.encodedData = encoded
-        self.rejection = mutation.rejectionReason(encodedDataBytes: encoded?.count)
+        self.rejection =
+            mutation.rejectionReason(encodedDataBytes: encoded?.count)
+            ?? (attachments || (mutation.attachments ?? []).isEmpty
+                ? nil : "this server keeps no attachments (ferry serve --attachments); a record referencing one cannot be stored here")
     }
 }
 

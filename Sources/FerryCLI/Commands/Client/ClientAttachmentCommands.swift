@@ -9,7 +9,7 @@ struct ClientAttachCommand: AsyncParsableCommand {
         commandName: "attach",
         abstract: "Take a file into the store as an attachment and print its digest.",
         discussion: """
-            Write the digest in a record's "photo", "file" or "attachment" field (ferry client add --data \
+            Write the digest in a record's "photo" or "attachment" field (ferry client add --data \
             '{"photo":"sha256:…"}'): the next sync uploads the bytes before the record.
             """
     )

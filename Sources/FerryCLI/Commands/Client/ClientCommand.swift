@@ -28,10 +28,10 @@ struct StoreOptions: ParsableArguments {
     var user: String
 
     /// The generic records table: every entity in one table, data as a JSON document whose
-    /// `photo`, `file` and `attachment` fields hold attachments' digests (`ferry client attach`).
+    /// `photo` and `attachment` fields hold attachments' digests (`ferry client attach`).
     static let records: SyncedTable = {
         var table = SyncedTable.multiEntity(table: "records", naturalKey: "natural_key", layout: .document(column: "data"), space: .column("space"))
-        table.attachments = ["photo", "file", "attachment"]
+        table.attachments = ["photo", "attachment"]
         return table
     }()
 

@@ -1,0 +1,159 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// Brings attachments' bytes from the server into the store's folder (PROTOCOL.md,
+/// "Attachments"): one `Range` of at most a chunk at a time, streamed into a `.part` file of this
+/// download's own as the bytes arrive (a cut keeps every byte that came, and a relaunch claims
+/// it), hashed whole, synced to disk, and only then named as the attachment: a partial file is
+/// never served as whole.
+struct AttachmentDownloader: Sendable {
+    let store: FerryStore
+    let connection: SyncConnection
+    let journal: Journal
+    let status: StatusCenter
+    /// The most bytes one request asks for, so memory holds about this much.
+    let chunkBytes: Int
+
+    private var folder: AttachmentFolder { store.attachmentFolder }
+
+    /// The attachment's file, downloaded first when the store does not hold it.
+    func file(of digest: AttachmentDigest) async throws -> URL {
+        let file = folder.file(digest)
+        if folder.holds(digest) {
+            try await store.database.write { db in try AttachmentTable.touch(digest, db: db) }
+            return file
+        }
+        let size = try await download(digest)
+        try await store.database.write { db in try AttachmentTable.downloaded(digest, size: size, db: db) }
+        await journal.record(
+            JournalEvent(
+                kind: .attachmentDownloaded,
+                message: "attachment \(digest) downloaded (\(size) bytes)",
+                details: [.digest: digest.description, .bytes: "\(size)"]
+            )
+        )
+        return file
+    }
+
+    /// Fetches the attachments of eager tables' rows the store has never held; returns how many.
+    /// Each failure is journaled and waits for the next run: the records are in the store already.
+    func fetchEager() async -> Int {
+        guard let digests = try? await store.database.read({ db in try Self.eagerMissing(store.tables, db: db) }) else { return 0 }
+        var fetched = 0
+        for digest in digests where !Task.isCancelled {
+            do {
+                _ = try await file(of: digest)
+                fetched += 1
+            } catch {
+                await journal.record(
+                    JournalEvent(
+                        kind: .attachmentFailed,
+                        message: "the download of \(digest) failed: \(error)",
+                        details: [.digest: digest.description]
+                    )
+                )
+            }
+        }
+        return fetched
+    }
+
+    /// Downloads the attachment into a `.part` file from where one stands, checks its digest, and
+    /// names it whole; returns its size.
+    private func download(_ digest: AttachmentDigest) async throws -> Int64 {
+        let path = Endpoint.attachments + "/" + digest.description
+        var partial = try folder.claimPartial(digest)
+        var failures = 0
+        var total: Int64?
+        while true {
+            try Task.checkCancellation()
+            // Taken over while this download waited (another process found it idle): a new one.
+            if !FileManager.default.fileExists(atPath: partial.path) { partial = try folder.claimPartial(digest) }
+            let have = folder.size(of: partial)
+            if let total, have >= total { break }
+            do {
+                total = try await receive(digest, path: path, into: partial, from: have)
+                failures = 0
+            } catch let error as FerryError {
+                throw error
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                failures += 1
+                try await connection.pause(afterFailedAttempt: failures, reason: "the download of \(digest) was cut: \(error)")
+            }
+        }
+        let file = partial
+        let found = try await offCooperativeThreads("ferry.attachment.hash") { try AttachmentFolder.digest(of: file, synchronizing: true) }
+        guard found.digest == digest else {
+            try? FileManager.default.removeItem(at: partial)
+            throw FerryError.attachment(
+                "the bytes downloaded for \(digest) hash to \(found.digest); they were dropped, and the next try starts again"
+            )
+        }
+        try folder.place(partial, as: digest)
+        return found.size
+    }
+
+    /// One request of a download: at most a chunk from `have` on, appended as it arrives. Returns
+    /// the attachment's size.
+    private func receive(_ digest: AttachmentDigest, path: String, into partial: URL, from have: Int64) async throws -> Int64 {
+        let request = TransportRequest(method: "GET", path: path, headers: ["Range": "bytes=\(have)-\(have + Int64(chunkBytes) - 1)"])
+        let stream = try await connection.openStream(request)
+        switch stream.status {
+        case 206, 200:
+            // A 200 is the whole attachment: the bytes so far go.
+            if stream.status == 200 { try folder.truncate(partial) }
+            let size = stream.status == 200 ? nil : stream.headers["content-range"]?.split(separator: "/").last.flatMap { Int64($0) }
+            for try await chunk in stream.body {
+                try folder.append(chunk, to: partial)
+                await status.update { $0.attachments.bytesDownloaded += Int64(chunk.count) }
+            }
+            return size ?? folder.size(of: partial)
+        case 416:
+            // Nothing at `have`: the file holds the whole attachment (a crash before it was named), or
+            // the attachment is empty, or the part is longer than it (not its bytes): the size says.
+            let size = stream.headers["content-range"]?.split(separator: "/").last.flatMap { Int64($0) } ?? 0
+            if have > size { try folder.truncate(partial) }
+            return size
+        case 404:
+            throw FerryError.attachment(
+                "the server holds no attachment \(digest) this user may read: a record referencing it may not have reached the server yet"
+            )
+        default:
+            let body = try? await stream.collect()
+            let message = body.flatMap { try? JSONDecoder().decode(ErrorEnvelope.self, from: $0).error.message } ?? "HTTP \(stream.status)"
+            if stream.status >= 500 || stream.status == 429 { throw Retryable(message: message) }
+            throw FerryError.attachment("the download of \(digest) was refused (\(stream.status)): \(message)")
+        }
+    }
+
+    /// A download answered with a status worth trying again (5xx, 429).
+    private struct Retryable: Error, CustomStringConvertible {
+        var message: String
+        var description: String { message }
+    }
+
+    /// The digests eager tables' rows reference that the store has never held (one evicted for
+    /// the cache budget comes back when asked for, not with every run).
+    static func eagerMissing(_ tables: [SyncedTable], db: Database) throws -> [AttachmentDigest] {
+        var digests: Set<AttachmentDigest> = []
+        for table in tables where table.attachmentDownloads == .eager {
+            for column in table.attachments {
+                let value = table.attachmentSQL(column)
+                // Text only: a pulled record may hold anything there.
+                digests.formUnion(
+                    try String.fetchAll(
+                        db,
+                        sql: """
+                            SELECT DISTINCT \(value) FROM \(table.table.quotedDatabaseIdentifier) WHERE typeof(\(value)) = 'text'
+                                AND \(value) NOT IN (SELECT digest FROM ferry_attachments)
+                            """
+                    )
+                    .compactMap(AttachmentDigest.init)
+                )
+            }
+        }
+        return digests.sorted { $0.hex < $1.hex }
+    }
+}

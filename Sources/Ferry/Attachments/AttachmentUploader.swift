@@ -1,0 +1,188 @@
+import FerryProtocol
+import Foundation
+import GRDB
+
+/// Sends attachments' bytes to the server (PROTOCOL.md, "Attachments"), a chunk per request, so
+/// memory holds one chunk and never a whole file. It asks first whether the server holds the
+/// bytes for this user already (`HEAD`), then sends them from the offset the server holds (the
+/// resumable-upload draft, interop version 6); a try after a failure asks that offset again, so
+/// a cut connection costs only the bytes it lost, and a relaunch goes on from there.
+struct AttachmentUploader: Sendable {
+    let store: FerryStore
+    let connection: SyncConnection
+    let journal: Journal
+    let status: StatusCenter
+    /// The bytes of one request's body.
+    let chunkBytes: Int
+
+    private var folder: AttachmentFolder { store.attachmentFolder }
+
+    /// A refusal that no retry changes (the server keeps no attachments, or takes none this
+    /// large): the changes referencing the attachment become dead letters saying why.
+    private struct Refused: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Uploads the attachments waiting for it that a queued change references (its newest
+    /// state), oldest first, calling `afterEach` once one is on the server (the changes it held
+    /// back go then, not behind the others); returns how many reached the server. A refusal the
+    /// next run may not meet again (a lost connection, a full quota) is noted with its error and
+    /// the attachment waits; one that no run changes, a file gone, or a file whose bytes changed,
+    /// makes the changes referencing it dead letters naming their records.
+    func uploadWaiting(afterEach: () async throws -> Void = {}) async throws -> Int {
+        let waiting = try await store.database.read { db in
+            try AttachmentTable.waiting(db).filter { try OutboxTable.newestStateReferences($0.digest.description, db: db) }
+        }
+        guard !waiting.isEmpty else { return 0 }
+        var progress = AttachmentProgress(uploadsWaiting: waiting.count, uploadBytes: waiting.reduce(0) { $0 + $1.size })
+        await status.update { $0.attachments = progress }
+        var uploaded = 0
+        for row in waiting {
+            try Task.checkCancellation()
+            do {
+                guard folder.holds(row.digest) else { throw Refused(description: "its file is gone from the store's folder") }
+                try await upload(row) { bytes in
+                    progress.bytesUploaded += bytes
+                    await status.update { $0.attachments = progress }
+                }
+                try await store.database.write { db in try AttachmentTable.uploaded(row.digest, db: db) }
+                uploaded += 1
+                await journal.record(
+                    JournalEvent(
+                        kind: .attachmentUploaded,
+                        message: "attachment \(row.digest) is on the server (\(row.size) bytes)",
+                        details: [.digest: row.digest.description, .bytes: "\(row.size)"]
+                    )
+                )
+                try await afterEach()
+            } catch let refused as Refused {
+                try await setAside(row.digest, because: refused.description)
+            } catch  where !(error is CancellationError) {
+                // Noted for the queue snapshot; a lost connection ends this run, a refusal waits for the next.
+                try await store.database.write { db in try AttachmentTable.failed(row.digest, error: "\(error)", db: db) }
+                await journal.record(
+                    JournalEvent(
+                        kind: .attachmentFailed,
+                        message: "the upload of \(row.digest) failed: \(error)",
+                        details: [.digest: row.digest.description]
+                    )
+                )
+                guard let error = error as? FerryError, error.code == .attachment else { throw error }
+            }
+            progress.uploadsWaiting -= 1
+            progress.uploadBytes -= row.size
+            await status.update { $0.attachments = progress }
+        }
+        return uploaded
+    }
+
+    /// Sends the attachment's bytes from where the server's upload of them stands.
+    private func upload(_ row: AttachmentTable.Row, sent: (Int64) async -> Void) async throws {
+        let path = Endpoint.attachments + "/" + row.digest.description
+        // Another device of the user's may have uploaded the same bytes: nothing to send.
+        if try await isOnServer(path) { return }
+        var offset = try await heldOffset(path)
+        var acknowledged = offset ?? 0
+        var stalls = 0
+        while true {
+            let response = try await connection.send(try request(row, path: path, from: offset)) {
+                try self.request(row, path: path, from: try await self.heldOffset(path))
+            }
+            let answered = response.integerHeader("Upload-Offset").map(Int64.init)
+            switch response.status {
+            case 201:
+                await sent(row.size - acknowledged)
+                return
+            case 200, 204, 409:
+                // 409: another request of this client works on the upload (a cut one the server
+                // still reads), or it holds another offset: wait a little, then from there.
+                if response.status == 409 {
+                    try await connection.pause(afterFailedAttempt: stalls + 1, reason: "the upload of \(row.digest) is busy")
+                }
+                let held = answered != nil ? answered : try await heldOffset(path)
+                let progressed = (held ?? 0) > acknowledged
+                if progressed { await sent((held ?? 0) - acknowledged) }
+                (offset, acknowledged) = (held, max(acknowledged, held ?? 0))
+                stalls = progressed ? 0 : stalls + 1
+            case 404 where offset == nil:
+                throw Refused(description: "the server refused it: \(SyncConnection.message(in: response))")
+            case 404:
+                // Completed (its answer lost), or discarded after a day untouched: done, or again from the first byte.
+                if try await isOnServer(path) {
+                    await sent(row.size - acknowledged)
+                    return
+                }
+                (offset, stalls) = (nil, stalls + 1)
+            case 413:
+                throw Refused(description: "the server takes no attachment this large: \(SyncConnection.message(in: response))")
+            case 422:
+                // The bytes hash to something else: the file changed on disk since it was attached.
+                if try await offCooperativeThreads("ferry.attachment.hash", { [folder] in try AttachmentFolder.digest(of: folder.file(row.digest)) })
+                    .digest != row.digest
+                {
+                    throw Refused(description: "its file changed on disk after it was attached")
+                }
+                throw FerryError.attachment("the server refused the upload of \(row.digest) (422): \(SyncConnection.message(in: response))")
+            default:
+                throw FerryError.attachment(
+                    "the server refused the upload of \(row.digest) (\(response.status)): \(SyncConnection.message(in: response))"
+                )
+            }
+            if stalls >= 5 {
+                throw FerryError.unreachable("the upload of \(row.digest) made no progress in 5 requests; it goes on at the next run")
+            }
+        }
+    }
+
+    private func isOnServer(_ path: String) async throws -> Bool {
+        try await connection.send(TransportRequest(method: "HEAD", path: path)).status == 200
+    }
+
+    /// The request that sends the attachment's next chunk: the upload's creation from its first
+    /// byte (`offset` nil), else an append at `offset` (at the end, an empty one that completes it).
+    private func request(_ row: AttachmentTable.Row, path: String, from offset: Int64?) throws -> TransportRequest {
+        let start = offset ?? 0
+        let chunk = try folder.read(row.digest, at: start, count: chunkBytes)
+        var headers = ["Upload-Draft-Interop-Version": "6", "Upload-Complete": start + Int64(chunk.count) >= row.size ? "?1" : "?0"]
+        guard let offset else {
+            headers["Upload-Length"] = "\(row.size)"
+            headers["Content-Type"] = "application/octet-stream"
+            return TransportRequest(method: "POST", path: path, headers: headers, body: chunk)
+        }
+        headers["Upload-Offset"] = "\(offset)"
+        headers["Content-Type"] = "application/partial-upload"
+        return TransportRequest(method: "PATCH", path: path + "/upload", headers: headers, body: chunk)
+    }
+
+    /// The bytes the server holds of this client's upload of the attachment at `path` (all of
+    /// them when it completed); `nil`: none.
+    private func heldOffset(_ path: String) async throws -> Int64? {
+        let head = try await connection.send(
+            TransportRequest(method: "HEAD", path: path + "/upload", headers: ["Upload-Draft-Interop-Version": "6"])
+        )
+        return head.status == 204 ? head.integerHeader("Upload-Offset").map(Int64.init) : nil
+    }
+
+    /// An attachment that can never be uploaded: the changes referencing it become dead letters
+    /// naming their records and why, and the store forgets it.
+    private func setAside(_ digest: AttachmentDigest, because why: String) async throws {
+        let count = try await store.database.write { db in
+            try AttachmentTable.forget([digest], db: db)
+            return try OutboxTable.deadLetterReferencing(
+                digest.description,
+                reason: {
+                    "\($0.entity) \($0.entityID) references attachment \(digest), which cannot be uploaded: \(why); "
+                        + "attach the file again (FerryStore.attach(fileAt:)) and write its digest"
+                },
+                db: db
+            )
+        }
+        await journal.record(
+            JournalEvent(
+                kind: .attachmentFailed,
+                message: "attachment \(digest) cannot be uploaded (\(why)): \(count) changes set aside",
+                details: [.digest: digest.description, .deadLettered: "\(count)"]
+            )
+        )
+    }
+}

@@ -1,0 +1,24 @@
+import FerryProtocol
+import Foundation
+
+extension FerryClient {
+    /// The local file of the attachment `digest` (a column's value), downloaded first if the
+    /// store does not hold it: streamed a chunk at a time, resumed from where a cut download
+    /// stopped, and named whole only once its bytes hash to `digest`. The file is the store's:
+    /// read it, do not move or change it; it stays while a row references it, until the cache
+    /// budget (``SyncConfiguration/attachmentCacheBytes``) evicts it after others.
+    ///
+    /// - Throws: ``FerryError/Code/attachment`` for a value that is not a digest, or one the
+    ///   server does not hold for this user; a connection error as a sync does.
+    public func attachment(_ digest: String) async throws -> URL {
+        guard let parsed = AttachmentDigest(digest) else { throw FerryError.attachment(AttachmentDigest.problem(with: digest)) }
+        guard !stopped else { throw Self.stoppedError }
+        // Two asks for one attachment share its download.
+        let download = downloads[parsed] ?? Task { [attachmentDownloader] in try await attachmentDownloader.file(of: parsed) }
+        downloads[parsed] = download
+        defer { downloads[parsed] = nil }
+        let file = try await download.value
+        try await store.evictAttachments(toFit: configuration.attachmentCacheBytes, keeping: parsed)
+        return file
+    }
+}

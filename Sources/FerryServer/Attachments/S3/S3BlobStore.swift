@@ -1,0 +1,222 @@
+import Crypto
+import FerryProtocol
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// Attachments in an S3-compatible object store (`s3://BUCKET?endpoint=URL&region=R`), for
+/// deployments where several server processes or hosts share one PostgreSQL database: every
+/// process reads and writes the same bucket.
+///
+/// - A whole attachment is the object `<prefix>attachments/<hex>`, which appears only once its
+///   bytes hashed to its digest: a single `PUT` for a small one, a multipart upload completed
+///   after the last part for a large one (nothing is readable before).
+/// - An upload in progress is a run of objects `<prefix>uploads/<id>/<offset>`, one per part of at
+///   most `partBytes` that reached this store, so a cut connection keeps every part flushed and
+///   any process goes on from the offset their sizes add up to.
+/// - `GET` streams the bytes through the server (no redirect to a presigned URL): the token
+///   that reads a record is the one that reads its attachments.
+public struct S3BlobStore: BlobStore {
+    let client: S3Client
+    let prefix: String
+    /// The most bytes held in memory per request: one part.
+    let partBytes: Int
+    /// The uploads a request of this process works on now.
+    private let busy = NIOLockedValueBox(Set<UploadID>())
+
+    /// A store in `bucket` at `endpoint`, its keys under `prefix`; checks the bucket answers.
+    public init(
+        endpoint: URL,
+        bucket: String,
+        region: String,
+        accessKey: String,
+        secretKey: String,
+        prefix: String = "",
+        partBytes: Int = 8 * 1024 * 1024
+    ) async throws {
+        client = S3Client(endpoint: endpoint, bucket: bucket, signer: SignatureV4(accessKey: accessKey, secretKey: secretKey, region: region))
+        self.prefix = prefix
+        self.partBytes = max(partBytes, 5 * 1024 * 1024)  // S3's smallest part but the last
+        _ = try await client.send(.HEAD)  // the bucket exists, and the keys open it
+    }
+
+    private func key(of digest: AttachmentDigest) -> String { prefix + "attachments/" + digest.hex }
+    private func folder(of upload: UploadID) -> String { prefix + "uploads/" + upload.value + "/" }
+
+    public func size(of digest: AttachmentDigest) async throws -> Int64? {
+        try await client.size(of: key(of: digest))
+    }
+
+    public func read(_ digest: AttachmentDigest, range: Range<Int64>, chunk: (ByteBuffer) async throws -> Void) async throws {
+        guard !range.isEmpty else { return }
+        let response = try await client.send(.GET, key: key(of: digest), headers: ["range": "bytes=\(range.lowerBound)-\(range.upperBound - 1)"])
+        for try await buffer in response.body { try await chunk(buffer) }
+    }
+
+    /// The parts of an upload in order, up to the first that does not start where the ones
+    /// before end (a part of a write that lost a race).
+    private func parts(of upload: UploadID) async throws -> [(key: String, offset: Int64, size: Int64)] {
+        var parts: [(key: String, offset: Int64, size: Int64)] = []
+        var end: Int64 = 0
+        for object in try await client.list(prefix: folder(of: upload)) {
+            guard let offset = Int64(object.key.dropFirst(folder(of: upload).count)), offset == end else { continue }
+            parts.append((object.key, offset, object.size))
+            end += object.size
+        }
+        return parts
+    }
+
+    public func offset(of upload: UploadID) async throws -> Int64? {
+        let parts = try await parts(of: upload)
+        return parts.isEmpty ? nil : parts.reduce(0) { $0 + $1.size }
+    }
+
+    public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
+    where Chunks.Element == ByteBuffer {
+        guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
+        defer { _ = busy.withLockedValue { $0.remove(upload) } }
+        let held = try await self.offset(of: upload)
+        guard (held ?? 0) == offset else { throw UploadOffsetMismatch(expected: held ?? 0) }
+        var position = offset
+        var pending = ByteBuffer()
+        func flush(always: Bool = false) async throws {
+            guard pending.readableBytes > 0 || always else { return }
+            try await client.put(folder(of: upload) + String(format: "%020lld", position), pending)
+            position += Int64(pending.readableBytes)
+            pending.clear()
+        }
+        do {
+            for try await var buffer in chunks {
+                pending.writeBuffer(&buffer)
+                if pending.readableBytes >= partBytes { try await flush() }
+            }
+        } catch {
+            // A cut connection keeps what arrived.
+            try? await flush()
+            throw error
+        }
+        // An upload begun with nothing has a part of nothing: it exists.
+        try await flush(always: held == nil && position == offset)
+        return position
+    }
+
+    public func complete(_ upload: UploadID, as digest: AttachmentDigest) async throws -> Int64 {
+        guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
+        defer { _ = busy.withLockedValue { $0.remove(upload) } }
+        let parts = try await parts(of: upload)
+        guard !parts.isEmpty else { throw UploadNotFound() }
+        let target = key(of: digest)
+        let writing = try await client.size(of: target) == nil
+        var writer = PartWriter(client: client, key: target, partBytes: partBytes, writing: writing)
+        var hash = SHA256()
+        do {
+            for part in parts where part.size > 0 {
+                for try await buffer in try await client.send(.GET, key: part.key).body {
+                    hash.update(data: buffer.readableBytesView)
+                    try await writer.write(buffer)
+                }
+            }
+            let actual = AttachmentDigest(sha256: hash.finalize())
+            guard actual == digest else {
+                try await writer.abandon()
+                try await discardParts(parts.map(\.key))
+                throw DigestMismatch(expected: digest, actual: actual)
+            }
+            try await writer.finish()
+        } catch let error as DigestMismatch {
+            throw error
+        } catch {
+            try? await writer.abandon()
+            throw error
+        }
+        try await discardParts(parts.map(\.key))
+        return parts.reduce(0) { $0 + $1.size }
+    }
+
+    public func discard(_ upload: UploadID) async throws {
+        guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
+        defer { _ = busy.withLockedValue { $0.remove(upload) } }
+        try await discardParts(try await client.list(prefix: folder(of: upload)).map(\.key))
+    }
+
+    private func discardParts(_ keys: [String]) async throws {
+        for key in keys { try await client.delete(key) }
+    }
+
+    public func purge(_ digest: AttachmentDigest, unless stillWanted: @Sendable () async throws -> Bool) async throws -> Bool {
+        let key = key(of: digest)
+        guard try await client.size(of: key) != nil else { return false }
+        // S3 has no rename: a copy aside, then the original goes, so no request reads it while the database is asked.
+        let aside = prefix + "purging/" + digest.hex + "-" + UUID().uuidString
+        try await client.copy(key, to: aside)
+        try await client.delete(key)
+        let wanted: Bool
+        do {
+            wanted = try await stillWanted()
+        } catch {
+            try? await client.copy(aside, to: key)
+            throw error
+        }
+        if wanted, try await client.size(of: key) == nil { try await client.copy(aside, to: key) }
+        try await client.delete(aside)
+        return !wanted
+    }
+
+    public func discardUploads(untouchedSince cutoff: Date) async throws -> Int {
+        var byUpload: [String: [S3Client.Object]] = [:]
+        for object in try await client.list(prefix: prefix + "uploads/") {
+            let id = object.key.dropFirst((prefix + "uploads/").count).prefix { $0 != "/" }
+            byUpload[String(id), default: []].append(object)
+        }
+        var discarded = 0
+        for (id, objects) in byUpload where objects.allSatisfy({ $0.lastModified < cutoff }) {
+            guard let upload = UploadID(id) else { continue }
+            do {
+                try await discard(upload)
+                discarded += 1
+            } catch is UploadBusy {
+                continue
+            }
+        }
+        return discarded
+    }
+}
+
+/// Writes an attachment's object from its bytes in order: one `PUT` when they fit in a part,
+/// else a multipart upload, completed only by `finish()`.
+private struct PartWriter {
+    let client: S3Client
+    let key: String
+    let partBytes: Int
+    /// `false` when the object exists already (the same bytes): only the hash is wanted.
+    let writing: Bool
+    var pending = ByteBuffer()
+    var multipart: (id: String, etags: [String])?
+
+    init(client: S3Client, key: String, partBytes: Int, writing: Bool) {
+        (self.client, self.key, self.partBytes, self.writing) = (client, key, partBytes, writing)
+    }
+
+    mutating func write(_ buffer: ByteBuffer) async throws {
+        guard writing else { return }
+        var buffer = buffer
+        pending.writeBuffer(&buffer)
+        guard pending.readableBytes >= partBytes else { return }
+        if multipart == nil { multipart = (try await client.createMultipart(key), []) }
+        let etag = try await client.uploadPart(key, id: multipart!.id, number: multipart!.etags.count + 1, pending)
+        multipart!.etags.append(etag)
+        pending.clear()
+    }
+
+    mutating func finish() async throws {
+        guard writing else { return }
+        guard let multipart else { return try await client.put(key, pending) }
+        var etags = multipart.etags
+        if pending.readableBytes > 0 { etags.append(try await client.uploadPart(key, id: multipart.id, number: etags.count + 1, pending)) }
+        try await client.completeMultipart(key, id: multipart.id, parts: etags)
+    }
+
+    func abandon() async throws {
+        if let multipart { try await client.abortMultipart(key, id: multipart.id) }
+    }
+}

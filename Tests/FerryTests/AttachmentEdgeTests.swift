@@ -1,0 +1,152 @@
+import ConcurrencyExtras
+import Ferry
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import GRDB
+import Testing
+
+/// Attachments where the review of issue 41 broke them: lost answers, replaced photos, refusals
+/// no retry changes, two devices or two clients at once, empty files, rows pulled with anything
+/// in an attachment column. Each test failed before its fix.
+@Suite("Attachments at the edges")
+struct AttachmentEdgeTests {
+    typealias Sync = AttachmentSyncTests
+
+    /// The body bytes of every upload request in `events`.
+    static func attachmentBodies(_ events: [JournalEvent]) -> Int {
+        var total = 0
+        for event in events where (event[.path] ?? "").hasPrefix("/v1/attachments") && ["POST", "PATCH"].contains(event[.method] ?? "") {
+            total += event[.bytes].flatMap { Int($0) } ?? 0
+        }
+        return total
+    }
+
+    @Test("an upload whose completing answer is lost is found done, and nothing is sent again")
+    func lostCompletion() async throws {
+        try await TestServer.run { server in
+            let lost = LockIsolated(false)
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                let response = try await next(request)
+                if response.status == 201, !lost.value {
+                    lost.setValue(true)
+                    throw URLError(.networkConnectionLost)
+                }
+                return response
+            }
+            let store = try Sync.openStore()
+            let client = ClientFixture.client(store: store, server: server, transport: transport, configuration: Sync.configuration())
+            let digest = try await store.attach(fileAt: try Sync.photo(1_000_000, seed: 11).url)
+            try await Sync.insertJob("j1", photo: digest, in: store)
+            try await client.sync()
+            #expect(lost.value)
+            #expect(Self.attachmentBodies(try await client.journal.events()) <= 1_000_000, "no byte sent twice")
+            #expect(try await Sync.head(digest, server: server) == 200)
+        }
+    }
+
+    @Test("a record whose photo was replaced goes with its new photo; the old one is never sent; one the server refuses for good is a dead letter")
+    func replacedAndRefused() async throws {
+        try await TestServer.run { server in
+            let refusedDigest = LockIsolated("")
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                if request.method == "POST", !refusedDigest.value.isEmpty, request.path.contains(refusedDigest.value) {
+                    return TransportResponse(
+                        status: 413,
+                        headers: [:],
+                        body: Data(#"{"error":{"code":"attachment_too_large","message":"too large"}}"#.utf8)
+                    )
+                }
+                return try await next(request)
+            }
+            let store = try Sync.openStore()
+            let client = ClientFixture.client(store: store, server: server, transport: transport, configuration: Sync.configuration())
+            let old = try await store.attach(fileAt: try Sync.photo(300_000, seed: 12).url)
+            let new = try await store.attach(fileAt: try Sync.photo(200_000, seed: 13).url)
+            let huge = try await store.attach(fileAt: try Sync.photo(100_000, seed: 14).url)
+            refusedDigest.setValue(huge)
+            try await Sync.insertJob("j1", photo: old, in: store)
+            try await store.database.write { db in try db.execute(sql: "UPDATE jobs SET photo = ? WHERE id = 'j1'", arguments: [new]) }
+            try await Sync.insertJob("j2", photo: huge, in: store)
+            try await client.sync()
+            let records = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(records["jobs/j1"]?.data?["photo"] == .string(new))
+            #expect(
+                !(try await client.journal.events()).contains { $0[.path]?.contains(old) == true && $0[.method] == "POST" },
+                "the replaced photo is never sent"
+            )
+            let dead = try await client.deadLetters()
+            #expect(dead.map(\.entityID) == ["j2"] && dead.first?.reason.contains("cannot be uploaded") == true, "\(dead)")
+            #expect(await client.status.pending == 0)
+        }
+    }
+
+    @Test("two devices of one user upload the same bytes at once: both finish, neither undoes the other")
+    func twoDevicesSameBytes() async throws {
+        try await TestServer.run { server in
+            let (url, _) = try Sync.photo(3_000_000, seed: 15)
+            var clients: [FerryClient] = []
+            for _ in 0..<2 {
+                let store = try Sync.openStore()
+                let digest = try await store.attach(fileAt: url)
+                try await Sync.insertJob("j-\(clients.count)", photo: digest, in: store)
+                clients.append(ClientFixture.client(store: store, server: server, configuration: Sync.configuration()))
+            }
+            try await withThrowingTaskGroup(of: SyncReport.self) { group in
+                for client in clients { group.addTask { try await client.sync() } }
+                for try await report in group { #expect(report.upload.acknowledged == 1) }
+            }
+            let records = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(records.keys.filter { $0.hasPrefix("jobs/") }.count == 2)
+        }
+    }
+
+    @Test("downloads come a chunk per request; an empty attachment, one no row references, and two clients asking at once all arrive")
+    func downloads() async throws {
+        try await TestServer.run { server in
+            let field = try Sync.openStore()
+            let worker = ClientFixture.client(store: field, server: server, configuration: Sync.configuration())
+            let (url, bytes) = try Sync.photo(1_100_000, seed: 16)
+            let photo = try await field.attach(fileAt: url)
+            let emptyURL = TestDirectory.make("empty").appendingPathComponent("empty.bin")
+            try Data().write(to: emptyURL)
+            let empty = try await field.attach(fileAt: emptyURL)
+            try await Sync.insertJob("j1", photo: photo, in: field)
+            try await Sync.insertJob("j2", photo: empty, in: field)
+            try await worker.sync()
+
+            // A store that has not pulled: no row references the photo, and it still arrives and stays.
+            let path = ClientFixture.storePath()
+            let office = try Sync.openStore(at: path)
+            let first = ClientFixture.client(store: office, server: server, configuration: Sync.configuration())
+            let second = ClientFixture.client(store: office, server: server, configuration: Sync.configuration())
+            async let a = first.attachment(photo)
+            async let b = second.attachment(photo)
+            let (fileA, fileB) = try await (a, b)
+            #expect(try Data(contentsOf: fileA) == bytes && fileA == fileB)
+            let gets = try await first.journal.events().filter { $0[.method] == "GET" && $0[.path]?.hasPrefix("/v1/attachments") == true }
+            #expect(gets.count >= 5, "1.1 MB in ranges of 256 KiB: \(gets.count) requests")
+            #expect(try Data(contentsOf: try await first.attachment(empty)).isEmpty)
+        }
+    }
+
+    @Test("a row pulled with something else in an attachment column stays editable; only a new value there is checked")
+    func pulledRowsStayEditable() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "web",
+                    mutations: [.upsert(id: 1, entity: "jobs", entityID: "j1", data: ["title": .string("old"), "photo": .string("report.pdf")])]
+                ),
+                token: token
+            )
+            let store = try Sync.openStore()
+            try await ClientFixture.client(store: store, server: server).sync()
+            try await store.database.write { db in try db.execute(sql: "UPDATE jobs SET title = 'edited' WHERE id = 'j1'") }
+            await #expect(throws: DatabaseError.self) {
+                try await store.database.write { db in try db.execute(sql: "UPDATE jobs SET photo = 'other.pdf' WHERE id = 'j1'") }
+            }
+        }
+    }
+}
