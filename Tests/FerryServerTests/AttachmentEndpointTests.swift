@@ -27,9 +27,13 @@ struct AttachmentEndpointTests {
         try await server.perform(method, path, headers: [("Authorization", "Bearer \(token)")] + headers, body: body.map { Data($0) })
     }
 
-    @Test("an upload in one request is readable by its uploader, whole and by range, and by nobody else", arguments: StorageBackend.allCases)
-    func wholeUpload(backend: StorageBackend) async throws {
-        try await TestServer.run(backend: backend) { server in
+    @Test(
+        "an upload in one request is readable by its uploader, whole and by range, and by nobody else",
+        arguments: StorageBackend.allCases,
+        BlobBackend.allCases
+    )
+    func wholeUpload(backend: StorageBackend, blobs: BlobBackend) async throws {
+        try await TestServer.run(backend: backend, blobs: blobs) { server in
             let (alice, bob) = (try await TestServer.token(for: "alice"), try await TestServer.token(for: "bob"))
             let bytes = Self.photo(300_000)
             let path = "/v1/attachments/\(Self.digest(bytes))"
@@ -63,10 +67,11 @@ struct AttachmentEndpointTests {
 
     @Test(
         "a cut upload goes on from the offset the server holds (interop versions 6 and 3); a wrong offset is refused with the right one",
-        arguments: StorageBackend.allCases
+        arguments: StorageBackend.allCases,
+        BlobBackend.allCases
     )
-    func resumedUpload(backend: StorageBackend) async throws {
-        try await TestServer.run(backend: backend) { server in
+    func resumedUpload(backend: StorageBackend, blobs: BlobBackend) async throws {
+        try await TestServer.run(backend: backend, blobs: blobs) { server in
             let alice = try await TestServer.token(for: "alice")
             for (version, partial, last) in [
                 ("6", ("Upload-Complete", "?0"), ("Upload-Complete", "?1")), ("3", ("Upload-Incomplete", "?1"), ("Upload-Incomplete", "?0")),
@@ -105,10 +110,11 @@ struct AttachmentEndpointTests {
 
     @Test(
         "bytes that do not hash to the digest, a malformed digest, a size past the limit and an unknown interop version are refused, and nothing is kept",
-        arguments: StorageBackend.allCases
+        arguments: StorageBackend.allCases,
+        BlobBackend.allCases
     )
-    func refusals(backend: StorageBackend) async throws {
-        try await TestServer.run(backend: backend) { server in
+    func refusals(backend: StorageBackend, blobs: BlobBackend) async throws {
+        try await TestServer.run(backend: backend, blobs: blobs) { server in
             let alice = try await TestServer.token(for: "alice")
             let claimed = Self.digest(Self.photo(10))
             let path = "/v1/attachments/\(claimed)"

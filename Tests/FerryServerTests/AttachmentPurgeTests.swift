@@ -11,7 +11,7 @@ import Testing
 /// uploads stay within the quota.
 @Suite("Attachment purge and quota")
 struct AttachmentPurgeTests {
-    static func store(_ bytes: [UInt8], by user: String, storage: any SyncStorage, blobs: FileBlobStore) async throws -> AttachmentDigest {
+    static func store(_ bytes: [UInt8], by user: String, storage: any SyncStorage, blobs: any BlobStore) async throws -> AttachmentDigest {
         let digest = AttachmentEndpointTests.digest(bytes)
         let upload = UploadID()
         _ = try await blobs.append(FileBlobStoreTests.chunks(bytes), to: upload, at: 0)
@@ -22,12 +22,13 @@ struct AttachmentPurgeTests {
 
     @Test(
         "the sweep purges what no record references a day after its upload, keeps what one does, and what a tombstone did until it is purged",
-        arguments: StorageBackend.allCases
+        arguments: StorageBackend.allCases,
+        BlobBackend.allCases
     )
-    func purge(backend: StorageBackend) async throws {
+    func purge(backend: StorageBackend, blobs kind: BlobBackend) async throws {
         let database = try await TestDatabase.make(backend)
         let storage = try await database.open()
-        let blobs = try await FileBlobStore(folder: TestDirectory.make("purge").path)
+        let blobs = try await kind.make()
         let janitor = AttachmentJanitor(storage: storage, blobs: blobs, logger: Logger(label: "test"))
         let alice = Caller(userID: "alice", isService: false)
         let loose = try await Self.store(AttachmentEndpointTests.photo(1000, seed: 1), by: "alice", storage: storage, blobs: blobs)
@@ -57,9 +58,9 @@ struct AttachmentPurgeTests {
         try await storage.close()
     }
 
-    @Test("bytes an upload wants again while they are purged stay")
-    func purgeRace() async throws {
-        let blobs = try await FileBlobStore(folder: TestDirectory.make("purge-race").path)
+    @Test("bytes an upload wants again while they are purged stay", arguments: BlobBackend.allCases)
+    func purgeRace(blobs kind: BlobBackend) async throws {
+        let blobs = try await kind.make()
         let bytes = AttachmentEndpointTests.photo(5000, seed: 3)
         let digest = AttachmentEndpointTests.digest(bytes)
         let upload = UploadID()
@@ -74,10 +75,11 @@ struct AttachmentPurgeTests {
 
     @Test(
         "an upload past the user's quota is refused 507 with their use, before its body when announced, and nothing is kept",
-        arguments: StorageBackend.allCases
+        arguments: StorageBackend.allCases,
+        BlobBackend.allCases
     )
-    func quota(backend: StorageBackend) async throws {
-        try await TestServer.run(backend: backend, attachmentQuota: 250_000) { server in
+    func quota(backend: StorageBackend, blobs: BlobBackend) async throws {
+        try await TestServer.run(backend: backend, attachmentQuota: 250_000, blobs: blobs) { server in
             let alice = try await TestServer.token(for: "alice")
             let first = AttachmentEndpointTests.photo(200_000, seed: 4)
             let path = { (bytes: [UInt8]) in "/v1/attachments/\(AttachmentEndpointTests.digest(bytes))" }

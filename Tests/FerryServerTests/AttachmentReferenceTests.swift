@@ -28,10 +28,11 @@ struct AttachmentReferenceTests {
 
     @Test(
         "a record's attachment is readable by its space's members, by nobody else, and by them only while the record lives",
-        arguments: StorageBackend.allCases
+        arguments: StorageBackend.allCases,
+        BlobBackend.allCases
     )
-    func readableThroughRecords(backend: StorageBackend) async throws {
-        try await TestServer.run(backend: backend) { server in
+    func readableThroughRecords(backend: StorageBackend, blobs: BlobBackend) async throws {
+        try await TestServer.run(backend: backend, blobs: blobs) { server in
             try await server.makeSpace("crew", admin: "alice", members: ["bob": .write, "dave": .read])
             let (alice, bob, carol, dave) = (
                 try await TestServer.token(for: "alice"), try await TestServer.token(for: "bob"), try await TestServer.token(for: "carol"),
@@ -67,10 +68,11 @@ struct AttachmentReferenceTests {
 
     @Test(
         "a mutation referencing an attachment the caller may not read is rejected attachment_missing, and applied once it is uploaded",
-        arguments: StorageBackend.allCases
+        arguments: StorageBackend.allCases,
+        BlobBackend.allCases
     )
-    func missingAttachment(backend: StorageBackend) async throws {
-        try await TestServer.run(backend: backend) { server in
+    func missingAttachment(backend: StorageBackend, blobs: BlobBackend) async throws {
+        try await TestServer.run(backend: backend, blobs: blobs) { server in
             try await server.makeSpace("crew", admin: "alice", members: ["bob": .write])
             let (alice, bob) = (try await TestServer.token(for: "alice"), try await TestServer.token(for: "bob"))
             let bytes = AttachmentEndpointTests.photo(10_000, seed: 7)
@@ -102,9 +104,13 @@ struct AttachmentReferenceTests {
         }
     }
 
-    @Test("attachments that are not digests, too many, or on a delete are rejected with the reason", arguments: StorageBackend.allCases)
-    func malformedReferences(backend: StorageBackend) async throws {
-        try await TestServer.run(backend: backend) { server in
+    @Test(
+        "attachments that are not digests, too many, or on a delete are rejected with the reason",
+        arguments: StorageBackend.allCases,
+        BlobBackend.allCases
+    )
+    func malformedReferences(backend: StorageBackend, blobs: BlobBackend) async throws {
+        try await TestServer.run(backend: backend, blobs: blobs) { server in
             let alice = try await TestServer.token(for: "alice")
             var notDigest = Self.job(1, "j1", photo: nil, space: nil)
             notDigest.attachments = ["sha256:ABC"]

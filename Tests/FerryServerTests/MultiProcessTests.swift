@@ -420,4 +420,50 @@ struct MultiProcessTests {
             )
         }
     }
+
+    @Test(
+        "two processes on one PostgreSQL database and one S3 bucket: an upload begun on one goes on and completes on the other, and every process serves it"
+    )
+    func attachmentsAcrossProcesses() async throws {
+        let directory = TestDirectory.make("multi-process-attachments")
+        let database = try await TestDatabase.make(.postgres)
+        let (processes, servers) = try await Self.serve(2, on: database, options: ["--attachments", try BlobBackend.s3.url()], in: directory)
+        defer { for process in processes { process.process.terminate() } }
+        let (alice, bob) = (try await TestServer.token(for: "alice"), try await TestServer.token(for: "bob"))
+        let bytes = AttachmentEndpointTests.photo(3_000_000, seed: 21)
+        let digest = AttachmentEndpointTests.digest(bytes)
+        let path = "/v1/attachments/\(digest)"
+        let draft = [("Authorization", "Bearer \(alice)"), ("Ferry-Client-ID", "phone"), ("Upload-Draft-Interop-Version", "6")]
+        let first = try await servers[0].perform(
+            .POST,
+            path,
+            headers: draft + [("Upload-Complete", "?0"), ("Upload-Length", "3000000")],
+            body: Data(bytes[..<1_200_000])
+        )
+        #expect(first.status == 204 && first.headers.first(name: "Upload-Offset") == "1200000", "\(first.status) \(first.errorMessage ?? "")")
+        let held = try await servers[1].perform(.HEAD, path + "/upload", headers: draft, body: nil)
+        #expect(held.headers.first(name: "Upload-Offset") == "1200000", "the other process finds the upload where the first left it")
+        let rest = try await servers[1].perform(
+            .PATCH,
+            path + "/upload",
+            headers: draft + [("Upload-Offset", "1200000"), ("Upload-Complete", "?1")],
+            body: Data(bytes[1_200_000...])
+        )
+        #expect(rest.status == 201, "\(rest.status) \(rest.errorMessage ?? "")")
+        try await servers[0].makeSpace("crew", admin: "alice", members: ["bob": .read])
+        let job = Mutation(
+            id: 1,
+            entity: "jobs",
+            entityID: "j1",
+            op: .upsert,
+            data: ["photo": .string(digest.description)],
+            space: "crew",
+            attachments: [digest.description]
+        )
+        #expect(try await servers[1].pushOK(PushRequest(clientID: "phone", mutations: [job]), token: alice).results[0].status == .applied)
+        for server in servers {
+            let read = try await server.perform(.GET, path, headers: [("Authorization", "Bearer \(bob)")], body: nil)
+            #expect(read.status == 200 && Array(read.body) == bytes)
+        }
+    }
 }

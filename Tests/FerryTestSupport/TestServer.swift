@@ -51,6 +51,7 @@ public struct TestServer: HTTPServerEndpoint {
         idleTimeout: Duration = .seconds(30),
         live: LiveChanges.Configuration = LiveChanges.Configuration(),
         attachmentQuota: Int64? = nil,
+        blobs: BlobBackend = .file,
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
         let database = if let database { database } else { try await TestDatabase.make(backend) }
@@ -65,7 +66,8 @@ public struct TestServer: HTTPServerEndpoint {
             logger: logger,
             idleTimeout: idleTimeout,
             live: live,
-            attachmentQuota: attachmentQuota
+            attachmentQuota: attachmentQuota,
+            attachments: try await blobs.make()
         ) { server in
             try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage))
         }

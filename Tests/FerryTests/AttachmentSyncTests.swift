@@ -53,9 +53,9 @@ struct AttachmentSyncTests {
         try await server.send(.HEAD, "/v1/attachments/\(digest)", token: try await TestServer.token(for: user)).status
     }
 
-    @Test("a photo goes up before its record, and another device downloads it only when asked, byte for byte")
-    func photoRoundTrip() async throws {
-        try await TestServer.run { server in
+    @Test("a photo goes up before its record, and another device downloads it only when asked, byte for byte", arguments: BlobBackend.allCases)
+    func photoRoundTrip(blobs: BlobBackend) async throws {
+        try await TestServer.run(blobs: blobs) { server in
             let field = try Self.openStore()
             let worker = ClientFixture.client(store: field, server: server, configuration: Self.configuration())
             let (url, bytes) = try Self.photo(1_500_000)
@@ -125,9 +125,12 @@ struct AttachmentSyncTests {
         }
     }
 
-    @Test("a connection cut in every upload request and in downloads: each goes on from the bytes the other side holds")
-    func cutConnectionsResume() async throws {
-        try await TestServer.run { server in
+    @Test(
+        "a connection cut in every upload request and in downloads: each goes on from the bytes the other side holds",
+        arguments: BlobBackend.allCases
+    )
+    func cutConnectionsResume(blobs: BlobBackend) async throws {
+        try await TestServer.run(blobs: blobs) { server in
             let size = 2_000_000
             let sent = LockIsolated(0)
             let cuts = LockIsolated(0)

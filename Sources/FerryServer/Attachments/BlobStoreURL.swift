@@ -4,8 +4,11 @@ import Foundation
 /// "Attachments"): `file:FOLDER`, `s3://BUCKET?endpoint=URL&region=R` (keys from the
 /// environment's `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`), or `off`.
 public enum BlobStoreURL: Sendable, Equatable {
+    /// A folder on this machine (`FileBlobStore`).
     case file(folder: String)
+    /// A bucket of an S3-compatible store at `endpoint`, its keys under `prefix` (`S3BlobStore`).
     case s3(bucket: String, endpoint: URL, region: String, prefix: String)
+    /// No attachments: the endpoints answer `404`.
     case off
 
     /// Reads `text`; what is wrong with it is thrown as a message saying what to write.
@@ -62,7 +65,9 @@ public enum BlobStoreURL: Sendable, Equatable {
 
 /// Why an attachment store's URL cannot be used, written for the operator.
 public struct BlobStoreURLProblem: Error, Sendable, CustomStringConvertible {
+    /// What is wrong, and what to write instead.
     public var message: String
     init(_ message: String) { self.message = message }
+    /// The message.
     public var description: String { message }
 }

@@ -43,10 +43,12 @@ public struct S3BlobStore: BlobStore {
     private func key(of digest: AttachmentDigest) -> String { prefix + "attachments/" + digest.hex }
     private func folder(of upload: UploadID) -> String { prefix + "uploads/" + upload.value + "/" }
 
+    /// The attachment's size (a `HEAD` of its object), or `nil` when the bucket does not hold it.
     public func size(of digest: AttachmentDigest) async throws -> Int64? {
         try await client.size(of: key(of: digest))
     }
 
+    /// Streams `range` of the attachment's object (one ranged `GET`) to `chunk`.
     public func read(_ digest: AttachmentDigest, range: Range<Int64>, chunk: (ByteBuffer) async throws -> Void) async throws {
         guard !range.isEmpty else { return }
         let response = try await client.send(.GET, key: key(of: digest), headers: ["range": "bytes=\(range.lowerBound)-\(range.upperBound - 1)"])
@@ -66,11 +68,14 @@ public struct S3BlobStore: BlobStore {
         return parts
     }
 
+    /// What the upload's parts hold, end to end; `nil` when it has none.
     public func offset(of upload: UploadID) async throws -> Int64? {
         let parts = try await parts(of: upload)
         return parts.isEmpty ? nil : parts.reduce(0) { $0 + $1.size }
     }
 
+    /// Writes `chunks` as parts of at most `partBytes` from `offset`, each flushed as it fills; a
+    /// cut keeps the parts written and the one in memory.
     public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
     where Chunks.Element == ByteBuffer {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
@@ -100,6 +105,8 @@ public struct S3BlobStore: BlobStore {
         return position
     }
 
+    /// Reads the parts back in order, hashing them and writing the attachment's object as they
+    /// pass; the object is completed (or put) only if the hash is `digest`'s. The parts then go.
     public func complete(_ upload: UploadID, as digest: AttachmentDigest) async throws -> Int64 {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
@@ -133,6 +140,7 @@ public struct S3BlobStore: BlobStore {
         return parts.reduce(0) { $0 + $1.size }
     }
 
+    /// Deletes the upload's parts.
     public func discard(_ upload: UploadID) async throws {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
@@ -143,6 +151,8 @@ public struct S3BlobStore: BlobStore {
         for key in keys { try await client.delete(key) }
     }
 
+    /// Deletes the attachment's object unless `stillWanted` (``BlobStore/purge(_:unless:)``): it is
+    /// copied aside and deleted first, and copied back if wanted after all.
     public func purge(_ digest: AttachmentDigest, unless stillWanted: @Sendable () async throws -> Bool) async throws -> Bool {
         let key = key(of: digest)
         guard try await client.size(of: key) != nil else { return false }
@@ -162,6 +172,8 @@ public struct S3BlobStore: BlobStore {
         return !wanted
     }
 
+    /// Deletes the uploads whose every part was written before `cutoff`, but those a request of
+    /// this process works on now.
     public func discardUploads(untouchedSince cutoff: Date) async throws -> Int {
         var byUpload: [String: [S3Client.Object]] = [:]
         for object in try await client.list(prefix: prefix + "uploads/") {
