@@ -22,7 +22,7 @@ struct BenchCommand: AsyncParsableCommand {
 
     /// The benchmarks, by name.
     enum Benchmark: String, CaseIterable {
-        case capture, drain, merge, sync, pull, relaunch, naive, launch, load, fairness, spaces, live
+        case capture, drain, merge, sync, pull, relaunch, naive, launch, load, fairness, spaces, live, attachments
     }
 
     /// `--only`: benchmark names, comma-separated; a name it does not know is refused by
@@ -61,6 +61,13 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "load: concurrent clients, five devices to a user, each pushing a batch of 50 then pulling.") var clients = 50
     @Option(help: "load: requests in all.") var requests = 20_000
     @Option(help: "load: spaces the clients share (every user a writer of each); 0: personal records only.") var spaces = 0
+    @Option(help: "attachments: the large file's size in MB (1 to 10240).") var attachmentMB = 1024
+    @Option(help: "attachments: photos of 2 MB sent at once.") var photos = 500
+    @Option(
+        help:
+            "attachments: also through a server keeping them here (s3://BUCKET?endpoint=URL&region=R, keys from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)."
+    )
+    var attachments: String?
     @Option(help: "Run only these benchmarks, comma-separated.") var only: Selection?
     @Flag(help: "Print one JSON object instead of the table.") var json = false
 
@@ -78,6 +85,13 @@ struct BenchCommand: AsyncParsableCommand {
         guard (1...1000).contains(clients) else { throw ValidationError("--clients must be from 1 to 1000, got \(clients)") }
         guard (1...10_000_000).contains(requests) else { throw ValidationError("--requests must be from 1 to 10000000, got \(requests)") }
         guard (0...1000).contains(spaces) else { throw ValidationError("--spaces must be from 0 to 1000, got \(spaces)") }
+        guard (1...10_240).contains(attachmentMB) else { throw ValidationError("--attachment-mb must be from 1 to 10240, got \(attachmentMB)") }
+        guard (1...10_000).contains(photos) else { throw ValidationError("--photos must be from 1 to 10000, got \(photos)") }
+        if let attachments {
+            guard case .s3 = try? BlobStoreURL(parsing: attachments) else {
+                throw ValidationError("--attachments takes an s3://BUCKET?endpoint=URL&region=R URL (the folder store is always measured)")
+            }
+        }
         _ = try postgres()
     }
 
@@ -167,6 +181,14 @@ struct BenchCommand: AsyncParsableCommand {
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             let target = postgres.map(DatabaseURL.postgres) ?? .sqlite(path: root.appendingPathComponent("live.sqlite").path)
             let report = try await LiveBench(database: target).run(in: root)
+            if !json { for line in report { printNow(line) } }
+        }
+        if wanted.contains("attachments") {
+            var bench = AttachmentBench(transport: benchmarks.transport)
+            bench.bytes = Int64(attachmentMB) * 1_000_000
+            bench.photos = photos
+            bench.stores = attachments.map { [$0] } ?? []
+            let report = try await bench.run(in: root.appendingPathComponent("attachments"))
             if !json { for line in report { printNow(line) } }
         }
         if json { printNow(String(decoding: try ProtocolValidation.encode(document(results, load: load)), as: UTF8.self)) }
