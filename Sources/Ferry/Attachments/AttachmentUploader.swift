@@ -83,7 +83,7 @@ struct AttachmentUploader: Sendable {
         if try await isOnServer(path) { return }
         var offset = try await heldOffset(path)
         var acknowledged = offset ?? 0
-        var stalls = 0
+        var (stalls, refusedCreations) = (0, 0)
         while true {
             let response = try await connection.send(try request(row, path: path, from: offset)) {
                 try self.request(row, path: path, from: try await self.heldOffset(path))
@@ -104,15 +104,20 @@ struct AttachmentUploader: Sendable {
                 if progressed { await sent((held ?? 0) - acknowledged) }
                 (offset, acknowledged) = (held, max(acknowledged, held ?? 0))
                 stalls = progressed ? 0 : stalls + 1
-            case 404 where offset == nil:
-                throw Refused(description: "the server refused it: \(SyncConnection.message(in: response))")
             case 404:
-                // Completed (its answer lost), or discarded after a day untouched: done, or again from the first byte.
+                // Completed (its answer lost): done. Discarded after a day untouched: again from the
+                // first byte. A creation refused twice in a row: a server that keeps no attachments.
                 if try await isOnServer(path) {
                     await sent(row.size - acknowledged)
                     return
                 }
-                (offset, stalls) = (nil, stalls + 1)
+                if let held = try await heldOffset(path) {
+                    (offset, stalls) = (held, stalls + 1)
+                } else {
+                    refusedCreations += 1
+                    if refusedCreations >= 2 { throw Refused(description: "the server refused it: \(SyncConnection.message(in: response))") }
+                    (offset, stalls) = (nil, stalls + 1)
+                }
             case 413:
                 throw Refused(description: "the server takes no attachment this large: \(SyncConnection.message(in: response))")
             case 422:

@@ -49,11 +49,17 @@ enum ChangeCapture {
     private static func installDigestChecks(for table: SyncedTable, in db: Database) throws {
         guard !table.attachments.isEmpty else { return }
         let digest = "sha256:" + String(repeating: "[0-9a-f]", count: 64)
-        // On an update, only a value that changes: a row pulled with anything there stays editable.
+        // Only a value that changes: a row pulled with anything there stays editable, by an update
+        // or by an upsert (whose insert trigger runs first: the row it would replace is looked up).
+        let key = [table.entityColumn, table.primaryKey].compactMap { $0?.quotedDatabaseIdentifier }
+        let existing =
+            "FROM \(table.table.quotedDatabaseIdentifier) AS EXISTING WHERE " + key.map { "EXISTING.\($0) IS NEW.\($0)" }.joined(separator: " AND ")
         func checks(changedOnly: Bool) -> String {
             table.attachments.map { column -> String in
                 let value = table.attachmentSQL(column, row: "NEW")
-                let changed = changedOnly ? " AND \(value) IS NOT \(table.attachmentSQL(column, row: "OLD"))" : ""
+                let before =
+                    changedOnly ? table.attachmentSQL(column, row: "OLD") : "(SELECT \(table.attachmentSQL(column, row: "EXISTING")) \(existing))"
+                let changed = " AND \(value) IS NOT \(before)"
                 let message: String =
                     "ferry: \(column) of \(table.table) holds attachment digests (sha256: and 64 lowercase hex digits) or NULL; "
                     + "write the digest FerryStore.attach(fileAt:) returned"

@@ -43,7 +43,12 @@ struct AttachmentJanitor: Service {
             var purged = 0
             for digest in try await storage.expireAttachmentUploads(before: Int64((cutoff.timeIntervalSince1970 * 1000).rounded(.down))) {
                 let storage = self.storage
-                if try await blobs.purge(digest, unless: { try await storage.wantsAttachment(digest) }) { purged += 1 }
+                // One failure does not stop the others (its bytes stay: a leak, never a loss).
+                do {
+                    if try await blobs.purge(digest, unless: { try await storage.wantsAttachment(digest) }) { purged += 1 }
+                } catch {
+                    logger.error("purging an attachment failed; its bytes stay", metadata: ["digest": "\(digest)", "error": "\(error)"])
+                }
             }
             metrics.recordPurgedAttachments(purged)
             if purged > 0 { logger.info("purged unreferenced attachments", metadata: ["attachments": "\(purged)"]) }

@@ -147,8 +147,10 @@ public struct S3BlobStore: BlobStore {
         try await discardParts(try await client.list(prefix: folder(of: upload)).map(\.key))
     }
 
+    /// Deletes parts from the last: a process stopped midway leaves a run from the first part, which
+    /// an upload goes on from, never parts past a gap that nothing reaches.
     private func discardParts(_ keys: [String]) async throws {
-        for key in keys { try await client.delete(key) }
+        for key in keys.reversed() { try await client.delete(key) }
     }
 
     /// Deletes the attachment's object unless `stillWanted` (``BlobStore/purge(_:unless:)``): it is

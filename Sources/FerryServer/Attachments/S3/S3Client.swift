@@ -12,8 +12,18 @@ struct S3Client: Sendable {
     let endpoint: URL
     let bucket: String
     let signer: SignatureV4
-    var http: HTTPClient = .shared
+    var http: HTTPClient = Self.pooled
     var timeout: TimeAmount = .seconds(300)
+
+    /// The store's own client, for the life of the process: a pool of 256 connections to the
+    /// store, not the shared client's 8, so slow readers of a few attachments (a connection each
+    /// until their range is read) never hold up every other request.
+    static let pooled: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 256
+        configuration.timeout.connect = .seconds(10)
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }()
 
     /// An object as a listing names it.
     struct Object: Sendable {
@@ -71,10 +81,12 @@ struct S3Client: Sendable {
         let status = Int(response.status.code)
         guard (200..<300).contains(status) || accepting.contains(status) else {
             let text = method == .HEAD ? "" : String(buffer: try await response.body.collect(upTo: 64 * 1024))
+            // A HEAD answers without a body: say what its status means.
+            let plain = [403: "the keys are refused (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)", 404: "no such bucket or object"][status] ?? text
             throw Failure(
                 status: status,
                 code: Self.values(of: "Code", in: text).first ?? "\(status)",
-                message: Self.values(of: "Message", in: text).first ?? text
+                message: Self.values(of: "Message", in: text).first ?? plain
             )
         }
         return response
