@@ -85,11 +85,6 @@ enum AttachmentTable {
         try db.execute(sql: "UPDATE ferry_attachments SET used_at = \(nowSQL) WHERE digest = ?", arguments: [digest.description])
     }
 
-    /// Whether the store holds the attachment's whole file, by its row.
-    static func isStored(_ digest: AttachmentDigest, db: Database) throws -> Bool {
-        try Bool.fetchOne(db, sql: "SELECT stored FROM ferry_attachments WHERE digest = ?", arguments: [digest.description]) ?? false
-    }
-
     /// The attachments waiting for upload, oldest use first.
     static func waiting(_ db: Database) throws -> [Row] {
         try fetch(where: "upload = 1", db: db)
