@@ -139,11 +139,24 @@ def _not_its_digest(case):
 
 
 def _past_attachment_limit(case):
-    # The server's largest attachment (--max-attachment-bytes, 5 GiB by default) is its own setting.
+    # The server's largest attachment (--max-attachment-bytes, 5 GiB by default) is its own
+    # setting: an announced length, or an append's offset, past it.
     headers = {k.lower(): v for k, v in (case.headers or {}).items()}
     try:
-        return int(headers.get("upload-length", 0)) > 5 * 1024**3
+        limit = 5 * 1024**3
+        return int(headers.get("upload-length", 0)) > limit or int(headers.get("upload-offset", 0)) > limit
     except (TypeError, ValueError):
+        return False
+
+
+def _length_not_the_bytes(case):
+    # Upload-Length announces the whole attachment: a body that ends the upload at another
+    # length breaks it (the draft), which a schema cannot say.
+    headers = {k.lower(): v for k, v in (case.headers or {}).items()}
+    data = _body_bytes(case)
+    try:
+        return data is not None and int(headers["upload-length"]) != len(data)
+    except (KeyError, TypeError, ValueError):
         return False
 
 
@@ -166,6 +179,7 @@ UNEXPRESSIBLE = [
     # An attachment's bytes hash to its digest (PROTOCOL.md, "Attachments"): random bytes do not.
     ("digest_mismatch", re.compile(r"^the [0-9]+ bytes uploaded hash to sha256:[0-9a-f]{64}, not "), _not_its_digest),
     ("attachment_too_large", re.compile(r"^an attachment may hold at most [0-9]+ bytes on this server"), _past_attachment_limit),
+    ("bad_request", re.compile(r"^the upload ended at [0-9]+ bytes, not the [0-9]+ Upload-Length announced"), _length_not_the_bytes),
 ]
 
 
