@@ -127,9 +127,11 @@ def _body_bytes(case):
     body = case.body
     if body is None or body.__class__.__name__ == "NotSet":
         return b""
-    if isinstance(body, (bytes, bytearray)):
-        return bytes(body)
-    return body.encode() if isinstance(body, str) else None
+    # Generated binary bodies come as schemathesis's Binary: a str (empty) holding the bytes in `data`.
+    data = getattr(body, "data", body)
+    if isinstance(data, (bytes, bytearray)):
+        return bytes(data)
+    return data.encode() if isinstance(data, str) else None
 
 
 def _not_its_digest(case):
