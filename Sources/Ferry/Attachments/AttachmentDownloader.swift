@@ -39,8 +39,11 @@ struct AttachmentDownloader: Sendable {
     /// Fetches the attachments of eager tables' rows the store has never held; returns how many.
     /// Each failure is journaled and waits for the next run: the records are in the store already.
     func fetchEager() async -> Int {
-        guard let digests = try? await store.database.read({ db in try Self.eagerMissing(store.tables, db: db) }) else { return 0 }
+        guard let digests = try? await store.database.read({ db in try Self.eagerMissing(store.tables, db: db) }), !digests.isEmpty else {
+            return 0
+        }
         var fetched = 0
+        await status.update { $0.attachments.downloadsWaiting = digests.count }
         for digest in digests where !Task.isCancelled {
             do {
                 _ = try await file(of: digest)
@@ -54,7 +57,9 @@ struct AttachmentDownloader: Sendable {
                     )
                 )
             }
+            await status.update { $0.attachments.downloadsWaiting -= 1 }
         }
+        await status.update { $0.attachments.downloadsWaiting = 0 }  // cancelled midway: none waits in this run
         return fetched
     }
 
@@ -137,23 +142,10 @@ struct AttachmentDownloader: Sendable {
     /// The digests eager tables' rows reference that the store has never held (one evicted for
     /// the cache budget comes back when asked for, not with every run).
     static func eagerMissing(_ tables: [SyncedTable], db: Database) throws -> [AttachmentDigest] {
-        var digests: Set<AttachmentDigest> = []
+        var digests: Set<String> = []
         for table in tables where table.attachmentDownloads == .eager {
-            for column in table.attachments {
-                let value = table.attachmentSQL(column)
-                // Text only: a pulled record may hold anything there.
-                digests.formUnion(
-                    try String.fetchAll(
-                        db,
-                        sql: """
-                            SELECT DISTINCT \(value) FROM \(table.table.quotedDatabaseIdentifier) WHERE typeof(\(value)) = 'text'
-                                AND \(value) NOT IN (SELECT digest FROM ferry_attachments)
-                            """
-                    )
-                    .compactMap(AttachmentDigest.init)
-                )
-            }
+            digests.formUnion(try table.heldDigests(unknownToStore: true, db: db))
         }
-        return digests.sorted { $0.hex < $1.hex }
+        return digests.compactMap(AttachmentDigest.init).sorted { $0.hex < $1.hex }
     }
 }

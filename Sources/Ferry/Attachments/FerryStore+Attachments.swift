@@ -84,18 +84,6 @@ extension FerryStore {
 
     /// Every digest a row of a synced table holds in an attachment column.
     private static func referencedDigests(_ tables: [SyncedTable], db: Database) throws -> Set<String> {
-        var digests: Set<String> = []
-        for table in tables {
-            for column in table.attachments {
-                let value = table.attachmentSQL(column)
-                digests.formUnion(
-                    try String.fetchAll(
-                        db,
-                        sql: "SELECT DISTINCT \(value) FROM \(table.table.quotedDatabaseIdentifier) WHERE typeof(\(value)) = 'text'"
-                    )
-                )
-            }
-        }
-        return digests
+        try tables.reduce(into: []) { $0.formUnion(try $1.heldDigests(db: db)) }
     }
 }

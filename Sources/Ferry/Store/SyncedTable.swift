@@ -132,6 +132,23 @@ public struct SyncedTable: Sendable, Hashable {
         }
     }
 
+    /// The digests this table's rows hold in their attachment columns, text only (a pulled record
+    /// may hold anything there); with `unknownToStore`, only those `ferry_attachments` has no row of.
+    func heldDigests(unknownToStore: Bool = false, db: Database) throws -> Set<String> {
+        var digests: Set<String> = []
+        for column in attachments {
+            let value = attachmentSQL(column)
+            let unknown = unknownToStore ? " AND \(value) NOT IN (SELECT digest FROM ferry_attachments)" : ""
+            digests.formUnion(
+                try String.fetchAll(
+                    db,
+                    sql: "SELECT DISTINCT \(value) FROM \(table.quotedDatabaseIdentifier) WHERE typeof(\(value)) = 'text'\(unknown)"
+                )
+            )
+        }
+        return digests
+    }
+
     /// The column naming each row's space, if any.
     var spaceColumn: String? {
         if case .column(let column) = space { column } else { nil }
