@@ -60,9 +60,7 @@ actor SyncConnection {
             attempt += 1
             if attempt > 1, let retryAs { next = try await retryAs() }
             var request = next
-            let token = try await tokens.token()
-            request.headers["Authorization"] = "Bearer \(token)"
-            request.headers["Ferry-Client-ID"] = clientID()
+            let token = try await authorize(&request)
             if request.body != nil, request.headers["Content-Type"] == nil { request.headers["Content-Type"] = "application/json" }
             let started = ContinuousClock.now
             let response: TransportResponse
@@ -129,12 +127,8 @@ actor SyncConnection {
     /// and naming the client, whose own pushes do not wake it. A 401 marks the token refused, so
     /// the next attempt asks for a new one; retrying is the caller's (`LiveUpdates`).
     func openEventStream() async throws -> TransportStream {
-        let token = try await tokens.token()
-        let request = TransportRequest(
-            method: "GET",
-            path: Endpoint.events,
-            headers: ["Authorization": "Bearer \(token)", "Ferry-Client-ID": clientID(), "Accept": "text/event-stream"]
-        )
+        var request = TransportRequest(method: "GET", path: Endpoint.events, headers: ["Accept": "text/event-stream"])
+        let token = try await authorize(&request)
         let stream: TransportStream
         do {
             stream = try await transport.openStream(request)
@@ -161,9 +155,7 @@ actor SyncConnection {
     /// the caller's (a download goes on from the bytes it holds, `pause(afterFailedAttempt:reason:)` between).
     func openStream(_ request: TransportRequest) async throws -> TransportStream {
         var request = request
-        let token = try await tokens.token()
-        request.headers["Authorization"] = "Bearer \(token)"
-        request.headers["Ferry-Client-ID"] = clientID()
+        let token = try await authorize(&request)
         requestCount += 1
         let stream = try await transport.openStream(request)
         await journal.record(
@@ -181,6 +173,15 @@ actor SyncConnection {
     /// budget is spent.
     func pause(afterFailedAttempt attempt: Int, reason: String) async throws {
         try await backOff(attempt: attempt, reason: reason)
+    }
+
+    /// Signs `request` with the current token and names the client, as every request is sent;
+    /// returns the token, which a 401 marks refused.
+    private func authorize(_ request: inout TransportRequest) async throws -> String {
+        let token = try await tokens.token()
+        request.headers["Authorization"] = "Bearer \(token)"
+        request.headers["Ferry-Client-ID"] = clientID()
+        return token
     }
 
     /// The user signed out: a token request in progress is abandoned.
