@@ -4,18 +4,21 @@ import Logging
 import ServiceLifecycle
 
 /// A real Ferry server on loopback that a test stops and starts again on the same SQLite
-/// file, as an operator restarts one. Each start listens on a new port, so clients must ask
+/// file and attachment folder, as an operator restarts one. Each start listens on a new port, so clients must ask
 /// for `baseURL` per request. A stop is graceful: requests in flight are answered first.
 public actor RestartableServer {
     public nonisolated let databasePath: String
+    /// The folder of the server's attachments (a `file:` blob store), kept across restarts.
+    public nonisolated let attachmentFolder: String
     /// Where the server listens now; empty while it is stopped.
     public private(set) var baseURL = ""
     public private(set) var restarts = 0
     private var group: ServiceGroup?
     private var running: Task<Void, any Error>?
 
-    public init(databasePath: String = TestServer.temporaryDatabasePath()) {
+    public init(databasePath: String = TestServer.temporaryDatabasePath(), attachmentFolder: String = TestDirectory.make("blobs").path) {
         self.databasePath = databasePath
+        self.attachmentFolder = attachmentFolder
     }
 
     public func start() async throws {
@@ -24,8 +27,10 @@ public actor RestartableServer {
         logger.logLevel = .error
         let storage = try SQLiteSyncStorage(path: databasePath)
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
+        var configuration = ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: TestServer.secret, rateLimit: nil)
+        configuration.attachments = try await FileBlobStore(folder: attachmentFolder)
         let app = try await FerryServerApplication.make(
-            configuration: ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: TestServer.secret, rateLimit: nil),
+            configuration: configuration,
             storage: storage,
             logger: logger,
             onServerRunning: { port in portContinuation.yield(port) }

@@ -67,6 +67,8 @@ final class FaultSchedule {
         // Small batches and pages: several per sync, so faults land between them.
         configuration.batchSize = Int.random(in: 2...12, using: &random)
         configuration.pullPageSize = Int.random(in: 2...12, using: &random)
+        // Photos of up to 300 KB go in several chunks, so faults land inside uploads and downloads.
+        configuration.attachmentChunkBytes = Int.random(in: 16...64, using: &random) * 1024
         configuration.leaseRetryInterval = .seconds(2)
         // Conflicts on shared notes end either way; a merging policy keeps both bodies.
         configuration.conflictPolicy =
@@ -139,10 +141,14 @@ final class FaultSchedule {
 
     private func open(name: String, user: String, path: String) throws -> ClientProcess {
         let transport = ScheduleTransport(user: user, name: name, seed: random.next(), server: server, ledger: ledger, freezer: freezer)
-        let store =
-            version2.contains(path)
-            ? try FerryStore(path: path, schema: Self.version2Schema(), tables: [Self.version2Events, ClientFixture.notes])
-            : try ClientFixture.openStore(at: path)
+        let v2 = version2.contains(path)
+        var schema = v2 ? Self.version2Schema() : ClientFixture.schema()
+        SchedulePhotos.register(in: &schema)
+        let store = try FerryStore(
+            path: path,
+            schema: schema,
+            tables: [v2 ? Self.version2Events : ClientFixture.events, ClientFixture.notes, SchedulePhotos.table(eager: v2)]
+        )
         let token = tokens[user]!
         let client = FerryClient(
             store: store,
@@ -168,10 +174,13 @@ final class FaultSchedule {
 
     /// One to four changes in one transaction: creates (some with a natural key every device
     /// and user draws from), edits and deletes of whatever the store holds, edits of notes
-    /// every device of the user shares (conflicting), and now and then a record too big to send.
+    /// every device of the user shares (conflicting), photos taken, replaced and deleted, and
+    /// now and then a record too big to send.
     private func write(on index: Int) async throws {
         let process = processes[index]
-        let events = try await process.store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM events ORDER BY id") }
+        let (events, photos) = try await process.store.database.read { db in
+            (try String.fetchAll(db, sql: "SELECT id FROM events ORDER BY id"), try String.fetchAll(db, sql: "SELECT id FROM photos ORDER BY id"))
+        }
         var statements: [(String, StatementArguments)] = []
         var effects: [Effect] = []
         let v2 = version2.contains(process.path)
@@ -180,7 +189,7 @@ final class FaultSchedule {
             counter += 1
             let stamp = "\(process.user)-\(process.name)-\(counter)"
             switch roll(0..<100) {
-            case ..<35:
+            case ..<30:
                 let key: String? = roll(0..<2) == 0 ? nil : "hk-\(roll(0..<5))"
                 let (kind, value) = (["steps", "sleep"][roll(0..<2)], roll(0..<1000))
                 if v2 {
@@ -191,7 +200,7 @@ final class FaultSchedule {
                 effects.append(
                     Effect(record: "events/\(stamp)", state: Self.describe(kind: kind, value: "\(value)", naturalKey: key), naturalKey: key != nil)
                 )
-            case ..<55 where !events.isEmpty:
+            case ..<45 where !events.isEmpty:
                 let (value, id) = (roll(0..<1000), events[roll(0..<events.count)])
                 if v2 {
                     statements.append(("UPDATE events SET amount = ?, kind = ?, mood = ? WHERE id = ?", [value, stamp, stamp, id]))
@@ -199,18 +208,33 @@ final class FaultSchedule {
                     statements.append(("UPDATE events SET value = ?, kind = ? WHERE id = ?", [value, stamp, id]))
                 }
                 effects.append(Effect(record: "events/\(id)", state: nil, update: "kind=\(stamp) value=\(value)"))
-            case ..<65 where !events.isEmpty:
+            case ..<55 where !events.isEmpty:
                 let id = events[roll(0..<events.count)]
                 statements.append(("DELETE FROM events WHERE id = ?", [id]))
                 effects.append(Effect(record: "events/\(id)", state: nil))
-            case ..<88:
+            case ..<75:
                 let id = "n-\(roll(0..<3))"
                 statements.append(("INSERT INTO notes (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body", [id, stamp]))
                 effects.append(Effect(record: "notes/\(id)", state: Self.describe(body: stamp)))
-            case ..<95:
+            case ..<82:
                 let id = "n-\(roll(0..<3))"
                 statements.append(("DELETE FROM notes WHERE id = ?", [id]))
                 effects.append(Effect(record: "notes/\(id)", state: nil))
+            case ..<85 where !photos.isEmpty:
+                let id = photos[roll(0..<photos.count)]
+                statements.append(("DELETE FROM photos WHERE id = ?", [id]))
+                effects.append(Effect(record: "photos/\(id)", state: nil))
+            case ..<95:
+                // A new photo, or one replacing a row's photo (whose upload may still be under way).
+                let photo = roll(0..<10) == 0 ? nil : try await process.store.attach(fileAt: try SchedulePhotos.file(content: roll(0..<40)))
+                let id = photos.isEmpty || roll(0..<3) > 0 ? stamp : photos[roll(0..<photos.count)]
+                statements.append(
+                    (
+                        "INSERT INTO photos (id, caption, photo) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET caption = excluded.caption, photo = excluded.photo",
+                        [id, stamp, photo]
+                    )
+                )
+                effects.append(Effect(record: "photos/\(id)", state: SchedulePhotos.describe(caption: stamp, photo: photo)))
             default:
                 let id = "\(stamp)-big"
                 bigRecords[process.path, default: []].insert("notes/\(id)")
@@ -229,7 +253,7 @@ final class FaultSchedule {
             history[process.user, default: [:]][effect.record, default: RecordHistory()].add(effect, by: process.path)
         }
         let summary = statements.map { sql, arguments in
-            "\(sql.prefix(6).lowercased()) \(sql.contains("notes") ? "notes" : "events") \(arguments.description.prefix(60))"
+            "\(sql.prefix(6).lowercased()) \(["notes", "photos", "events"].first { sql.contains($0) }!) \(arguments.description.prefix(60))"
         }
         note("write", "\(process.name): \(summary.joined(separator: "; "))")
     }
@@ -316,6 +340,7 @@ final class FaultSchedule {
         }
         if copied.value == nil { copy() }  // between syncs, or the sync pushed nothing
         if let error = copied.value ?? nil { throw error }
+        try SchedulePhotos.copyFolder(of: source.path, to: path)
         let dead = try deadProcessID()
         let target = try DatabaseQueue(path: path)
         // Changes the copy holds queued are the copy's to send too: a record one of them
@@ -423,7 +448,7 @@ final class FaultSchedule {
             for row in try Row.fetchAll(db, sql: "SELECT id, body FROM notes") {
                 rows["notes/\(row[0] as String)"] = Self.describe(body: row[1])
             }
-            return rows
+            return rows.merging(try SchedulePhotos.localRows(db)) { $1 }
         }
         for record in big {
             if local.removeValue(forKey: record) == nil { problems.append("\(record), a dead letter, is gone from the store") }
@@ -445,6 +470,15 @@ final class FaultSchedule {
                     + "answers heard: \(ledger.answers(about: key, user: process.user)))"
             )
         }
+        let photos = try await SchedulePhotos.problems(
+            store: store,
+            client: process.client,
+            eager: version2,
+            server: await self.server.baseURL,
+            token: tokens[process.user]!
+        )
+        outcome.steps["attachments checked at the end", default: 0] += photos.checked
+        problems += photos.problems
         if version2 {
             // The field version 1 does not hold arrives on version 2 as the server has it.
             let localMoods = try await store.database.read { db in
@@ -465,9 +499,11 @@ final class FaultSchedule {
     private static func describe(_ change: Change) -> String? {
         guard change.op == .upsert else { return nil }
         let data = change.data ?? [:]
-        return change.entity == "events"
-            ? describe(kind: text(data["kind"]), value: text(data["value"]), naturalKey: change.naturalKey)
-            : describe(body: text(data["body"]))
+        switch change.entity {
+        case "events": return describe(kind: text(data["kind"]), value: text(data["value"]), naturalKey: change.naturalKey)
+        case "photos": return SchedulePhotos.describe(caption: text(data["caption"]), photo: text(data["photo"]))
+        default: return describe(body: text(data["body"]))
+        }
     }
 
     private static func describe(kind: String?, value: String?, naturalKey: String?) -> String {

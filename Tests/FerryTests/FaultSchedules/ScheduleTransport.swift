@@ -143,6 +143,23 @@ final class ScheduleTransport: SyncTransport, @unchecked Sendable {
         }
     }
 
+    /// A download's streamed answer: the exchange goes through `send` with its faults, and now
+    /// and then the body is cut halfway, so the client holds part of a chunk and must go on from it.
+    func openStream(_ request: TransportRequest) async throws -> TransportStream {
+        let response = try await send(request)
+        let cut = lock.withLock { faultsOn && response.body.count > 1 && Int.random(in: 0..<8, using: &generator) == 0 }
+        if cut { ledger.count("download cut mid-body", "\(name) \(request.method) \(request.path.prefix(60))") }
+        let body = cut ? response.body.prefix(response.body.count / 2) : response.body
+        return TransportStream(
+            status: response.status,
+            headers: response.headers,
+            body: AsyncThrowingStream { continuation in
+                if !body.isEmpty { continuation.yield(Data(body)) }
+                continuation.finish(throwing: cut ? URLError(.networkConnectionLost) : nil)
+            }
+        )
+    }
+
     /// Percent ranges of each fault; about 60% of requests pass untouched.
     private static func fault(for percent: Int) -> InjectedFault? {
         let shares: [(InjectedFault, Int)] = [
