@@ -159,7 +159,8 @@ public enum FerryServerApplication {
                     storage: storage,
                     blobs: $0,
                     maxAttachmentBytes: configuration.maxAttachmentBytes,
-                    quota: configuration.attachmentQuota
+                    quota: configuration.attachmentQuota,
+                    metrics: metrics
                 )
             },
             authority: authority,

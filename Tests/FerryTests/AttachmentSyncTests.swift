@@ -37,7 +37,8 @@ struct AttachmentSyncTests {
     /// A photo's bytes in a file of their own.
     static func photo(_ size: Int, seed: UInt8 = 1) throws -> (url: URL, bytes: Data) {
         var generator = SplitMix(seed: UInt64(seed))
-        let bytes = Data((0..<size).map { _ in UInt8(truncatingIfNeeded: generator.next()) })
+        let words = (0..<(size + 7) / 8).map { _ in generator.next() }
+        let bytes = words.withUnsafeBytes { Data($0.prefix(size)) }
         let url = TestDirectory.make("photos").appendingPathComponent("photo-\(seed).jpg")
         try bytes.write(to: url)
         return (url, bytes)

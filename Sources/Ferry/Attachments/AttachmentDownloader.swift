@@ -4,8 +4,8 @@ import GRDB
 
 /// Brings attachments' bytes from the server into the store's folder (PROTOCOL.md,
 /// "Attachments"): one `Range` of at most a chunk at a time, streamed into a `.part` file of this
-/// download's own as the bytes arrive (a cut keeps every byte that came, and a relaunch claims
-/// it), hashed whole, synced to disk, and only then named as the attachment: a partial file is
+/// download's own as the bytes arrive (a cut keeps every byte that came, and a relaunch after a
+/// crash claims it), hashed whole, synced to disk, and only then named as the attachment: a partial file is
 /// never served as whole.
 struct AttachmentDownloader: Sendable {
     let store: FerryStore
@@ -67,19 +67,20 @@ struct AttachmentDownloader: Sendable {
     /// names it whole; returns its size.
     private func download(_ digest: AttachmentDigest) async throws -> Int64 {
         let path = Endpoint.attachments + "/" + digest.description
-        var partial = try folder.claimPartial(digest)
+        let (partial, lock) = try folder.claimPartial(digest)
+        defer { try? lock.close() }
         var failures = 0
         var total: Int64?
         while true {
             try Task.checkCancellation()
-            // Taken over while this download waited (another process found it idle): a new one.
-            if !FileManager.default.fileExists(atPath: partial.path) { partial = try folder.claimPartial(digest) }
             let have = folder.size(of: partial)
             if let total, have >= total { break }
             do {
                 total = try await receive(digest, path: path, into: partial, from: have)
                 failures = 0
             } catch let error as FerryError {
+                // Refused (a space left, a record deleted): the user keeps none of the bytes.
+                try? FileManager.default.removeItem(at: partial)
                 throw error
             } catch is CancellationError {
                 throw CancellationError()

@@ -97,25 +97,37 @@ struct AttachmentFolder: Sendable {
 
     // MARK: Downloads
 
-    /// A `.part` file for a download of `digest` that no other download writes: the largest one a
-    /// download before left (a cut, a crash) untouched for `idle`, taken over by a rename (of two
-    /// takers, one wins), else a new empty one.
-    func claimPartial(_ digest: AttachmentDigest, idle: TimeInterval = 10) throws -> URL {
+    /// A `.part` file for a download of `digest`, held by an exclusive `flock` until `lock` is
+    /// closed, so no other download writes it: the largest one a download before left (a cut, or
+    /// a crash: the system releases a dead process's locks, so a relaunch goes on at once), else a
+    /// new empty one.
+    func claimPartial(_ digest: AttachmentDigest) throws -> (url: URL, lock: FileHandle) {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        let mine = url.appendingPathComponent("\(digest.hex).\(UUID().uuidString).part")
         let left = ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [])
             .filter { $0.hasPrefix(digest.hex + ".") && $0.hasSuffix(".part") }
             .map { url.appendingPathComponent($0) }
-            .filter {
-                ((try? FileManager.default.attributesOfItem(atPath: $0.path))?[.modificationDate] as? Date ?? .distantFuture)
-                    < Date(timeIntervalSinceNow: -idle)
-            }
             .sorted { size(of: $0) > size(of: $1) }
-        for part in left where (try? FileManager.default.moveItem(at: part, to: mine)) != nil { return mine }
-        guard FileManager.default.createFile(atPath: mine.path, contents: nil) else {
-            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: mine.path])
+        for part in left {
+            if let lock = Self.lock(part) { return (part, lock) }
         }
-        return mine
+        while true {
+            let mine = url.appendingPathComponent("\(digest.hex).\(UUID().uuidString).part")
+            guard FileManager.default.createFile(atPath: mine.path, contents: nil) else {
+                throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: mine.path])
+            }
+            if let lock = Self.lock(mine) { return (mine, lock) }  // else another download took it first
+        }
+    }
+
+    /// An exclusive lock on `part`, or `nil` when another download holds it or it is gone.
+    private static func lock(_ part: URL) -> FileHandle? {
+        guard let handle = try? FileHandle(forUpdating: part) else { return nil }
+        // Named whole or removed between the listing and the lock (its download ended): not a part any more.
+        guard flock(handle.fileDescriptor, LOCK_EX | LOCK_NB) == 0, FileManager.default.fileExists(atPath: part.path) else {
+            try? handle.close()
+            return nil
+        }
+        return handle
     }
 
     /// Appends `bytes` to a download's `.part` file.

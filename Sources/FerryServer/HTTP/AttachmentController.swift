@@ -21,6 +21,7 @@ struct AttachmentController: Sendable {
     let maxAttachmentBytes: Int64
     /// The most bytes one user's uploads may hold; `nil`: no limit.
     var quota: Int64? = nil
+    var metrics = ServerMetrics()
 
     static let uploadComplete = HTTPField.Name("Upload-Complete")!
     static let uploadIncomplete = HTTPField.Name("Upload-Incomplete")!
@@ -50,10 +51,15 @@ struct AttachmentController: Sendable {
             status = .partialContent
             headers[.contentRange] = "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(size)"
         }
-        let blobs = self.blobs
+        let (blobs, metrics) = (self.blobs, self.metrics)
         // Its length known, so the bytes count in the rate limit's charge per MiB.
         let body = ResponseBody(contentLength: Int(range.count)) { writer in
-            if !range.isEmpty { try await blobs.read(digest, range: range) { try await writer.write($0) } }
+            if !range.isEmpty {
+                try await blobs.read(digest, range: range) { buffer in
+                    metrics.recordAttachmentBytes(buffer.readableBytes, direction: "sent")
+                    try await writer.write(buffer)
+                }
+            }
             try await writer.finish(nil)
         }
         return Response(status: status, headers: headers, body: body)
@@ -179,7 +185,7 @@ struct AttachmentController: Sendable {
         context: FerryRequestContext
     ) async throws -> Response {
         let complete = try Self.isComplete(request, version: version)
-        let bytes = LimitedBody(body: request.body, start: offset, limit: maxAttachmentBytes)
+        let bytes = LimitedBody(body: request.body, start: offset, limit: maxAttachmentBytes, metrics: metrics)
         let reached: Int64
         do {
             reached = try await blobs.append(bytes, to: upload, at: offset)
@@ -240,14 +246,17 @@ struct AttachmentController: Sendable {
         let body: RequestBody
         let start: Int64
         let limit: Int64
+        let metrics: ServerMetrics
 
         struct AsyncIterator: AsyncIteratorProtocol {
             var base: RequestBody.AsyncIterator
             var passed: Int64
             let limit: Int64
+            let metrics: ServerMetrics
 
             mutating func next() async throws -> ByteBuffer? {
                 guard let buffer = try await base.next() else { return nil }
+                metrics.recordAttachmentBytes(buffer.readableBytes, direction: "received")
                 passed += Int64(buffer.readableBytes)
                 guard passed <= limit else { throw FerryHTTPError(.attachmentTooLarge, AttachmentController.tooLargeMessage(limit)) }
                 return buffer
@@ -255,7 +264,7 @@ struct AttachmentController: Sendable {
         }
 
         func makeAsyncIterator() -> AsyncIterator {
-            AsyncIterator(base: body.makeAsyncIterator(), passed: start, limit: limit)
+            AsyncIterator(base: body.makeAsyncIterator(), passed: start, limit: limit, metrics: metrics)
         }
     }
 

@@ -55,6 +55,12 @@ public final class ServerMetrics: Sendable {
         Counter(label: "ferry_purged_attachments_total", factory: factory).increment(by: count)
     }
 
+    /// Counts attachment bytes on the wire: `received` in upload bodies (kept or not, so a
+    /// client that sends bytes twice shows), `sent` in downloads.
+    func recordAttachmentBytes(_ count: Int, direction: String) {
+        Counter(label: "ferry_attachment_bytes_total", dimensions: [("direction", direction)], factory: factory).increment(by: count)
+    }
+
     /// The Prometheus text exposition of every metric.
     func exposition() -> [UInt8] {
         registry.emitToBuffer()

@@ -61,7 +61,11 @@ struct ClientFetchCommand: AsyncParsableCommand {
         let client = FerryClient(store: store, transport: HTTPClientTransport(baseURL: url), token: { token })
         do {
             let file = try await client.attachment(digest)
-            try FileManager.default.copyItem(at: file, to: URL(fileURLWithPath: out))
+            // Through a temporary file and a rename: a fetch killed mid-copy never leaves part of it at --out.
+            let partial = URL(fileURLWithPath: out + ".ferry-\(UUID().uuidString.prefix(8)).part")
+            defer { try? FileManager.default.removeItem(at: partial) }
+            try FileManager.default.copyItem(at: file, to: partial)
+            try FileManager.default.moveItem(at: partial, to: URL(fileURLWithPath: out))
         } catch let error as FerryError {
             throw CommandFailure("\(error)")
         } catch let error as CocoaError {
