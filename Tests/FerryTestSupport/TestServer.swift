@@ -52,10 +52,12 @@ public struct TestServer: HTTPServerEndpoint {
         live: LiveChanges.Configuration = LiveChanges.Configuration(),
         attachmentQuota: Int64? = nil,
         blobs: BlobBackend = .file,
+        attachments: (any BlobStore)? = nil,
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
         let database = if let database { database } else { try await TestDatabase.make(backend) }
         let storage = try await database.open()
+        let attachments = if let attachments { attachments } else { try await blobs.make() }
         let rateLimiter = rateLimiter ?? rateLimit.flatMap { Self.limiter($0, storage: storage, clock: rateLimitClock) }
         return try await FerryTestServer.run(
             storage: storage,
@@ -67,7 +69,7 @@ public struct TestServer: HTTPServerEndpoint {
             idleTimeout: idleTimeout,
             live: live,
             attachmentQuota: attachmentQuota,
-            attachments: try await blobs.make()
+            attachments: attachments
         ) { server in
             try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage))
         }

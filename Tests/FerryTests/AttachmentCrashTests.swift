@@ -216,4 +216,71 @@ struct AttachmentCrashTests {
             #expect(try await office.database.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM jobs") } == 0)
         }
     }
+
+    @Test(
+        "the object store goes down mid-upload and comes back: the upload waits and goes on, its record waits, the others go, nothing is a dead letter"
+    )
+    func objectStoreDownAndBack() async throws {
+        guard let text = ProcessInfo.processInfo.environment["FERRY_TEST_S3"],
+            case .s3(let bucket, let endpoint, let region, _) = try BlobStoreURL(parsing: text),
+            let host = endpoint.host, let port = endpoint.port
+        else {
+            throw TestFailure("this test runs on an S3 store: run it with scripts/test.sh (or scripts/with-s3.sh swift test …)")
+        }
+        let relay = try await TCPRelay(to: host, port: port)
+        let relayed = URL(string: "http://127.0.0.1:\(relay.port)")!
+        let store = try #require(
+            try await BlobStoreURL.s3(bucket: bucket, endpoint: relayed, region: region, prefix: "test-\(UUID().uuidString.lowercased())/").open()
+        )
+        try await TestServer.run(attachments: store) { server in
+            let appends = LockIsolated(0)
+            let real = URLSessionTransport(baseURL: URL(string: server.baseURL)!)
+            let transport = InterceptingTransport(real) { request, next in
+                if request.method == "PATCH",
+                    appends.withValue({ count in
+                        count += 1
+                        return count == 3
+                    })
+                {
+                    await relay.takeDown()
+                }
+                return try await next(request)
+            }
+            var configuration = AttachmentSyncTests.configuration()
+            configuration.retry = RetryPolicy(initialDelay: .milliseconds(1), maximumDelay: .milliseconds(5), maximumAttempts: 4)
+            let field = try AttachmentSyncTests.openStore()
+            let worker = ClientFixture.client(store: field, server: server, transport: transport, configuration: configuration)
+            let (url, bytes) = try AttachmentSyncTests.photo(3_000_000, seed: 25)
+            let digest = try await field.attach(fileAt: url)
+            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
+            try await field.database.write { db in
+                for index in 1...10 { try db.execute(sql: "INSERT INTO notes (id, body) VALUES (?, 'text')", arguments: ["n\(index)"]) }
+            }
+            await #expect(throws: FerryError.self) { try await worker.sync() }
+            let token = try await TestServer.token(for: "alice")
+            var records = try await server.pullAll(token: token)
+            #expect(records.keys.filter { $0.hasPrefix("notes/") }.count == 10, "the notes went while the store was down")
+            #expect(records["jobs/j1"] == nil)
+            #expect(try await worker.deadLetters().isEmpty)
+            let waiting = try #require(try await worker.queueSnapshot().attachments.first)
+            #expect(waiting.waitsForUpload && waiting.lastError?.contains("503") == true, "\(waiting)")
+
+            relay.bringUp()
+            try await worker.sync()
+            records = try await server.pullAll(token: token)
+            #expect(records["jobs/j1"]?.data?["photo"] == .string(digest))
+            #expect(try await worker.deadLetters().isEmpty)
+
+            // A download waits for the store the same way.
+            let office = try AttachmentSyncTests.openStore()
+            let reader = ClientFixture.client(store: office, server: server, configuration: configuration)
+            try await reader.sync()
+            await relay.takeDown()
+            await #expect(throws: (any Error).self) { _ = try await reader.attachment(digest) }
+            #expect(office.localAttachment(digest) == nil)
+            relay.bringUp()
+            #expect(try Data(contentsOf: try await reader.attachment(digest)) == bytes)
+        }
+        await relay.close()
+    }
 }

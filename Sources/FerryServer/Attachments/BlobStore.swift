@@ -63,6 +63,14 @@ public struct UploadOffsetMismatch: Error, Sendable {
     public var expected: Int64
 }
 
+/// The store did not answer, or answered that it cannot now (an object store down, restarting
+/// or overloaded): the request is answered `503` with `Retry-After`, and the client tries again.
+public struct BlobStoreUnavailable: Error, Sendable, CustomStringConvertible {
+    public var reason: String
+    public init(_ reason: String) { self.reason = reason }
+    public var description: String { "the attachment store is unavailable: \(reason)" }
+}
+
 /// An upload whose bytes do not hash to the digest it was to be: it is discarded.
 public struct DigestMismatch: Error, Sendable {
     /// The digest the bytes were uploaded as.

@@ -40,6 +40,10 @@ struct FerryHTTPError: Error, HTTPResponseError {
             context.logger.warning("storage unavailable", metadata: ["reason": "\(why)"])
             self.init(.unavailable, "the database is unavailable; retry later")
             headers[.retryAfter] = "\(Self.unavailableRetryAfter)"
+        case let error as BlobStoreUnavailable:
+            context.logger.warning("attachment store unavailable", metadata: ["reason": "\(error.reason)"])
+            self.init(.unavailable, "the attachment store is unavailable; retry later")
+            headers[.retryAfter] = "\(Self.unavailableRetryAfter)"
         case let error as any HTTPResponseError where error.status == .contentTooLarge:
             self.init(.batchTooLarge, Self.batchTooLargeMessage)
         case let error as any HTTPResponseError where error.status == .notFound:

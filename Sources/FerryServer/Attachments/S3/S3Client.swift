@@ -77,12 +77,21 @@ struct S3Client: Sendable {
         } else if [.PUT, .POST].contains(method) {
             request.body = .bytes(ByteBuffer())
         }
-        let response = try await http.execute(request, timeout: timeout)
+        let response: HTTPClientResponse
+        do {
+            response = try await http.execute(request, timeout: timeout)
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch {
+            throw BlobStoreUnavailable("\(method.rawValue) to \(base) failed: \(error)")
+        }
         let status = Int(response.status.code)
         guard (200..<300).contains(status) || accepting.contains(status) else {
             let text = method == .HEAD ? "" : String(buffer: try await response.body.collect(upTo: 64 * 1024))
             // A HEAD answers without a body: say what its status means.
             let plain = [403: "the keys are refused (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)", 404: "no such bucket or object"][status] ?? text
+            // Down, restarting or slowing requests down (503 SlowDown): the client tries again later.
+            if status >= 500 || status == 429 { throw BlobStoreUnavailable("\(method.rawValue) answered \(status): \(plain.prefix(200))") }
             throw Failure(
                 status: status,
                 code: Self.values(of: "Code", in: text).first ?? "\(status)",
