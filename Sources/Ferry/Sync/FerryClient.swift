@@ -27,8 +27,10 @@ public struct SyncConfiguration: Sendable {
     /// go (an attachment waiting for upload never does). 1 GiB by default.
     public var attachmentCacheBytes: Int64 = 1 << 30
     /// The bytes of one attachment request's body or answer: memory holds about this much per
-    /// transfer, and a cut connection costs at most this much again. 4 MiB by default.
-    public var attachmentChunkBytes = 4 << 20
+    /// transfer, and a cut connection costs at most this much again. 8 MiB by default: over S3's
+    /// smallest part (5 MiB), so a server on an object store has the store join the chunks
+    /// without reading them back.
+    public var attachmentChunkBytes = 8 << 20
 
     /// The default tuning.
     public init() {}

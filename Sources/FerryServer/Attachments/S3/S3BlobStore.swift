@@ -9,8 +9,10 @@ import NIOCore
 /// process reads and writes the same bucket.
 ///
 /// - A whole attachment is the object `<prefix>attachments/<hex>`, which appears only once its
-///   bytes hashed to its digest: a single `PUT` for a small one, a multipart upload completed
-///   after the last part for a large one (nothing is readable before).
+///   bytes hashed to its digest (nothing is readable before). When the process completing the
+///   upload wrote its every part, it hashed them as they passed, and the store copies the parts
+///   into the object itself (a copy, or a multipart upload of copies: parts of 5 MiB or more);
+///   else the parts are read back, hashed, and written as the object.
 /// - An upload in progress is a run of objects `<prefix>uploads/<id>/<offset>`, one per part of at
 ///   most `partBytes` that reached this store, so a cut connection keeps every part flushed and
 ///   any process goes on from the offset their sizes add up to.
@@ -23,6 +25,12 @@ public struct S3BlobStore: BlobStore {
     let partBytes: Int
     /// The uploads a request of this process works on now.
     private let busy = NIOLockedValueBox(Set<UploadID>())
+    /// What this process wrote of uploads (`WrittenHere`), so the next append skips the `LIST`
+    /// and the completion skips reading the bytes back.
+    private let written = NIOLockedValueBox([UploadID: WrittenHere]())
+    /// The most uploads `written` remembers; past it, one is forgotten (it costs a `LIST` and a
+    /// read back, nothing else).
+    static let rememberedUploads = 4096
 
     /// A store in `bucket` at `endpoint`, its keys under `prefix`; checks the bucket answers.
     public init(
@@ -57,12 +65,12 @@ public struct S3BlobStore: BlobStore {
 
     /// The parts of an upload in order, up to the first that does not start where the ones
     /// before end (a part of a write that lost a race).
-    private func parts(of upload: UploadID) async throws -> [(key: String, offset: Int64, size: Int64)] {
-        var parts: [(key: String, offset: Int64, size: Int64)] = []
+    private func parts(of upload: UploadID) async throws -> [S3Client.Part] {
+        var parts: [S3Client.Part] = []
         var end: Int64 = 0
         for object in try await client.list(prefix: folder(of: upload)) {
             guard let offset = Int64(object.key.dropFirst(folder(of: upload).count)), offset == end else { continue }
-            parts.append((object.key, offset, object.size))
+            parts.append(S3Client.Part(key: object.key, offset: offset, size: object.size, etag: object.etag))
             end += object.size
         }
         return parts
@@ -80,14 +88,28 @@ public struct S3BlobStore: BlobStore {
     where Chunks.Element == ByteBuffer {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
-        let held = try await self.offset(of: upload)
-        guard (held ?? 0) == offset else { throw UploadOffsetMismatch(expected: held ?? 0) }
-        var position = offset
+        var exists = true
+        var here: WrittenHere
+        if let known = written.withLockedValue({ $0[upload] }), known.end == offset {
+            here = known
+        } else {
+            let held = try await self.offset(of: upload)
+            guard (held ?? 0) == offset else {
+                remember(nil, for: upload)
+                throw UploadOffsetMismatch(expected: held ?? 0)
+            }
+            exists = held != nil
+            // From nothing, this process sees every byte and can hash them; from another's offset, not.
+            here = WrittenHere(end: offset, hash: offset == 0 ? SHA256() : nil)
+        }
+        defer { remember(here, for: upload) }
         var pending = ByteBuffer()
         func flush(always: Bool = false) async throws {
             guard pending.readableBytes > 0 || always else { return }
-            try await client.put(folder(of: upload) + String(format: "%020lld", position), pending)
-            position += Int64(pending.readableBytes)
+            let key = folder(of: upload) + String(format: "%020lld", here.end)
+            here.parts[key] = try await client.put(key, pending)
+            here.end += Int64(pending.readableBytes)
+            here.hash?.update(data: pending.readableBytesView)
             pending.clear()
         }
         do {
@@ -101,19 +123,75 @@ public struct S3BlobStore: BlobStore {
             throw error
         }
         // An upload begun with nothing has a part of nothing: it exists.
-        try await flush(always: held == nil && position == offset)
-        return position
+        try await flush(always: !exists && here.end == offset)
+        return here.end
     }
 
-    /// Reads the parts back in order, hashing them and writing the attachment's object as they
-    /// pass; the object is completed (or put) only if the hash is `digest`'s. The parts then go.
+    private func remember(_ here: WrittenHere?, for upload: UploadID) {
+        written.withLockedValue { written in
+            if here != nil, written[upload] == nil, written.count >= Self.rememberedUploads { written.remove(at: written.startIndex) }
+            written[upload] = here
+        }
+    }
+
+    /// Makes the upload the attachment's object if its bytes hash to `digest`, and deletes its
+    /// parts. When this process wrote every part (their ETags say so), it knows the hash already
+    /// and the store copies the parts into the object itself; else the parts are read back in
+    /// order, hashed and written as the object as they pass. The object is completed (or put)
+    /// only once the hash is `digest`'s.
     public func complete(_ upload: UploadID, as digest: AttachmentDigest) async throws -> Int64 {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
+        let here = written.withLockedValue { $0.removeValue(forKey: upload) }
         let parts = try await parts(of: upload)
         guard !parts.isEmpty else { throw UploadNotFound() }
         let target = key(of: digest)
         let writing = try await client.size(of: target) == nil
+        let size = parts.reduce(0) { $0 + $1.size }
+        if let hash = here?.hash(of: parts, size: size), !writing || Self.copyable(parts) {
+            let actual = AttachmentDigest(sha256: hash)
+            guard actual == digest else {
+                try await discardParts(parts.map(\.key))
+                throw DigestMismatch(expected: digest, actual: actual)
+            }
+            if writing { try await copy(parts, to: target) }
+        } else {
+            try await readBack(parts, as: digest, into: target, writing: writing)
+        }
+        try await discardParts(parts.map(\.key))
+        return size
+    }
+
+    /// Whether the store can join `parts` into one object itself: one part (a copy), or parts
+    /// of at least S3's smallest part (5 MiB) but the last (a multipart upload of copies).
+    static func copyable(_ parts: [S3Client.Part]) -> Bool {
+        parts.count == 1 || parts.dropLast().allSatisfy { $0.size >= 5 * 1024 * 1024 }
+    }
+
+    /// Joins the parts into the object `target` inside the store: no byte passes through this process.
+    private func copy(_ parts: [S3Client.Part], to target: String) async throws {
+        guard parts.count > 1 else { return try await client.copy(parts[0].key, to: target) }
+        let id = try await client.createMultipart(target)
+        do {
+            var etags: [String] = []
+            for (number, part) in parts.enumerated() {
+                etags.append(try await client.uploadPartCopy(target, id: id, number: number + 1, from: part.key))
+            }
+            try await client.completeMultipart(target, id: id, parts: etags)
+        } catch {
+            try? await client.abortMultipart(target, id: id)
+            throw error
+        }
+    }
+
+    /// Reads the parts back in order, hashing them and writing the attachment's object as they
+    /// pass; the object is completed (or put) only if the hash is `digest`'s.
+    private func readBack(
+        _ parts: [S3Client.Part],
+        as digest: AttachmentDigest,
+        into target: String,
+        writing: Bool
+    ) async throws {
         var writer = PartWriter(client: client, key: target, partBytes: partBytes, writing: writing)
         var hash = SHA256()
         do {
@@ -136,14 +214,13 @@ public struct S3BlobStore: BlobStore {
             try? await writer.abandon()
             throw error
         }
-        try await discardParts(parts.map(\.key))
-        return parts.reduce(0) { $0 + $1.size }
     }
 
     /// Deletes the upload's parts.
     public func discard(_ upload: UploadID) async throws {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
+        remember(nil, for: upload)
         try await discardParts(try await client.list(prefix: folder(of: upload)).map(\.key))
     }
 
@@ -196,6 +273,22 @@ public struct S3BlobStore: BlobStore {
     }
 }
 
+/// What one process wrote of an upload: where its parts end, each part's ETag, and the hash of
+/// every byte before `end` when it wrote them all from the first. Another process's append
+/// shows at the next one (its offset is not `end`), or at completion (a part's ETag differs):
+/// then the store is asked again.
+struct WrittenHere {
+    var end: Int64
+    var hash: SHA256?
+    var parts: [String: String] = [:]
+
+    /// The hash of `parts` if this process wrote each of them, as they stand, and nothing else.
+    func hash(of parts: [S3Client.Part], size: Int64) -> SHA256.Digest? {
+        guard let hash, end == size, parts.allSatisfy({ self.parts[$0.key] == $0.etag }) else { return nil }
+        return hash.finalize()
+    }
+}
+
 /// Writes an attachment's object from its bytes in order: one `PUT` when they fit in a part,
 /// else a multipart upload, completed only by `finish()`.
 private struct PartWriter {
@@ -224,7 +317,10 @@ private struct PartWriter {
 
     mutating func finish() async throws {
         guard writing else { return }
-        guard let multipart else { return try await client.put(key, pending) }
+        guard let multipart else {
+            try await client.put(key, pending)
+            return
+        }
         var etags = multipart.etags
         if pending.readableBytes > 0 { etags.append(try await client.uploadPart(key, id: multipart.id, number: etags.count + 1, pending)) }
         try await client.completeMultipart(key, id: multipart.id, parts: etags)

@@ -29,7 +29,16 @@ struct S3Client: Sendable {
     struct Object: Sendable {
         var key: String
         var size: Int64
+        var etag: String
         var lastModified: Date
+    }
+
+    /// An object of an upload in progress: its bytes start at `offset`.
+    struct Part: Sendable {
+        var key: String
+        var offset: Int64
+        var size: Int64
+        var etag: String
     }
 
     /// A request's answer that was not a success: the store's code and message.
@@ -108,9 +117,10 @@ struct S3Client: Sendable {
         return response.headers.first(name: "Content-Length").flatMap { Int64($0) }
     }
 
-    /// Writes an object whole.
-    func put(_ key: String, _ body: ByteBuffer) async throws {
-        _ = try await send(.PUT, key: key, body: body)
+    /// Writes an object whole; returns its ETag.
+    @discardableResult
+    func put(_ key: String, _ body: ByteBuffer) async throws -> String {
+        try await send(.PUT, key: key, body: body).headers.first(name: "ETag") ?? ""
     }
 
     /// Deletes an object; nothing if there is none.
@@ -136,7 +146,8 @@ struct S3Client: Sendable {
                     let size = Self.values(of: "Size", in: entry).first.flatMap({ Int64($0) })
                 else { continue }
                 let modified = Self.values(of: "LastModified", in: entry).first.flatMap(Self.date) ?? .distantPast
-                objects.append(Object(key: key, size: size, lastModified: modified))
+                let etag = Self.values(of: "ETag", in: entry).first.map(Self.unescaped) ?? ""
+                objects.append(Object(key: key, size: size, etag: etag, lastModified: modified))
             }
             token = Self.values(of: "IsTruncated", in: text).first == "true" ? Self.values(of: "NextContinuationToken", in: text).first : nil
         } while token != nil
@@ -157,6 +168,25 @@ struct S3Client: Sendable {
     func uploadPart(_ key: String, id: String, number: Int, _ body: ByteBuffer) async throws -> String {
         let response = try await send(.PUT, key: key, query: [("partNumber", "\(number)"), ("uploadId", id)], body: body)
         return response.headers.first(name: "ETag") ?? ""
+    }
+
+    /// Copies the object `source` in as part `number` (from 1), inside the store; returns the part's ETag.
+    func uploadPartCopy(_ key: String, id: String, number: Int, from source: String) async throws -> String {
+        let response = try await send(
+            .PUT,
+            key: key,
+            query: [("partNumber", "\(number)"), ("uploadId", id)],
+            headers: ["x-amz-copy-source": "/\(bucket)/\(SignatureV4.encoded(source, keepingSlashes: true))"]
+        )
+        let text = String(buffer: try await response.body.collect(upTo: 64 * 1024))
+        guard let etag = Self.values(of: "ETag", in: text).first.map(Self.unescaped) else {
+            throw Failure(
+                status: 200,
+                code: Self.values(of: "Code", in: text).first ?? "NoETag",
+                message: "UploadPartCopy answered no ETag: \(text.prefix(200))"
+            )
+        }
+        return etag
     }
 
     func completeMultipart(_ key: String, id: String, parts: [String]) async throws {

@@ -1,0 +1,91 @@
+import FerryProtocol
+import FerryServer
+import FerryTestSupport
+import Foundation
+import NIOCore
+import Testing
+
+/// The `s3://` blob store on the test SeaweedFS, two instances on one prefix standing for two
+/// server processes: the process that wrote an upload's every part completes it by the store's
+/// own copy, any other reads it back, and neither is fooled by a part another rewrote.
+@Suite("S3 blob store")
+struct S3BlobStoreTests {
+    static let mebibyte = 1024 * 1024
+
+    /// Two stores on one new prefix of the test bucket.
+    static func twoProcesses() async throws -> (any BlobStore, any BlobStore) {
+        let url = try BlobBackend.s3.url()
+        guard let first = try await BlobStoreURL(parsing: url).open(), let second = try await BlobStoreURL(parsing: url).open() else {
+            throw TestFailure("\(url) opened no store")
+        }
+        return (first, second)
+    }
+
+    static func bytes(_ count: Int, seed: Int) -> [UInt8] { (0..<count).map { UInt8(truncatingIfNeeded: ($0 &* 131) ^ seed) } }
+
+    static func read(_ digest: AttachmentDigest, _ range: Range<Int64>, from store: any BlobStore) async throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        try await store.read(digest, range: range) { bytes += $0.readableBytesView }
+        return bytes
+    }
+
+    /// Appends `bytes[range]` as one request.
+    static func append(_ bytes: [UInt8], _ range: Range<Int>, to upload: UploadID, in store: any BlobStore) async throws -> Int64 {
+        try await store.append(FileBlobStoreTests.chunks(Array(bytes[range])), to: upload, at: Int64(range.lowerBound))
+    }
+
+    @Test("appends of 6, 6 and 1 MiB completed by the process that wrote them: the store joins them, and every range reads back exactly")
+    func joinedInTheStore() async throws {
+        let (store, _) = try await Self.twoProcesses()
+        let bytes = Self.bytes(13 * Self.mebibyte, seed: 1)
+        let digest = FileBlobStoreTests.digest(bytes)
+        let upload = UploadID()
+        for range in [0..<6 * Self.mebibyte, 6 * Self.mebibyte..<12 * Self.mebibyte, 12 * Self.mebibyte..<bytes.count] {
+            #expect(try await Self.append(bytes, range, to: upload, in: store) == Int64(range.upperBound))
+        }
+        #expect(try await store.size(of: digest) == nil)
+        #expect(try await store.complete(upload, as: digest) == Int64(bytes.count))
+        #expect(try await store.offset(of: upload) == nil, "the parts are gone")
+        #expect(try await Self.read(digest, 0..<Int64(bytes.count), from: store) == bytes)
+        let across = Int64(6 * Self.mebibyte - 10)..<Int64(6 * Self.mebibyte + 10)
+        #expect(try await Self.read(digest, across, from: store) == Array(bytes[Int(across.lowerBound)..<Int(across.upperBound)]))
+
+        // Wrong bytes written here whole are refused before anything is named.
+        let other = UploadID()
+        _ = try await Self.append(Self.bytes(7 * Self.mebibyte, seed: 2), 0..<7 * Self.mebibyte, to: other, in: store)
+        let wanted = FileBlobStoreTests.digest(Self.bytes(7 * Self.mebibyte, seed: 3))
+        await #expect(throws: DigestMismatch.self) { _ = try await store.complete(other, as: wanted) }
+        #expect(try await store.size(of: wanted) == nil)
+        #expect(try await store.offset(of: other) == nil)
+    }
+
+    @Test("an upload two processes wrote is read back and hashed at completion, whichever completes it")
+    func writtenByTwo() async throws {
+        let (first, second) = try await Self.twoProcesses()
+        let bytes = Self.bytes(13 * Self.mebibyte, seed: 4)
+        let digest = FileBlobStoreTests.digest(bytes)
+        let upload = UploadID()
+        _ = try await Self.append(bytes, 0..<6 * Self.mebibyte, to: upload, in: first)
+        _ = try await Self.append(bytes, 6 * Self.mebibyte..<12 * Self.mebibyte, to: upload, in: second)
+        // The first process wrote up to 6 MiB; asked to go on from 12, it asks the store where the upload stands.
+        #expect(try await Self.append(bytes, 12 * Self.mebibyte..<bytes.count, to: upload, in: first) == Int64(bytes.count))
+        #expect(try await first.complete(upload, as: digest) == Int64(bytes.count))
+        #expect(try await Self.read(digest, 0..<Int64(bytes.count), from: second) == bytes)
+    }
+
+    @Test("a part another process rewrote under this one's feet is noticed by its ETag: the bytes are hashed as they stand, and wrong ones refused")
+    func partRewrittenElsewhere() async throws {
+        let (first, second) = try await Self.twoProcesses()
+        let bytes = Self.bytes(7 * Self.mebibyte, seed: 5)
+        let digest = FileBlobStoreTests.digest(bytes)
+        let upload = UploadID()
+        _ = try await Self.append(bytes, 0..<6 * Self.mebibyte, to: upload, in: first)
+        // Another process discards the upload and begins it again with other bytes of the same length.
+        try await second.discard(upload)
+        _ = try await Self.append(Self.bytes(6 * Self.mebibyte, seed: 6), 0..<6 * Self.mebibyte, to: upload, in: second)
+        // The first still believes its own bytes are there, appends the rest, and completes.
+        _ = try await Self.append(bytes, 6 * Self.mebibyte..<bytes.count, to: upload, in: first)
+        await #expect(throws: DigestMismatch.self) { _ = try await first.complete(upload, as: digest) }
+        #expect(try await first.size(of: digest) == nil, "bytes that are not the digest's were named as it")
+    }
+}
