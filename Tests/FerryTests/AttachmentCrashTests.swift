@@ -92,6 +92,7 @@ struct AttachmentCrashTests {
             let out = directory.appendingPathComponent("fetched.jpg")
             let sentBefore = Self.bytes(metrics, "sent")
             var killedMidDownload = 0
+            var kept = 0
             for kill in 1...5 {
                 let process = try FerryProcess(["client", "fetch"] + office + remote + ["--out", out.path, digest], in: directory)
                 if try await Self.wait(for: process, until: { Self.bytes(metrics, "sent") - sentBefore >= Self.size * kill / 8 }) {
@@ -104,6 +105,15 @@ struct AttachmentCrashTests {
                 if FileManager.default.fileExists(atPath: out.path) {
                     #expect(try Data(contentsOf: out) == original, "kill \(kill): a partial --out")
                 }
+                // One part, never shorter than after the kill before: each relaunch went on from it.
+                let parts = ((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []).filter { $0.hasSuffix(".part") }
+                #expect(parts.count <= 1, "kill \(kill): parts \(parts)")
+                let size =
+                    parts.first.map {
+                        (try? FileManager.default.attributesOfItem(atPath: folder.appendingPathComponent($0).path)[.size] as? Int) ?? 0
+                    } ?? 0
+                #expect(size >= kept || FileManager.default.fileExists(atPath: whole.path), "kill \(kill): the part shrank from \(kept) to \(size)")
+                kept = size
             }
             #expect(killedMidDownload >= 3, "only \(killedMidDownload) kills landed during the download")
             try? FileManager.default.removeItem(at: out)

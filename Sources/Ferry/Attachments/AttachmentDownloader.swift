@@ -78,9 +78,11 @@ struct AttachmentDownloader: Sendable {
             do {
                 total = try await receive(digest, path: path, into: partial, from: have)
                 failures = 0
-            } catch let error as FerryError {
-                // Refused (a space left, a record deleted): the user keeps none of the bytes.
+            } catch let gone as Gone {
+                // The user may not read it (a space left, a record deleted): they keep none of the bytes.
                 try? FileManager.default.removeItem(at: partial)
+                throw gone.error
+            } catch let error as FerryError {
                 throw error
             } catch is CancellationError {
                 throw CancellationError()
@@ -123,18 +125,26 @@ struct AttachmentDownloader: Sendable {
             if have > size { try folder.truncate(partial) }
             return size
         case 404:
-            throw FerryError.attachment(
-                "the server holds no attachment \(digest) this user may read: a record referencing it may not have reached the server yet"
+            throw Gone(
+                error: FerryError.attachment(
+                    "the server holds no attachment \(digest) this user may read: a record referencing it may not have reached the server yet"
+                )
             )
         default:
             let body = try? await stream.collect()
             let message = body.flatMap { try? JSONDecoder().decode(ErrorEnvelope.self, from: $0).error.message } ?? "HTTP \(stream.status)"
-            if stream.status >= 500 || stream.status == 429 { throw Retryable(message: message) }
+            // A refused token was marked so (`openStream`): the next try asks for a new one.
+            if stream.status >= 500 || stream.status == 429 || stream.status == 401 { throw Retryable(message: message) }
             throw FerryError.attachment("the download of \(digest) was refused (\(stream.status)): \(message)")
         }
     }
 
-    /// A download answered with a status worth trying again (5xx, 429).
+    /// The server holds nothing this user may read under the digest (`404`).
+    private struct Gone: Error {
+        var error: FerryError
+    }
+
+    /// A download answered with a status worth trying again (5xx, 429, 401).
     private struct Retryable: Error, CustomStringConvertible {
         var message: String
         var description: String { message }

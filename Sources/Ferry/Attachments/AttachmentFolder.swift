@@ -119,15 +119,25 @@ struct AttachmentFolder: Sendable {
         }
     }
 
-    /// An exclusive lock on `part`, or `nil` when another download holds it or it is gone.
+    /// An exclusive lock on `part`, or `nil` when another download holds it or it is gone. On a
+    /// file system without locks (some network and FUSE mounts) the part is used unlocked, as a
+    /// single download would.
     private static func lock(_ part: URL) -> FileHandle? {
         guard let handle = try? FileHandle(forUpdating: part) else { return nil }
+        let held = flock(handle.fileDescriptor, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK
         // Named whole or removed between the listing and the lock (its download ended): not a part any more.
-        guard flock(handle.fileDescriptor, LOCK_EX | LOCK_NB) == 0, FileManager.default.fileExists(atPath: part.path) else {
+        guard !held, FileManager.default.fileExists(atPath: part.path) else {
             try? handle.close()
             return nil
         }
         return handle
+    }
+
+    /// Whether a download holds `part` now.
+    private static func isLocked(_ part: URL) -> Bool {
+        guard let handle = try? FileHandle(forUpdating: part) else { return false }
+        defer { try? handle.close() }
+        return flock(handle.fileDescriptor, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK
     }
 
     /// Appends `bytes` to a download's `.part` file.
@@ -163,7 +173,8 @@ struct AttachmentFolder: Sendable {
             if let digest = AttachmentDigest("sha256:" + name), known.contains(digest) { continue }
             let file = url.appendingPathComponent(name)
             let changed = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.modificationDate] as? Date
-            if let changed, changed < cutoff { try? FileManager.default.removeItem(at: file) }
+            // A part a download holds now is not an orphan, however long it has waited.
+            if let changed, changed < cutoff, !(name.hasSuffix(".part") && Self.isLocked(file)) { try? FileManager.default.removeItem(at: file) }
         }
     }
 

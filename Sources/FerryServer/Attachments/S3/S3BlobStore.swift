@@ -25,12 +25,16 @@ public struct S3BlobStore: BlobStore {
     let partBytes: Int
     /// The uploads a request of this process works on now.
     private let busy = NIOLockedValueBox(Set<UploadID>())
-    /// What this process wrote of uploads (`WrittenHere`), so the next append skips the `LIST`
-    /// and the completion skips reading the bytes back.
+    /// What this process wrote of uploads (`WrittenHere`), so the completion skips reading the
+    /// bytes back.
     private let written = NIOLockedValueBox([UploadID: WrittenHere]())
     /// The most uploads `written` remembers; past it, one is forgotten (it costs a `LIST` and a
     /// read back, nothing else).
     static let rememberedUploads = 4096
+    /// The most parts remembered of one upload.
+    static let rememberedParts = 2048
+    /// How many completions the store joined itself, without reading the parts back (for tests).
+    let joinedInStore = NIOLockedValueBox(0)
 
     /// A store in `bucket` at `endpoint`, its keys under `prefix`; checks the bucket answers.
     public init(
@@ -88,20 +92,18 @@ public struct S3BlobStore: BlobStore {
     where Chunks.Element == ByteBuffer {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
-        var exists = true
-        var here: WrittenHere
-        if let known = written.withLockedValue({ $0[upload] }), known.end == offset {
-            here = known
-        } else {
-            let held = try await self.offset(of: upload)
-            guard (held ?? 0) == offset else {
-                remember(nil, for: upload)
-                throw UploadOffsetMismatch(expected: held ?? 0)
-            }
-            exists = held != nil
-            // From nothing, this process sees every byte and can hash them; from another's offset, not.
-            here = WrittenHere(end: offset, hash: offset == 0 ? SHA256() : nil)
+        // The store says where the upload stands (another process may have gone on with it); what
+        // this process wrote before counts only if it ends there.
+        let held = try await self.offset(of: upload)
+        guard (held ?? 0) == offset else {
+            remember(nil, for: upload)
+            throw UploadOffsetMismatch(expected: held ?? 0)
         }
+        let exists = held != nil
+        var here =
+            written.withLockedValue { $0[upload] }.flatMap { $0.end == offset ? $0 : nil }
+            // From nothing, this process sees every byte and can hash them; from another's offset, not.
+            ?? WrittenHere(end: offset, hash: offset == 0 ? SHA256() : nil)
         defer { remember(here, for: upload) }
         var pending = ByteBuffer()
         func flush(always: Bool = false) async throws {
@@ -128,6 +130,8 @@ public struct S3BlobStore: BlobStore {
     }
 
     private func remember(_ here: WrittenHere?, for upload: UploadID) {
+        // An upload of countless tiny appends is not worth its memory: it is read back at the end.
+        let here = here.flatMap { $0.parts.count <= Self.rememberedParts ? $0 : nil }
         written.withLockedValue { written in
             if here != nil, written[upload] == nil, written.count >= Self.rememberedUploads { written.remove(at: written.startIndex) }
             written[upload] = here
@@ -155,6 +159,7 @@ public struct S3BlobStore: BlobStore {
                 throw DigestMismatch(expected: digest, actual: actual)
             }
             if writing { try await copy(parts, to: target) }
+            joinedInStore.withLockedValue { $0 += 1 }
         } else {
             try await readBack(parts, as: digest, into: target, writing: writing)
         }
@@ -275,16 +280,18 @@ public struct S3BlobStore: BlobStore {
 
 /// What one process wrote of an upload: where its parts end, each part's ETag, and the hash of
 /// every byte before `end` when it wrote them all from the first. Another process's append
-/// shows at the next one (its offset is not `end`), or at completion (a part's ETag differs):
-/// then the store is asked again.
+/// shows at the next one here (the store's offset is not `end`), or at completion (a part's
+/// ETag differs): then the parts are read back.
 struct WrittenHere {
     var end: Int64
     var hash: SHA256?
     var parts: [String: String] = [:]
 
     /// The hash of `parts` if this process wrote each of them, as they stand, and nothing else.
+    /// A part's ETag (its MD5, for an object written by one `PUT`) tells it is the object this
+    /// process wrote; a store that answers none gets its parts read back.
     func hash(of parts: [S3Client.Part], size: Int64) -> SHA256.Digest? {
-        guard let hash, end == size, parts.allSatisfy({ self.parts[$0.key] == $0.etag }) else { return nil }
+        guard let hash, end == size, parts.allSatisfy({ !$0.etag.isEmpty && self.parts[$0.key] == $0.etag }) else { return nil }
         return hash.finalize()
     }
 }

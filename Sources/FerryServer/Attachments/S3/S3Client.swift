@@ -100,7 +100,9 @@ struct S3Client: Sendable {
             // A HEAD answers without a body: say what its status means.
             let plain = [403: "the keys are refused (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)", 404: "no such bucket or object"][status] ?? text
             // Down, restarting or slowing requests down (503 SlowDown): the client tries again later.
-            if status >= 500 || status == 429 { throw BlobStoreUnavailable("\(method.rawValue) answered \(status): \(plain.prefix(200))") }
+            if (status >= 500 && status != 501) || status == 429 {
+                throw BlobStoreUnavailable("\(method.rawValue) answered \(status): \(plain.prefix(200))")
+            }
             throw Failure(
                 status: status,
                 code: Self.values(of: "Code", in: text).first ?? "\(status)",
@@ -225,9 +227,29 @@ struct S3Client: Sendable {
         return values
     }
 
-    private static func unescaped(_ text: String) -> String {
-        text.replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(of: "&gt;", with: ">").replacingOccurrences(of: "&quot;", with: "\"")
-            .replacingOccurrences(of: "&apos;", with: "'").replacingOccurrences(of: "&amp;", with: "&")
+    /// XML text with its entities read: the five named ones and numeric ones (`&#34;`, `&#x22;`,
+    /// which some stores write for the quotes around an ETag).
+    static func unescaped(_ text: String) -> String {
+        guard text.contains("&") else { return text }
+        let named = ["lt": "<", "gt": ">", "quot": "\"", "apos": "'", "amp": "&"]
+        var result = ""
+        var rest = text[...]
+        while let amp = rest.firstIndex(of: "&") {
+            result += rest[..<amp]
+            guard let semicolon = rest[amp...].firstIndex(of: ";"), rest.distance(from: amp, to: semicolon) <= 10 else {
+                result += rest[amp...]
+                return result
+            }
+            let name = rest[rest.index(after: amp)..<semicolon]
+            let number = name.hasPrefix("#x") ? UInt32(name.dropFirst(2), radix: 16) : name.hasPrefix("#") ? UInt32(name.dropFirst(), radix: 10) : nil
+            if let character = named[String(name)] ?? number.flatMap(Unicode.Scalar.init).map(String.init) {
+                result += character
+            } else {
+                result += rest[amp...semicolon]
+            }
+            rest = rest[rest.index(after: semicolon)...]
+        }
+        return result + rest
     }
 
     private static func date(_ text: String) -> Date? {
