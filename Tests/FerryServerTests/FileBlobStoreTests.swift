@@ -62,6 +62,9 @@ struct FileBlobStoreTests {
             _ = try await second.append(Self.chunks(Array(bytes[100_000...])), to: upload, at: 100_000)
         }
         #expect(try await second.offset(of: upload) == 120_000, "a refused append writes nothing")
+        await #expect(throws: UploadNotFound.self) {
+            _ = try await second.append(Self.chunks(Array(bytes[..<10])), to: UploadID(), at: 0, creating: false)
+        }
         #expect(try await second.append(Self.chunks(Array(bytes[120_000...])), to: upload, at: 120_000) == 300_000)
         let digest = Self.digest(bytes)
         #expect(try await second.complete(upload, as: digest) == 300_000)

@@ -15,10 +15,11 @@ public protocol BlobStore: Sendable {
     /// The bytes an upload holds so far, or `nil` when there is no such upload.
     func offset(of upload: UploadID) async throws -> Int64?
 
-    /// Appends `chunks` to `upload` (created if new) at `offset`, which must be what the upload
-    /// holds (`UploadOffsetMismatch` otherwise, and nothing is written); returns the new offset.
-    /// A cut connection keeps what arrived.
-    func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
+    /// Appends `chunks` to `upload` at `offset`, which must be what the upload holds
+    /// (`UploadOffsetMismatch` otherwise, and nothing is written); returns the new offset. A new
+    /// upload is created when `creating`, else `UploadNotFound` is thrown. A cut connection keeps
+    /// what arrived.
+    func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64, creating: Bool) async throws -> Int64
     where Chunks.Element == ByteBuffer
 
     /// Makes `upload` the attachment `digest` if its bytes hash to it, else discards it and
@@ -61,6 +62,14 @@ public struct UploadID: Hashable, Sendable, CustomStringConvertible {
 public struct UploadOffsetMismatch: Error, Sendable {
     /// What the upload holds.
     public var expected: Int64
+}
+
+extension BlobStore {
+    /// Appends `chunks` to `upload` at `offset`, creating it if new.
+    public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
+    where Chunks.Element == ByteBuffer {
+        try await append(chunks, to: upload, at: offset, creating: true)
+    }
 }
 
 /// The store did not answer, or answered that it cannot now (an object store down, restarting

@@ -58,11 +58,11 @@ public struct FileBlobStore: BlobStore {
 
     /// Appends `chunks` at `offset`, which must be the upload's size (`UploadOffsetMismatch`
     /// otherwise, nothing written); what arrived before a failure stays. Returns the new offset.
-    public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
+    public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64, creating: Bool) async throws -> Int64
     where Chunks.Element == ByteBuffer {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
-        let held = try await self.offset(of: upload) ?? 0
+        guard let held = try await self.offset(of: upload) ?? (creating ? 0 : nil) else { throw UploadNotFound() }
         guard held == offset else { throw UploadOffsetMismatch(expected: held) }
         var written = offset
         try await fileSystem.withFileHandle(forWritingAt: path(of: upload), options: .modifyFile(createIfNecessary: true)) { handle in

@@ -148,10 +148,6 @@ struct AttachmentController: Sendable {
             try? await blobs.discard(upload)  // as its message says: nothing is kept
             throw error
         }
-        // An upload begins with POST: a PATCH appends to one that exists.
-        guard try await blobs.offset(of: upload) != nil else {
-            throw FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
-        }
         return try await append(
             request,
             to: upload,
@@ -188,7 +184,10 @@ struct AttachmentController: Sendable {
         let bytes = LimitedBody(body: request.body, start: offset, limit: maxAttachmentBytes, metrics: metrics)
         let reached: Int64
         do {
-            reached = try await blobs.append(bytes, to: upload, at: offset)
+            // An upload begins with POST: a PATCH appends to one that exists.
+            reached = try await blobs.append(bytes, to: upload, at: offset, creating: request.method == .post)
+        } catch is UploadNotFound {
+            throw FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
         } catch let mismatch as UploadOffsetMismatch {
             var error = FerryHTTPError(
                 .uploadOffsetMismatch,

@@ -88,13 +88,14 @@ public struct S3BlobStore: BlobStore {
 
     /// Writes `chunks` as parts of at most `partBytes` from `offset`, each flushed as it fills; a
     /// cut keeps the parts written and the one in memory.
-    public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
+    public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64, creating: Bool) async throws -> Int64
     where Chunks.Element == ByteBuffer {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
         // The store says where the upload stands (another process may have gone on with it); what
         // this process wrote before counts only if it ends there.
         let held = try await self.offset(of: upload)
+        guard held != nil || creating else { throw UploadNotFound() }
         guard (held ?? 0) == offset else {
             remember(nil, for: upload)
             throw UploadOffsetMismatch(expected: held ?? 0)
