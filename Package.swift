@@ -84,6 +84,7 @@ let package = Package(
         .target(
             name: "FerryServeCommand",
             dependencies: [
+                "CMallocArenas",
                 "FerryServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -91,6 +92,8 @@ let package = Package(
             ]
         ),
         // What is deployed: the server and its command, no test doubles.
+        // glibc's mallopt, which Swift's Glibc module does not export, for the executables.
+        .target(name: "CMallocArenas"),
         .executableTarget(
             name: "FerryServerMain",
             dependencies: ["FerryServeCommand", .product(name: "ArgumentParser", package: "swift-argument-parser")]

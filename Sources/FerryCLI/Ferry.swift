@@ -8,6 +8,11 @@ struct Ferry: AsyncParsableCommand {
         abstract: "Ferry: an offline-first sync engine. Runs the reference server, issues tokens, and drives a client store.",
         subcommands: [ServeCommand.self, TokenCommand.self, ClientCommand.self, SpaceCommand.self, DemoCommand.self, BenchCommand.self]
     )
+
+    static func main() async {
+        MallocArenas.limitToCores()
+        await main(nil)
+    }
 }
 
 /// Refuses, before any work, a page path that is empty or whose folder does not exist.

@@ -14,4 +14,9 @@ struct FerryServerMain: AsyncParsableCommand {
         subcommands: [ServeCommand.self, TokenCommand.self],
         defaultSubcommand: ServeCommand.self
     )
+
+    static func main() async {
+        MallocArenas.limitToCores()
+        await main(nil)
+    }
 }

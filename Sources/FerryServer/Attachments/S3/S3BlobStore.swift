@@ -31,6 +31,8 @@ public struct S3BlobStore: BlobStore {
     /// The most uploads `written` remembers; past it, one is forgotten (it costs a `LIST` and a
     /// read back, nothing else).
     static let rememberedUploads = 4096
+    /// The part copies one completion asks the store for at once.
+    static let copiesAtOnce = 4
     /// The most parts remembered of one upload.
     static let rememberedParts = 2048
     /// How many completions the store joined itself, without reading the parts back (for tests).
@@ -179,9 +181,14 @@ public struct S3BlobStore: BlobStore {
         guard parts.count > 1 else { return try await client.copy(parts[0].key, to: target) }
         let id = try await client.createMultipart(target)
         do {
-            var etags: [String] = []
-            for (number, part) in parts.enumerated() {
-                etags.append(try await client.uploadPartCopy(target, id: id, number: number + 1, from: part.key))
+            // A few copies at once: each waits on the store's disk.
+            var etags = [String](repeating: "", count: parts.count)
+            try await withThrowingTaskGroup(of: (Int, String).self) { copies in
+                for (index, part) in parts.enumerated() {
+                    if index >= Self.copiesAtOnce, let (done, etag) = try await copies.next() { etags[done] = etag }
+                    copies.addTask { [client] in (index, try await client.uploadPartCopy(target, id: id, number: index + 1, from: part.key)) }
+                }
+                for try await (done, etag) in copies { etags[done] = etag }
             }
             try await client.completeMultipart(target, id: id, parts: etags)
         } catch {
