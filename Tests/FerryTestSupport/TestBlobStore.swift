@@ -1,5 +1,6 @@
 import FerryServer
 import Foundation
+import NIOCore
 
 /// The attachment stores the attachment suites run against: every test that takes a
 /// `BlobBackend` argument runs once on each, the S3 one against the object store that
@@ -52,5 +53,13 @@ public enum BlobBackend: String, Sendable, CaseIterable, CustomStringConvertible
             }
             return text + "&prefix=test-\(UUID().uuidString.lowercased())/"
         }
+    }
+}
+
+extension BlobStore {
+    /// Appends `chunks` to `upload` at `offset`, creating it if new (as a `POST` does).
+    public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
+    where Chunks.Element == ByteBuffer {
+        try await append(chunks, to: upload, at: offset, creating: true)
     }
 }

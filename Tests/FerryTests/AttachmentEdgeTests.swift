@@ -161,4 +161,39 @@ struct AttachmentEdgeTests {
             }
         }
     }
+
+    @Test("a download whose token is refused asks for a new one once and goes on; one refused again says so at once, not after the retry budget")
+    func refusedToken() async throws {
+        try await TestServer.run { server in
+            let field = try AttachmentSyncTests.openStore()
+            let alice = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
+            let (url, bytes) = try AttachmentSyncTests.photo(600_000, seed: 31)
+            let digest = try await field.attach(fileAt: url)
+            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
+            try await alice.sync()
+
+            let good = try await TestServer.token(for: "alice")
+            let bad = try await TestServer.token(for: "alice", secret: String(repeating: "w", count: 32))
+            // The first token is refused (expired early); the one asked for next is good.
+            let tokens = LockIsolated([bad, good])
+            let reader = FerryClient(
+                store: try AttachmentSyncTests.openStore(),
+                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                token: { tokens.withValue { $0.count > 1 ? $0.removeFirst() : $0[0] } },
+                configuration: AttachmentSyncTests.configuration()
+            )
+            #expect(try Data(contentsOf: try await reader.attachment(digest)) == bytes)
+
+            let signedOut = FerryClient(
+                store: try AttachmentSyncTests.openStore(),
+                transport: URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                token: { bad },
+                configuration: AttachmentSyncTests.configuration()
+            )
+            let error = await #expect(throws: FerryError.self) { _ = try await signedOut.attachment(digest) }
+            #expect(error?.code == .unauthorized, "\(String(describing: error))")
+            let gets = try await signedOut.journal.events().filter { $0[.method] == "GET" }.count
+            #expect(gets == 2, "a refused token got \(gets) requests")
+        }
+    }
 }

@@ -70,6 +70,7 @@ struct AttachmentDownloader: Sendable {
         let (partial, lock) = try folder.claimPartial(digest)
         defer { try? lock.close() }
         var failures = 0
+        var renewedToken = false
         var total: Int64?
         while true {
             try Task.checkCancellation()
@@ -82,6 +83,11 @@ struct AttachmentDownloader: Sendable {
                 // The user may not read it (a space left, a record deleted): they keep none of the bytes.
                 try? FileManager.default.removeItem(at: partial)
                 throw gone.error
+            } catch is Unauthorized where !renewedToken {
+                // Revoked or expired early: a new token gets one try at once, as `send` gives it.
+                renewedToken = true
+            } catch let refused as Unauthorized {
+                throw FerryError.unauthorized(refused.message)
             } catch let error as FerryError {
                 throw error
             } catch is CancellationError {
@@ -124,18 +130,15 @@ struct AttachmentDownloader: Sendable {
             let size = stream.headers["content-range"]?.split(separator: "/").last.flatMap { Int64($0) } ?? 0
             if have > size { try folder.truncate(partial) }
             return size
-        case 404:
-            throw Gone(
-                error: FerryError.attachment(
-                    "the server holds no attachment \(digest) this user may read: a record referencing it may not have reached the server yet"
-                )
-            )
         default:
             let body = try? await stream.collect()
             let message = body.flatMap { try? JSONDecoder().decode(ErrorEnvelope.self, from: $0).error.message } ?? "HTTP \(stream.status)"
-            // A refused token was marked so (`openStream`): the next try asks for a new one.
-            if stream.status >= 500 || stream.status == 429 || stream.status == 401 { throw Retryable(message: message) }
-            throw FerryError.attachment("the download of \(digest) was refused (\(stream.status)): \(message)")
+            switch stream.status {
+            case 404: throw Gone(error: FerryError.attachment("the server holds no attachment \(digest) this user may read: \(message)"))
+            case 401: throw Unauthorized(message: message)  // marked refused (`openStream`): the next try asks for a new one
+            case 429, 500...: throw Retryable(message: message)
+            default: throw FerryError.attachment("the download of \(digest) was refused (\(stream.status)): \(message)")
+            }
         }
     }
 
@@ -144,7 +147,12 @@ struct AttachmentDownloader: Sendable {
         var error: FerryError
     }
 
-    /// A download answered with a status worth trying again (5xx, 429, 401).
+    /// The server refused the token (`401`).
+    private struct Unauthorized: Error {
+        var message: String
+    }
+
+    /// A download answered with a status worth trying again (5xx, 429).
     private struct Retryable: Error, CustomStringConvertible {
         var message: String
         var description: String { message }

@@ -133,13 +133,6 @@ struct AttachmentFolder: Sendable {
         return handle
     }
 
-    /// Whether a download holds `part` now.
-    private static func isLocked(_ part: URL) -> Bool {
-        guard let handle = try? FileHandle(forUpdating: part) else { return false }
-        defer { try? handle.close() }
-        return flock(handle.fileDescriptor, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK
-    }
-
     /// Appends `bytes` to a download's `.part` file.
     func append(_ bytes: Data, to partial: URL) throws {
         let output = try FileHandle(forWritingTo: partial)
@@ -173,8 +166,12 @@ struct AttachmentFolder: Sendable {
             if let digest = AttachmentDigest("sha256:" + name), known.contains(digest) { continue }
             let file = url.appendingPathComponent(name)
             let changed = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.modificationDate] as? Date
-            // A part a download holds now is not an orphan, however long it has waited.
-            if let changed, changed < cutoff, !(name.hasSuffix(".part") && Self.isLocked(file)) { try? FileManager.default.removeItem(at: file) }
+            guard let changed, changed < cutoff else { continue }
+            // A part a download holds now is not an orphan, however long it has waited: it is
+            // removed under its lock, so a download claiming it meanwhile finds it gone.
+            let lock = name.hasSuffix(".part") ? Self.lock(file) : nil
+            if lock != nil || !name.hasSuffix(".part") { try? FileManager.default.removeItem(at: file) }
+            try? lock?.close()
         }
     }
 

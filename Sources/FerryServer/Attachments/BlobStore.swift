@@ -64,14 +64,6 @@ public struct UploadOffsetMismatch: Error, Sendable {
     public var expected: Int64
 }
 
-extension BlobStore {
-    /// Appends `chunks` to `upload` at `offset`, creating it if new.
-    public func append<Chunks: AsyncSequence>(_ chunks: Chunks, to upload: UploadID, at offset: Int64) async throws -> Int64
-    where Chunks.Element == ByteBuffer {
-        try await append(chunks, to: upload, at: offset, creating: true)
-    }
-}
-
 /// The store did not answer, or answered that it cannot now (an object store down, restarting
 /// or overloaded): the request is answered `503` with `Retry-After`, and the client tries again.
 public struct BlobStoreUnavailable: Error, Sendable, CustomStringConvertible {

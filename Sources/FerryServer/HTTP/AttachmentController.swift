@@ -116,7 +116,7 @@ struct AttachmentController: Sendable {
         } catch is UploadBusy {
             throw Self.busy(offset: try? await blobs.offset(of: upload))
         }
-        return try await append(request, to: upload, of: digest, at: 0, caller: caller, version: version, context: context)
+        return try await append(request, to: upload, of: digest, at: 0, creating: true, caller: caller, version: version, context: context)
     }
 
     /// `HEAD /v1/attachments/{digest}/upload`: how many bytes the server holds of the caller's upload.
@@ -128,7 +128,7 @@ struct AttachmentController: Sendable {
             if try await storage.readableAttachments([digest], by: caller).contains(digest), let size = try await blobs.size(of: digest) {
                 return Self.progress(.noContent, offset: size, complete: true, version: version)
             }
-            throw FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
+            throw Self.noUpload(of: digest)
         }
         return Self.progress(.noContent, offset: offset, complete: false, version: version)
     }
@@ -148,11 +148,13 @@ struct AttachmentController: Sendable {
             try? await blobs.discard(upload)  // as its message says: nothing is kept
             throw error
         }
+        // An upload begins with POST: a PATCH appends to one that exists.
         return try await append(
             request,
             to: upload,
             of: digest,
             at: offset,
+            creating: false,
             caller: caller,
             version: version,
             context: context
@@ -176,6 +178,7 @@ struct AttachmentController: Sendable {
         to upload: UploadID,
         of digest: AttachmentDigest,
         at offset: Int64,
+        creating: Bool,
         caller: Caller,
         version: Int?,
         context: FerryRequestContext
@@ -184,10 +187,9 @@ struct AttachmentController: Sendable {
         let bytes = LimitedBody(body: request.body, start: offset, limit: maxAttachmentBytes, metrics: metrics)
         let reached: Int64
         do {
-            // An upload begins with POST: a PATCH appends to one that exists.
-            reached = try await blobs.append(bytes, to: upload, at: offset, creating: request.method == .post)
+            reached = try await blobs.append(bytes, to: upload, at: offset, creating: creating)
         } catch is UploadNotFound {
-            throw FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
+            throw Self.noUpload(of: digest)
         } catch let mismatch as UploadOffsetMismatch {
             var error = FerryHTTPError(
                 .uploadOffsetMismatch,
@@ -315,6 +317,10 @@ struct AttachmentController: Sendable {
     }
 
     /// Another request appends to, completes or discards the upload now: `409` with the bytes it holds.
+    static func noUpload(of digest: AttachmentDigest) -> FerryHTTPError {
+        FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
+    }
+
     static func busy(offset: Int64?) -> FerryHTTPError {
         var error = FerryHTTPError(.uploadOffsetMismatch, "another request is working on this upload now; ask its offset with HEAD, then go on")
         if let offset { error.headers[uploadOffset] = "\(offset)" }

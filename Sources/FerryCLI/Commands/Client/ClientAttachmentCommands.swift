@@ -65,7 +65,7 @@ struct ClientFetchCommand: AsyncParsableCommand {
             let partial = URL(fileURLWithPath: out + ".ferry-\(UUID().uuidString.prefix(8)).part")
             defer { try? FileManager.default.removeItem(at: partial) }
             try FileManager.default.copyItem(at: file, to: partial)
-            let copied = try FileHandle(forUpdating: partial)
+            let copied = try FileHandle(forReadingFrom: partial)
             try copied.synchronize()  // on the disk before it is named
             try copied.close()
             try FileManager.default.moveItem(at: partial, to: URL(fileURLWithPath: out))

@@ -161,8 +161,10 @@ public struct S3BlobStore: BlobStore {
                 try await discardParts(parts.map(\.key))
                 throw DigestMismatch(expected: digest, actual: actual)
             }
-            if writing { try await copy(parts, to: target) }
-            joinedInStore.withLockedValue { $0 += 1 }
+            if writing {
+                try await copy(parts, to: target)
+                joinedInStore.withLockedValue { $0 += 1 }
+            }
         } else {
             try await readBack(parts, as: digest, into: target, writing: writing)
         }
