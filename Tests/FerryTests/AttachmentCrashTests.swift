@@ -19,6 +19,17 @@ struct AttachmentCrashTests {
         MetricsText.counter("ferry_attachment_bytes_total", labels: #"direction="\#(direction)""#, in: metrics)
     }
 
+    /// A photo of `size` attached in a CLI store and referenced by the job `j1`: its digest and bytes.
+    static func attachWithCLI(in store: [String], seed: UInt8) async throws -> (digest: String, bytes: Data) {
+        let (photo, original) = try AttachmentSyncTests.photo(Self.size, seed: seed)
+        var run = try await FerryProcess.run(["client", "attach"] + store + ["--file", photo.path])
+        try #require(run.status == 0, "\(run.error)")
+        let digest = run.output.trimmingCharacters(in: .whitespacesAndNewlines)
+        run = try await FerryProcess.run(["client", "add"] + store + ["--entity", "jobs", "--id", "j1", "--data", #"{"photo": "\#(digest)"}"#])
+        try #require(run.status == 0, "\(run.error)")
+        return (digest, original)
+    }
+
     /// Waits until `done()` holds or the process ends; whether it held.
     static func wait(for process: FerryProcess, until done: () throws -> Bool) async throws -> Bool {
         while process.process.isRunning {
@@ -38,12 +49,7 @@ struct AttachmentCrashTests {
             let directory = TestDirectory.make("upload-kill")
             let store = ["--store", directory.appendingPathComponent("field").path, "--user", "alice"]
             let token = try await TestServer.token(for: "alice")
-            let (photo, original) = try AttachmentSyncTests.photo(Self.size, seed: 21)
-            var run = try await FerryProcess.run(["client", "attach"] + store + ["--file", photo.path])
-            try #require(run.status == 0, "\(run.error)")
-            let digest = run.output.trimmingCharacters(in: .whitespacesAndNewlines)
-            run = try await FerryProcess.run(["client", "add"] + store + ["--entity", "jobs", "--id", "j1", "--data", #"{"photo": "\#(digest)"}"#])
-            try #require(run.status == 0, "\(run.error)")
+            let (digest, original) = try await Self.attachWithCLI(in: store, seed: 21)
 
             let sync = ["client", "sync"] + store + ["--server", server.baseURL, "--token", token]
             var killedMidUpload = 0
@@ -56,7 +62,7 @@ struct AttachmentCrashTests {
                 #expect(served.status == 404 || served.body == original, "kill \(kill): a partial upload was served")
             }
             #expect(killedMidUpload >= 3, "only \(killedMidUpload) kills landed during the upload")
-            run = try await FerryProcess.run(sync + ["--json"])
+            let run = try await FerryProcess.run(sync + ["--json"])
             #expect(run.status == 0 && run.output.contains(#""pending":0"#), "\(run.output) \(run.error)")
 
             let received = Self.bytes(metrics, "received")
@@ -77,11 +83,8 @@ struct AttachmentCrashTests {
             let field = ["--store", directory.appendingPathComponent("field").path, "--user", "alice"]
             let office = ["--store", directory.appendingPathComponent("office").path, "--user", "alice"]
             let remote = ["--server", server.baseURL, "--token", try await TestServer.token(for: "alice")]
-            let (photo, original) = try AttachmentSyncTests.photo(Self.size, seed: 22)
-            var run = try await FerryProcess.run(["client", "attach"] + field + ["--file", photo.path])
-            let digest = run.output.trimmingCharacters(in: .whitespacesAndNewlines)
-            run = try await FerryProcess.run(["client", "add"] + field + ["--entity", "jobs", "--id", "j1", "--data", #"{"photo": "\#(digest)"}"#])
-            run = try await FerryProcess.run(["client", "sync"] + field + remote)
+            let (digest, original) = try await Self.attachWithCLI(in: field, seed: 22)
+            var run = try await FerryProcess.run(["client", "sync"] + field + remote)
             try #require(run.status == 0, "\(run.error)")
             run = try await FerryProcess.run(["client", "sync"] + office + remote)
             try #require(run.status == 0, "\(run.error)")
