@@ -67,8 +67,11 @@ public struct UploadOffsetMismatch: Error, Sendable {
 /// The store did not answer, or answered that it cannot now (an object store down, restarting
 /// or overloaded): the request is answered `503` with `Retry-After`, and the client tries again.
 public struct BlobStoreUnavailable: Error, Sendable, CustomStringConvertible {
+    /// What failed: the request and the store's answer or the connection's error.
     public var reason: String
+    /// An unavailable store, for `reason`.
     public init(_ reason: String) { self.reason = reason }
+    /// "the attachment store is unavailable: " and the reason, for logs.
     public var description: String { "the attachment store is unavailable: \(reason)" }
 }
 
