@@ -31,6 +31,8 @@ public struct S3BlobStore: BlobStore {
     /// The most uploads `written` remembers; past it, one is forgotten (it costs a `LIST` and a
     /// read back, nothing else).
     static let rememberedUploads = 4096
+    /// S3's smallest part of a multipart upload, but the last: 5 MiB.
+    static let smallestPart = 5 * 1024 * 1024
     /// The part copies one completion asks the store for at once.
     static let copiesAtOnce = 4
     /// The most parts remembered of one upload.
@@ -50,7 +52,7 @@ public struct S3BlobStore: BlobStore {
     ) async throws {
         client = S3Client(endpoint: endpoint, bucket: bucket, signer: SignatureV4(accessKey: accessKey, secretKey: secretKey, region: region))
         self.prefix = prefix
-        self.partBytes = max(partBytes, 5 * 1024 * 1024)  // S3's smallest part but the last
+        self.partBytes = max(partBytes, Self.smallestPart)
         _ = try await client.send(.HEAD)  // the bucket exists, and the keys open it
     }
 
@@ -175,7 +177,7 @@ public struct S3BlobStore: BlobStore {
     /// Whether the store can join `parts` into one object itself: one part (a copy), or parts
     /// of at least S3's smallest part (5 MiB) but the last (a multipart upload of copies).
     static func copyable(_ parts: [S3Client.Part]) -> Bool {
-        parts.count == 1 || parts.dropLast().allSatisfy { $0.size >= 5 * 1024 * 1024 }
+        parts.count == 1 || parts.dropLast().allSatisfy { $0.size >= Self.smallestPart }
     }
 
     /// Joins the parts into the object `target` inside the store: no byte passes through this process.
