@@ -8,7 +8,8 @@ import Testing
 @testable import FerryServer
 
 /// PostgreSQL's plans for a push's lookup and a pull's page stay index walks after a bulk load
-/// has made the statistics stale (autovacuum off, so nothing refreshes them).
+/// has made the statistics stale (autovacuum off, so nothing refreshes them), with planner
+/// settings scoped to a pull's transaction, never to the pool's sessions.
 @Suite("PostgreSQL plans", .timeLimit(.minutes(3)))
 struct PostgresPlanTests {
     @Test("after a bulk load with stale statistics, a push's lookup stays index probes and a pull page walks records_pull to its limit")
@@ -67,7 +68,11 @@ struct PostgresPlanTests {
         #expect(plain[0].contains("Bitmap") || plain[0].contains("Sort"), "a plain session's page:\n\(plain[0])")
         for decayed in ["Seq Scan", "Bitmap", "Hash"] { #expect(!plain[1].contains(decayed), "a plain session's lookup:\n\(plain[1])") }
 
-        let pullPlan = try await storage.plan(of: pull)
+        // The settings are the pull's own: on the pool's sessions, outside a pull, the page decays as in a plain session.
+        let outsidePull = try await storage.plan(of: pull)
+        #expect(outsidePull.contains("Bitmap") || outsidePull.contains("Sort"), "the page outside a pull:\n\(outsidePull)")
+
+        let pullPlan = try await storage.plan(of: pull, inPull: true)
         #expect(pullPlan.contains("Index Scan using records_pull on records"), "\(pullPlan)")
         #expect(pullPlan.contains("Limit"), "\(pullPlan)")
         for decayed in ["Seq Scan", "Bitmap", "Sort"] { #expect(!pullPlan.contains(decayed), "\(pullPlan)") }

@@ -9,8 +9,8 @@ import PostgresNIO
 /// A pull on PostgreSQL: the personal history, then the spaces' rows, in one snapshot.
 extension PostgresSyncStorage {
     /// Reads up to `limit` records changed after `cursor`, leaving out `ownWrites` and stopping
-    /// at the page's data budget (`PullPage.Builder`): the personal history in one statement (one
-    /// snapshot), then, for a user in spaces, the memberships with the spaces' heads and each
+    /// at the page's data budget (`PullPage.Builder`): the personal history in one statement,
+    /// then, for a user in spaces, the memberships with the spaces' heads and each
     /// space with something to read while the page has room (`SpacedPage`), all in one
     /// `REPEATABLE READ` transaction: the memberships the page reports and the rows it returns
     /// are one view, so a member removed and the space written while the pull reads is never
@@ -21,7 +21,7 @@ extension PostgresSyncStorage {
         let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
         let scan = PullPage.scanLimit(limit, leavingOut: ownWrites)
         if let from, let page = try await continuing(from, userID: userID, limit: limit, ownWrites: ownWrites) { return page }
-        return try await withDatabase { [self] db in
+        return try await withDatabase { [self] db in try await Self.snapshot(db, logger: logger) { db in
             let first = try await Self.rows(
                 of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan, entries: from?.spaces ?? [:]),
                 on: db,
@@ -45,10 +45,8 @@ extension PostgresSyncStorage {
             if first.version == (from?.memberships ?? 0), first.spaces == (from?.spaces.count ?? 0), first.moved == 0 {
                 return page.pageWithSpacesUnchanged(cursors: cursors, cursor: cursor)
             }
-            return try await Self.snapshot(db, logger: logger) { db in
-                try await readSpaces(page, version: first.version, userID: userID, ownWrites: ownWrites, db: db)
-            }
-        }
+            return try await readSpaces(page, version: first.version, userID: userID, ownWrites: ownWrites, db: db)
+        } }
     }
 
     /// The rest of a page after the personal history, in the caller's snapshot: the spaces the
@@ -178,8 +176,9 @@ extension PostgresSyncStorage {
         return rows
     }
 
-    /// `body` in a read-only `REPEATABLE READ` transaction on `connection`: every statement of
-    /// it reads the snapshot its first statement took.
+    /// `body` in a read-only `REPEATABLE READ` transaction on `connection`, a pull's: every
+    /// statement of it reads one snapshot, and is planned to walk its index (`planSettings`,
+    /// for this transaction only).
     static func snapshot<T: Sendable>(
         _ connection: PostgresConnection,
         logger: Logger,
@@ -188,6 +187,7 @@ extension PostgresSyncStorage {
         try await connection.query("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", logger: logger)
         let value: T
         do {
+            try await connection.query(PostgresQuery(unsafeSQL: walkIndexesSQL), logger: logger)
             value = try await body(connection)
         } catch {
             _ = try? await connection.query("ROLLBACK", logger: logger)
@@ -211,7 +211,9 @@ extension PostgresSyncStorage {
             scan: PullPage.scanLimit(limit, leavingOut: ownWrites),
             member: key
         )
-        let read = try await withDatabase { [logger] db in try await Self.rows(of: query, on: db, logger: logger) }
+        let read = try await withDatabase { [logger] db in
+            try await Self.snapshot(db, logger: logger) { db in try await Self.rows(of: query, on: db, logger: logger) }
+        }
         guard read.version == from.memberships, let id = read.member else { return nil }
         let space = ReadableSpace(key: key, id: id, role: .read, head: read.head, last: read.head.position)
         let start = try space.head.start(from: entry)

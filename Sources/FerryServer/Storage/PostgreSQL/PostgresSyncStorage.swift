@@ -97,7 +97,7 @@ public final class PostgresSyncStorage: SyncStorage {
             [
                 ("statement_timeout", "30s"), ("lock_timeout", "10s"), ("idle_in_transaction_session_timeout", "60s"),
                 ("synchronous_commit", "on"),
-            ] + planSettings
+            ]
         // Listening before the server answers anything: no commit from then on goes unheard.
         let listening: Listening
         do {
@@ -118,18 +118,19 @@ public final class PostgresSyncStorage: SyncStorage {
         )
     }
 
-    /// Plans that do not decay. Every statement Ferry runs is an index walk by design: a push
-    /// probes records by key (a nested loop over the batch's keys), a pull walks `records_pull` in
-    /// change order and stops at its page. After a bulk load, stale statistics made PostgreSQL pick
-    /// a hash join over all of a user's records for each push and a bitmap scan plus a sort of
-    /// everything after the cursor for each page: quadratic over a large sync. Without sequential
-    /// and bitmap scans a page can only walk an index, and `records_pull` is the one in its order
-    /// (sorts stay allowed: some statements need one, as reading `client_results` in order). These settings
-    /// (on this pool's sessions only) price those plans out whatever the statistics say; where no
-    /// other plan exists PostgreSQL still uses them. `PostgresPlanTests` checks the plans with EXPLAIN.
-    static let planSettings: [(String, String)] = [
-        ("enable_seqscan", "off"), ("enable_bitmapscan", "off"), ("enable_hashjoin", "off"), ("enable_mergejoin", "off"),
-    ]
+    /// Plans that do not decay, for the one statement whose plan statistics can ruin: a pull
+    /// page walks `records_pull` in change order and stops at its page. After a bulk load, stale
+    /// statistics made PostgreSQL pick a bitmap scan plus a sort of everything after the cursor
+    /// for each page: quadratic over a large sync. Without sequential and bitmap scans (and hash
+    /// or merge joins) a page can only walk an index, and `records_pull` is the one in its order.
+    /// A pull sets these in its own transaction only (`set_config(…, true)`, as `SET LOCAL`:
+    /// `snapshot`); every other statement on the pool is planned as PostgreSQL plans it. A push's
+    /// lookup needs none: a LATERAL probe per key has no other plan. `PostgresPlanTests` checks
+    /// the plans with EXPLAIN.
+    static let planSettings = ["enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin"]
+
+    /// The statement that turns `planSettings` off until the end of the transaction it runs in.
+    static let walkIndexesSQL = "SELECT " + planSettings.map { "set_config('\($0)', 'off', true)" }.joined(separator: ", ")
 
     private init(
         client: PostgresClient,
@@ -226,7 +227,7 @@ public final class PostgresSyncStorage: SyncStorage {
             }
         }
         if report.tombstones > 0 || report.clients > 0 {
-            // Statistics follow what the purge changed (plans do not depend on them: `planSettings`).
+            // Statistics follow what the purge changed (a pull's plan does not depend on them: `planSettings`).
             try await withDatabase { [logger] db in _ = try await db.query("ANALYZE records, clients, client_results", logger: logger).collect() }
         }
         return report
@@ -239,13 +240,16 @@ public final class PostgresSyncStorage: SyncStorage {
     }
 
     /// The plan PostgreSQL picks for `query` on one of this pool's sessions (`EXPLAIN`, one line
-    /// per node), for tests and diagnostics.
-    package func plan(of query: PostgresQuery) async throws -> String {
+    /// per node), for tests and diagnostics; `inPull`, in a pull's transaction (`snapshot`).
+    package func plan(of query: PostgresQuery, inPull: Bool = false) async throws -> String {
         let explain = PostgresQuery(unsafeSQL: "EXPLAIN " + query.sql, binds: query.binds)
         return try await withDatabase { [logger] db in
-            var lines: [String] = []
-            for try await line in try await db.query(explain, logger: logger).decode(String.self) { lines.append(line) }
-            return lines.joined(separator: "\n")
+            let explained = { (db: PostgresConnection) in
+                var lines: [String] = []
+                for try await line in try await db.query(explain, logger: logger).decode(String.self) { lines.append(line) }
+                return lines.joined(separator: "\n")
+            }
+            return inPull ? try await Self.snapshot(db, logger: logger, explained) : try await explained(db)
         }
     }
 
