@@ -82,6 +82,18 @@ package struct JSONTextWriter: Sendable {
         bytes.append(UInt8(ascii: "\""))
     }
 
+    /// `strings` as a JSON array's text, for SQLite's `json_each`.
+    package static func array(of strings: some Collection<String>) -> String {
+        var writer = JSONTextWriter(capacity: 2 + strings.count * 16)
+        writer.raw("[")
+        for (index, string) in strings.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.string(string)
+        }
+        writer.raw("]")
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+
     /// How many bytes `string(value)` writes, quotes included.
     package static func encodedLength(of value: String) -> Int {
         value.utf8.reduce(2) { length, byte in

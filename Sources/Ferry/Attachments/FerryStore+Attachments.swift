@@ -53,10 +53,12 @@ extension FerryStore {
         }
         let (tables, folder) = (self.tables, attachmentFolder)
         let gone = try await database.write { db -> Int in
-            let referenced = try Self.referencedDigests(tables, db: db)
+            let rows = try AttachmentTable.all(db)
+            // The rows' digests are read only when some attachment is known: a pull of a store without any reads none.
+            let referenced = rows.isEmpty ? [] : try Self.referencedDigests(tables, db: db)
             let dayAgo = Date().timeIntervalSince1970 - 86_400
             var gone: [AttachmentDigest] = []
-            for row in try AttachmentTable.all(db) where !referenced.contains(row.digest.description) {
+            for row in rows where !referenced.contains(row.digest.description) {
                 if row.waitsForUpload, try OutboxTable.queuedChangeReferences(row.digest.description, db: db) || row.usedAt > dayAgo { continue }
                 gone.append(row.digest)
             }

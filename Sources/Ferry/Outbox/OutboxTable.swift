@@ -283,12 +283,13 @@ enum OutboxTable {
     /// The ids of the entries of `records` waiting to be sent, found through the index by
     /// record (`ferry-v6`).
     static func queuedEntries(of records: [RecordRef], db: Database) throws -> [RecordRef: [Int64]] {
-        guard !records.isEmpty else { return [:] }
+        // An outbox with nothing queued (a new device's pull, most pulls) answers without a look at the records.
+        guard !records.isEmpty, try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition))")) == true
+        else {
+            return [:]
+        }
         let wanted = Set(records)
-        let rows = try Row.fetchCursor(
-            db.cachedStatement(sql: queuedEntriesSQL),
-            arguments: [String(decoding: try JSONEncoder().encode(records.map(\.entityID)), as: UTF8.self)]
-        )
+        let rows = try Row.fetchCursor(db.cachedStatement(sql: queuedEntriesSQL), arguments: [JSONTextWriter.array(of: records.map(\.entityID))])
         var queued: [RecordRef: [Int64]] = [:]
         while let row = try rows.next() {
             let record = RecordRef(entity: row[0], entityID: row[1])

@@ -44,8 +44,9 @@ struct RecordWriter {
                 message: "table \(table.table) holds no record of \(placement.name)"
             )
         }
+        // The row's own statement goes first: a record the schema refuses has then written
+        // nothing (SQLite undoes a failed statement whole), and `PulledRecords` needs no savepoint.
         guard let data else {
-            try keepExtras([:], entity: entity, entityID: entityID, db: db)
             var row = table.rowCondition(entity: entity, entityID: entityID)
             var arguments = StatementArguments(row.arguments)
             if let column = table.spaceColumn, placement.isStated {
@@ -53,10 +54,12 @@ struct RecordWriter {
                 arguments += [placement.space]
             }
             try db.cachedStatement(sql: "DELETE FROM \(table.table.quotedDatabaseIdentifier) WHERE \(row.sql)").execute(arguments: arguments)
+            try keepExtras([:], entity: entity, entityID: entityID, db: db)
             return
         }
         var columns = [table.primaryKey]
         var values: [(any DatabaseValueConvertible)?] = [entityID]
+        var extras: JSONObject?
         if let column = table.entityColumn {
             columns.append(column)
             values.append(entity)
@@ -74,29 +77,43 @@ struct RecordWriter {
             columns.append(column)
             values.append(String(decoding: try ProtocolValidation.encode(data), as: UTF8.self))
         case .columns:
-            var unknown = data
+            var matched = 0
             for column in try dataColumns(of: table, db: db) {
-                let field = table.field(ofColumn: column)
-                guard let value = data[field] else { continue }
-                unknown[field] = nil
+                guard let value = data[table.field(ofColumn: column)] else { continue }
+                matched += 1
                 columns.append(column)
                 values.append(try value.databaseValue())
             }
             // A multi-entity table keeps no extra fields (capture would not send them back).
-            if table.entityColumn == nil { try keepExtras(unknown, entity: entity, entityID: entityID, db: db) }
+            // Nearly every record has a column for each field: the rest is looked for only when some field has none.
+            if table.entityColumn == nil {
+                extras = [:]
+                if matched < data.count {
+                    let fields = Set(try dataColumns(of: table, db: db).map(table.field(ofColumn:)))
+                    extras = data.filter { !fields.contains($0.key) }
+                }
+            }
         }
         let written: [String] =
             switch table.layout {
             case .document(let column): [column]
             case .columns: try dataColumns(of: table, db: db)
             }
-        try upsert(into: table, columns: columns, writing: written, db: db).execute(arguments: StatementArguments(values))
+        let upsert = try upsert(into: table, columns: columns, writing: written, db: db)
+        do {
+            try upsert.execute(arguments: StatementArguments(values))
+        } catch {
+            // A statement that failed cannot run again (sqlite.org/c3ref/reset.html): the next record prepares its own.
+            (upserts, last) = ([:], nil)
+            throw error
+        }
         if table.spaceColumn != nil, placement.isStated, db.changesCount == 0 {
             throw DatabaseError(
                 resultCode: .SQLITE_CONSTRAINT,
                 message: "\(entity)/\(entityID) of \(placement.name) has the id of a row of another space here"
             )
         }
+        if let extras { try keepExtras(extras, entity: entity, entityID: entityID, db: db) }
     }
 
     /// The upsert of a row with `columns`; an existing row takes every column of `writing` too:

@@ -27,32 +27,23 @@ struct PulledRecords {
         var refused: [(record: Record, reason: String)] = []
     }
 
-    /// Writes `records`: all at once when the schema takes them, else one at a time, in passes,
-    /// until a pass writes nothing more (a task before its project, a natural key taken before
-    /// the record that held it gives it up: each goes in once the other has).
+    /// Writes `records` one at a time, in passes, until a pass writes nothing more (a task
+    /// before its project, a natural key taken before the record that held it gives it up: each
+    /// goes in once the other has).
+    ///
+    /// No savepoint: `RecordWriter.write` makes one statement carry a record's row, and SQLite
+    /// undoes a statement the schema refuses whole. (A savepoint around the page made SQLite copy
+    /// every page each statement touched into its statement journal, which spilled to a
+    /// temporary file: some 2,000 writes of 4 KiB a page of 1,000 records.)
     static func write(_ records: [Record], writer: inout RecordWriter, db: Database) throws -> Outcome {
-        guard !records.isEmpty else { return Outcome() }
         // Deletes first: they free natural keys and unique values the upserts may take.
-        let ordered = records.filter { $0.data == nil } + records.filter { $0.data != nil }
-        do {
-            try db.inSavepoint {
-                for record in ordered { try write(record, writer: &writer, db: db) }
-                return .commit
-            }
-            return Outcome(written: ordered)
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-            // Refused somewhere in the page: record by record.
-        }
+        var remaining = records.filter { $0.data == nil } + records.filter { $0.data != nil }
         var outcome = Outcome()
-        var remaining = ordered
         while !remaining.isEmpty {
             var refused: [(record: Record, reason: String)] = []
             for record in remaining {
                 do {
-                    try db.inSavepoint {
-                        try write(record, writer: &writer, db: db)
-                        return .commit
-                    }
+                    try write(record, writer: &writer, db: db)
                     outcome.written.append(record)
                 } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                     refused.append((record, "the app's schema refused it: \(error.message ?? "\(error.resultCode)")"))
