@@ -246,6 +246,48 @@ struct SpaceClientTests {
     }
 
     @Test(
+        "a page written many rows to a statement meets a row of another space under one of its ids: that record is set aside, every other arrives"
+    )
+    func manyRowWriteMeetsRowOfAnotherSpace() async throws {
+        try await TestServer.run { server in
+            let store = try Self.openStore("alice")
+            let alice = Self.client(store, server, user: "alice")
+            // A personal row the store holds without a version or a queued change (written uncaptured), under an id Carol's space uses.
+            try await store.database.write { db in
+                try FerryStore.withoutCapture(db) { try db.execute(sql: "INSERT INTO projects (id, team_id, name) VALUES ('p3', NULL, 'mine')") }
+            }
+            let carol = try await TestServer.token(for: "carol")
+            #expect(try await server.createSpace("crew", token: carol).status == 201)
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "carol",
+                    mutations: (1...9).map {
+                        Mutation(
+                            id: Int64($0),
+                            entity: "projects",
+                            entityID: "p\($0)",
+                            op: .upsert,
+                            data: ["name": .string("crew \($0)")],
+                            space: "crew"
+                        )
+                    }
+                ),
+                token: carol
+            )
+            #expect(try await server.grant(.read, to: "alice", in: "crew", token: carol).status == 200)
+            let report = try await alice.sync()
+            let rows = try await store.database.read { db in
+                try Row.fetchAll(db, sql: "SELECT id, team_id, name FROM projects ORDER BY id").map {
+                    "\($0[0] as String):\(($0[1] as String?) ?? "-"):\($0[2] as String)"
+                }
+            }
+            #expect(rows == ["p1:crew:crew 1", "p2:crew:crew 2", "p3:-:mine"] + (4...9).map { "p\($0):crew:crew \($0)" })
+            #expect(report.pull.setAside == 1)
+            #expect(try await alice.queueSnapshot().setAside.map(\.entityID) == ["p3"])
+        }
+    }
+
+    @Test(
         "a record this device wrote into a space before joining it, deleted by another member in between, leaves the store when the join is whole (second review)"
     )
     func joinRemovesWhatOthersDeletedBefore() async throws {

@@ -284,7 +284,8 @@ enum OutboxTable {
     /// record (`ferry-v6`).
     static func queuedEntries(of records: [RecordRef], db: Database) throws -> [RecordRef: [Int64]] {
         // An outbox with nothing queued (a new device's pull, most pulls) answers without a look at the records.
-        guard !records.isEmpty, try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition))")) == true
+        guard !records.isEmpty,
+            try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_outbox WHERE \(OutboxState.queuedCondition))")) == true
         else {
             return [:]
         }

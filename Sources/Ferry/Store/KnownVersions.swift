@@ -49,9 +49,11 @@ struct KnownVersions {
         var start = 0
         while start < rows.count {
             let count = rows.count - start >= Self.chunk ? Self.chunk : 1
-            var values: [(any DatabaseValueConvertible)?] = []
+            var values: [DatabaseValue] = []
             values.reserveCapacity(count * 3)
-            for (record, version) in rows[start..<start + count] { values += [record.entity, record.entityID, version] }
+            for (record, version) in rows[start..<start + count] {
+                values += [record.entity.databaseValue, record.entityID.databaseValue, version.databaseValue]
+            }
             try db.cachedStatement(sql: count == 1 ? Self.upsertOne : Self.upsertChunk).execute(arguments: StatementArguments(values))
             start += count
         }

@@ -10,8 +10,10 @@ struct RecordWriter {
     private var dataColumns: [String: [String]] = [:]
     /// Upsert statements by table and the columns they write: records of one table nearly
     /// always have the same fields, so the SQL is built once per shape, not once per record.
-    private var upserts: [String: Statement] = [:]
-    private var last: (table: String, columns: [String], statement: Statement)?
+    /// The statements live in GRDB's cache of the connection, across pages; GRDB drops one that
+    /// failed (it cannot run again: sqlite.org/c3ref/reset.html).
+    private var upserts: [String: String] = [:]
+    private var last: (table: String, columns: [String], sql: String)?
     /// Whether `ferry_extras` may hold a row: read once, so a store that keeps no extra fields
     /// pays no statement per record for them.
     private var extrasMayExist: Bool?
@@ -57,75 +59,154 @@ struct RecordWriter {
             try keepExtras([:], entity: entity, entityID: entityID, db: db)
             return
         }
-        var columns = [table.primaryKey]
-        var values: [(any DatabaseValueConvertible)?] = [entityID]
-        var extras: JSONObject?
-        if let column = table.entityColumn {
-            columns.append(column)
-            values.append(entity)
-        }
-        if let column = table.naturalKey {
-            columns.append(column)
-            values.append(naturalKey)
-        }
-        if let column = table.spaceColumn, placement.isStated {
-            columns.append(column)
-            values.append(placement.space)
-        }
-        switch table.layout {
-        case .document(let column):
-            columns.append(column)
-            values.append(String(decoding: try ProtocolValidation.encode(data), as: UTF8.self))
-        case .columns:
-            var matched = 0
-            for column in try dataColumns(of: table, db: db) {
-                guard let value = data[table.field(ofColumn: column)] else { continue }
-                matched += 1
-                columns.append(column)
-                values.append(try value.databaseValue())
-            }
-            // A multi-entity table keeps no extra fields (capture would not send them back).
-            // Nearly every record has a column for each field: the rest is looked for only when some field has none.
-            if table.entityColumn == nil {
-                extras = [:]
-                if matched < data.count {
-                    let fields = Set(try dataColumns(of: table, db: db).map(table.field(ofColumn:)))
-                    extras = data.filter { !fields.contains($0.key) }
-                }
-            }
-        }
-        let written: [String] =
-            switch table.layout {
-            case .document(let column): [column]
-            case .columns: try dataColumns(of: table, db: db)
-            }
-        let upsert = try upsert(into: table, columns: columns, writing: written, db: db)
-        do {
-            try upsert.execute(arguments: StatementArguments(values))
-        } catch {
-            // A statement that failed cannot run again (sqlite.org/c3ref/reset.html): the next record prepares its own.
-            (upserts, last) = ([:], nil)
-            throw error
-        }
+        let row = try upsertRow(of: table, entity: entity, entityID: entityID, data: data, naturalKey: naturalKey, placement: placement, db: db)
+        try upsert(into: table, columns: row.columns, writing: row.written, db: db).execute(arguments: StatementArguments(row.values))
         if table.spaceColumn != nil, placement.isStated, db.changesCount == 0 {
             throw DatabaseError(
                 resultCode: .SQLITE_CONSTRAINT,
                 message: "\(entity)/\(entityID) of \(placement.name) has the id of a row of another space here"
             )
         }
-        if let extras { try keepExtras(extras, entity: entity, entityID: entityID, db: db) }
+        if let extras = row.extras { try keepExtras(extras, entity: entity, entityID: entityID, db: db) }
+    }
+
+    /// A record's row as an upsert writes it.
+    struct UpsertRow {
+        var table: SyncedTable
+        var entity: String
+        var entityID: String
+        var columns: [String]
+        var values: [DatabaseValue]
+        /// The columns an existing row takes too (`upsert`).
+        var written: [String]
+        /// The fields no column holds, kept beside the row; `nil` for a table that keeps none.
+        var extras: JSONObject?
+    }
+
+    private mutating func upsertRow(
+        of table: SyncedTable,
+        entity: String,
+        entityID: String,
+        data: JSONObject,
+        naturalKey: String?,
+        placement: SpacePlacement,
+        db: Database
+    ) throws -> UpsertRow {
+        var row = UpsertRow(
+            table: table,
+            entity: entity,
+            entityID: entityID,
+            columns: [table.primaryKey],
+            values: [entityID.databaseValue],
+            written: []
+        )
+        if let column = table.entityColumn {
+            row.columns.append(column)
+            row.values.append(entity.databaseValue)
+        }
+        if let column = table.naturalKey {
+            row.columns.append(column)
+            row.values.append(naturalKey.databaseValue)
+        }
+        if let column = table.spaceColumn, placement.isStated {
+            row.columns.append(column)
+            row.values.append(placement.space.databaseValue)
+        }
+        switch table.layout {
+        case .document(let column):
+            row.columns.append(column)
+            row.values.append(String(decoding: try ProtocolValidation.encode(data), as: UTF8.self).databaseValue)
+            row.written = [column]
+        case .columns:
+            row.written = try dataColumns(of: table, db: db)
+            var matched = 0
+            for column in row.written {
+                guard let value = data[table.field(ofColumn: column)] else { continue }
+                matched += 1
+                row.columns.append(column)
+                row.values.append(try value.databaseValue())
+            }
+            // A multi-entity table keeps no extra fields (capture would not send them back).
+            // Nearly every record has a column for each field: the rest is looked for only when some field has none.
+            if table.entityColumn == nil {
+                row.extras = [:]
+                if matched < data.count {
+                    let fields = Set(row.written.map(table.field(ofColumn:)))
+                    row.extras = data.filter { !fields.contains($0.key) }
+                }
+            }
+        }
+        return row
+    }
+
+    /// Upserts many records in one statement per run of records of one table and one shape,
+    /// as `write` would one at a time; returns the indexes of the records to write one at a
+    /// time: those `write` would refuse for their space, and every record of a statement the
+    /// schema refused (SQLite undid it whole) or that met a row of another space. Statements
+    /// of several rows cost SQLite and GRDB their per-statement work once a run.
+    mutating func upsertMany(
+        _ records: [(entity: String, entityID: String, data: JSONObject, naturalKey: String?, placement: SpacePlacement)],
+        db: Database
+    ) throws -> [Int] {
+        var left: [Int] = []
+        var run: [(index: Int, row: UpsertRow)] = []
+        func flush() throws {
+            defer { run = [] }
+            guard let first = run.first?.row else { return }
+            // At most 999 values a statement (SQLite's oldest limit), in runs of 64, 32, … rows: a few shapes to cache.
+            var start = 0
+            while start < run.count {
+                let most = min(64, max(1, 999 / first.columns.count), run.count - start)
+                let rows = 1 << (Int.bitWidth - 1 - most.leadingZeroBitCount)
+                let part = run[start..<start + rows]
+                start += rows
+                var written = false
+                do {
+                    let statement = try upsert(into: first.table, columns: first.columns, writing: first.written, rows: rows, db: db)
+                    try statement.execute(arguments: StatementArguments(part.flatMap(\.row.values)))
+                    // A row of another space under one of these ids took no update: the run goes again
+                    // one at a time, where that record is refused (rewriting the others changes nothing).
+                    written = first.table.spaceColumn == nil || db.changesCount == part.count
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {}
+                guard written else {
+                    left += part.map(\.index)
+                    continue
+                }
+                for (_, row) in part { if let extras = row.extras { try keepExtras(extras, entity: row.entity, entityID: row.entityID, db: db) } }
+            }
+        }
+        for (index, record) in records.enumerated() {
+            guard let table = store.table(forEntity: record.entity) else { continue }
+            guard !record.placement.isStated || table.holds(space: record.placement.space) else {
+                left.append(index)
+                continue
+            }
+            let row = try upsertRow(
+                of: table,
+                entity: record.entity,
+                entityID: record.entityID,
+                data: record.data,
+                naturalKey: record.naturalKey,
+                placement: record.placement,
+                db: db
+            )
+            if let last = run.last?.row, last.table.table != table.table || last.columns != row.columns { try flush() }
+            run.append((index, row))
+        }
+        try flush()
+        return left.sorted()
     }
 
     /// The upsert of a row with `columns`; an existing row takes every column of `writing` too:
     /// a field the record does not carry (written by an app version without it) is the
     /// column's default, as for a new row, not what the row held before.
-    private mutating func upsert(into table: SyncedTable, columns: [String], writing: [String], db: Database) throws -> Statement {
+    private mutating func upsert(into table: SyncedTable, columns: [String], writing: [String], rows: Int = 1, db: Database) throws -> Statement {
         // Consecutive records nearly always have the last one's shape: compare before building a key.
-        if let last, last.table == table.table, last.columns == columns { return last.statement }
-        let shape = ([table.table] + columns).joined(separator: "\u{1}")
-        if let statement = upserts[shape] {
-            last = (table.table, columns, statement)
-            return statement
+        if rows == 1, let last, last.table == table.table, last.columns == columns { return try db.cachedStatement(sql: last.sql) }
+        let shape = ([table.table, "\(rows)"] + columns).joined(separator: "\u{1}")
+        if let sql = upserts[shape] {
+            if rows == 1 { last = (table.table, columns, sql) }
+            return try db.cachedStatement(sql: sql)
         }
         let names = columns.map(\.quotedDatabaseIdentifier)
         let key = [table.entityColumn, table.primaryKey].compactMap { $0?.quotedDatabaseIdentifier }
@@ -136,15 +217,14 @@ struct RecordWriter {
             table.spaceColumn.map(\.quotedDatabaseIdentifier).map { column in
                 names.contains(column) ? " WHERE \(table.table.quotedDatabaseIdentifier).\(column) IS excluded.\(column)" : ""
             } ?? ""
-        let statement = try db.makeStatement(
-            sql: """
-                INSERT INTO \(table.table.quotedDatabaseIdentifier) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))
-                ON CONFLICT (\(key.joined(separator: ", "))) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", ") + sameSpace)
-                """
-        )
-        upserts[shape] = statement
-        last = (table.table, columns, statement)
-        return statement
+        let row = "(" + Array(repeating: "?", count: names.count).joined(separator: ", ") + ")"
+        let sql = """
+            INSERT INTO \(table.table.quotedDatabaseIdentifier) (\(names.joined(separator: ", "))) VALUES \(Array(repeating: row, count: rows).joined(separator: ", "))
+            ON CONFLICT (\(key.joined(separator: ", "))) DO \(updates.isEmpty ? "NOTHING" : "UPDATE SET " + updates.joined(separator: ", ") + sameSpace)
+            """
+        upserts[shape] = sql
+        if rows == 1 { last = (table.table, columns, sql) }
+        return try db.cachedStatement(sql: sql)
     }
 
     /// Keeps the fields of a record that no column holds beside its row (`ferry_extras`), for
@@ -174,15 +254,15 @@ struct RecordWriter {
 
 extension JSONValue {
     /// The value as a column value: scalars as themselves, arrays and objects as JSON text.
-    func databaseValue() throws -> DatabaseValueConvertible? {
+    func databaseValue() throws -> DatabaseValue {
         switch self {
-        case .null: nil
-        case .bool(let value): value
-        case .integer(let value): value
-        case .number(let value): value
-        case .string(let value): value
+        case .null: .null
+        case .bool(let value): value.databaseValue
+        case .integer(let value): value.databaseValue
+        case .number(let value): value.databaseValue
+        case .string(let value): value.databaseValue
         case .array, .object:
-            String(decoding: try JSONEncoder().encode(self), as: UTF8.self)
+            String(decoding: try JSONEncoder().encode(self), as: UTF8.self).databaseValue
         }
     }
 }

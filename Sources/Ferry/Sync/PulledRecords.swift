@@ -27,28 +27,30 @@ struct PulledRecords {
         var refused: [(record: Record, reason: String)] = []
     }
 
-    /// Writes `records` one at a time, in passes, until a pass writes nothing more (a task
-    /// before its project, a natural key taken before the record that held it gives it up: each
-    /// goes in once the other has).
+    /// Writes `records`: the deletes one at a time, then the upserts many to a statement
+    /// (`RecordWriter.upsertMany`), then what the schema refused one at a time, in passes, until
+    /// a pass writes nothing more (a task before its project, a natural key taken before the
+    /// record that held it gives it up: each goes in once the other has).
     ///
-    /// No savepoint: `RecordWriter.write` makes one statement carry a record's row, and SQLite
-    /// undoes a statement the schema refuses whole. (A savepoint around the page made SQLite copy
-    /// every page each statement touched into its statement journal, which spilled to a
-    /// temporary file: some 2,000 writes of 4 KiB a page of 1,000 records.)
+    /// No savepoint: `RecordWriter` makes one statement carry a record's row, and SQLite undoes
+    /// a statement the schema refuses whole. (A savepoint around the page made SQLite copy every
+    /// page each statement touched into its statement journal, which spilled to a temporary
+    /// file: some 2,000 writes of 4 KiB a page of 1,000 records.)
     static func write(_ records: [Record], writer: inout RecordWriter, db: Database) throws -> Outcome {
-        // Deletes first: they free natural keys and unique values the upserts may take.
-        var remaining = records.filter { $0.data == nil } + records.filter { $0.data != nil }
         var outcome = Outcome()
+        // Deletes first: they free natural keys and unique values the upserts may take.
+        var refused = try attempt(records.filter { $0.data == nil }, writer: &writer, written: &outcome.written, db: db)
+        let upserts = records.filter { $0.data != nil }
+        let left = Set(
+            try writer.upsertMany(
+                upserts.map { ($0.ref.entity, $0.ref.entityID, $0.data ?? [:], $0.naturalKey, SpacePlacement(server: $0.space)) },
+                db: db
+            )
+        )
+        outcome.written += upserts.indices.filter { !left.contains($0) }.map { upserts[$0] }
+        var remaining = refused.map(\.record) + left.sorted().map { upserts[$0] }
         while !remaining.isEmpty {
-            var refused: [(record: Record, reason: String)] = []
-            for record in remaining {
-                do {
-                    try write(record, writer: &writer, db: db)
-                    outcome.written.append(record)
-                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                    refused.append((record, "the app's schema refused it: \(error.message ?? "\(error.resultCode)")"))
-                }
-            }
+            refused = try attempt(remaining, writer: &writer, written: &outcome.written, db: db)
             let progress = refused.count < remaining.count
             remaining = refused.map(\.record)
             if !progress {
@@ -57,6 +59,25 @@ struct PulledRecords {
             }
         }
         return outcome
+    }
+
+    /// Writes `records` one at a time; returns those the schema refused, with why.
+    private static func attempt(
+        _ records: [Record],
+        writer: inout RecordWriter,
+        written: inout [Record],
+        db: Database
+    ) throws -> [(record: Record, reason: String)] {
+        var refused: [(record: Record, reason: String)] = []
+        for record in records {
+            do {
+                try write(record, writer: &writer, db: db)
+                written.append(record)
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                refused.append((record, "the app's schema refused it: \(error.message ?? "\(error.resultCode)")"))
+            }
+        }
+        return refused
     }
 
     private static func write(_ record: Record, writer: inout RecordWriter, db: Database) throws {

@@ -21,32 +21,34 @@ extension PostgresSyncStorage {
         let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
         let scan = PullPage.scanLimit(limit, leavingOut: ownWrites)
         if let from, let page = try await continuing(from, userID: userID, limit: limit, ownWrites: ownWrites) { return page }
-        return try await withDatabase { [self] db in try await Self.snapshot(db, logger: logger) { db in
-            let first = try await Self.rows(
-                of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan, entries: from?.spaces ?? [:]),
-                on: db,
-                logger: logger
-            )
-            var personal = PullPage.Builder(after: from?.personal.position ?? 0, limit: limit, leavingOut: ownWrites)
-            Self.offer(first.rows, to: &personal)
-            // The head was read in the statement's snapshot, with the rows: a cursor it refuses
-            // is refused before any of them is sent.
-            let start = try first.head.start(from: from?.personal, naming: ownWrites)
-            let page = SpacedPage(
-                from: from,
-                personal: personal,
-                head: first.head,
-                start: start,
-                limit: limit,
-                ownWrites: ownWrites,
-                userID: userID
-            )
-            // The statement also said whether any space needs a look (`pullQuery`'s `entries`).
-            if first.version == (from?.memberships ?? 0), first.spaces == (from?.spaces.count ?? 0), first.moved == 0 {
-                return page.pageWithSpacesUnchanged(cursors: cursors, cursor: cursor)
+        return try await withDatabase { [self] db in
+            try await Self.snapshot(db, logger: logger) { db in
+                let first = try await Self.rows(
+                    of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan, entries: from?.spaces ?? [:]),
+                    on: db,
+                    logger: logger
+                )
+                var personal = PullPage.Builder(after: from?.personal.position ?? 0, limit: limit, leavingOut: ownWrites)
+                Self.offer(first.rows, to: &personal)
+                // The head was read in the statement's snapshot, with the rows: a cursor it refuses
+                // is refused before any of them is sent.
+                let start = try first.head.start(from: from?.personal, naming: ownWrites)
+                let page = SpacedPage(
+                    from: from,
+                    personal: personal,
+                    head: first.head,
+                    start: start,
+                    limit: limit,
+                    ownWrites: ownWrites,
+                    userID: userID
+                )
+                // The statement also said whether any space needs a look (`pullQuery`'s `entries`).
+                if first.version == (from?.memberships ?? 0), first.spaces == (from?.spaces.count ?? 0), first.moved == 0 {
+                    return page.pageWithSpacesUnchanged(cursors: cursors, cursor: cursor)
+                }
+                return try await readSpaces(page, version: first.version, userID: userID, ownWrites: ownWrites, db: db)
             }
-            return try await readSpaces(page, version: first.version, userID: userID, ownWrites: ownWrites, db: db)
-        } }
+        }
     }
 
     /// The rest of a page after the personal history, in the caller's snapshot: the spaces the
