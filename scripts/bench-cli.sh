@@ -46,6 +46,15 @@ PY
     step import "$ferry" client import --store "$dir/device-1" --user bench --entity events --file "$dir/records.jsonl"
     step "sync (push + pull)" "$ferry" client sync --store "$dir/device-1" --user bench --server "$url" --token "$token" --timeout 3600
     step "first pull" "$ferry" client sync --store "$dir/device-2" --user bench --server "$url" --token "$token" --timeout 3600
+    # The floor of import + sync: the same rows written to one indexed SQLite table (WAL,
+    # synchronous FULL, as a store) and read back whole, by SQLite's own shell; the lines
+    # become one JSON array before the clock starts.
+    python3 -c 'import sys; print("[" + ",".join(l.strip() for l in open(sys.argv[1]) if l.strip()) + "]")' "$dir/records.jsonl" > "$dir/records.json"
+    step "floor (write + read)" sqlite3 "$dir/floor.sqlite" \
+        "PRAGMA journal_mode = WAL;" "PRAGMA synchronous = FULL;" \
+        "CREATE TABLE events (id TEXT PRIMARY KEY NOT NULL, natural_key TEXT UNIQUE, data TEXT);" \
+        "INSERT INTO events SELECT json_extract(value, '\$.entityID'), json_extract(value, '\$.naturalKey'), json_extract(value, '\$.data') FROM json_each(readfile('$dir/records.json'));" \
+        ".output /dev/null" "SELECT id, natural_key, data FROM events;"
     printf '%-22s peak %4d MB\n' "server" $(( $(awk '/VmHWM/ {print $2}' "/proc/$server/status") / 1024 ))
     cleanup
 done

@@ -48,23 +48,21 @@ struct KnownVersions {
         let rows = Array(learned)
         var start = 0
         while start < rows.count {
-            let count = rows.count - start >= Self.chunk ? Self.chunk : 1
+            let count = RecordWriter.statementRows(rows.count - start, most: 64)
             var values: [DatabaseValue] = []
             values.reserveCapacity(count * 3)
             for (record, version) in rows[start..<start + count] {
                 values += [record.entity.databaseValue, record.entityID.databaseValue, version.databaseValue]
             }
-            try db.cachedStatement(sql: count == 1 ? Self.upsertOne : Self.upsertChunk).execute(arguments: StatementArguments(values))
+            try db.cachedStatement(sql: Self.upserts[count.trailingZeroBitCount]).execute(arguments: StatementArguments(values))
             start += count
         }
         learned = [:]
     }
 
-    /// Records a multi-row statement writes: the rows are bound, not parsed from JSON text by
-    /// SQLite (which cost a fifth of a page's writing); a page's rest goes one at a time.
-    private static let chunk = 64
-    private static let upsertOne = upsert(rows: 1)
-    private static let upsertChunk = upsert(rows: chunk)
+    /// The statements of 1, 2, 4, … 64 rows: the rows are bound, not parsed from JSON text by
+    /// SQLite (which cost a fifth of a page's writing).
+    private static let upserts = (0...6).map { upsert(rows: 1 << $0) }
     private static func upsert(rows: Int) -> String {
         "INSERT INTO ferry_versions (entity, entity_id, version) VALUES "
             + Array(repeating: "(?, ?, ?)", count: rows).joined(separator: ", ")

@@ -156,8 +156,7 @@ struct RecordWriter {
             // At most 999 values a statement (SQLite's oldest limit), in runs of 64, 32, … rows: a few shapes to cache.
             var start = 0
             while start < run.count {
-                let most = min(64, max(1, 999 / first.columns.count), run.count - start)
-                let rows = 1 << (Int.bitWidth - 1 - most.leadingZeroBitCount)
+                let rows = Self.statementRows(run.count - start, most: min(64, max(1, 999 / first.columns.count)))
                 let part = run[start..<start + rows]
                 start += rows
                 var written = false
@@ -195,6 +194,13 @@ struct RecordWriter {
         }
         try flush()
         return left.sorted()
+    }
+
+    /// The rows of the next statement of a many-row write: the largest power of two at most
+    /// `remaining` and `most`, so that a few statement shapes are parsed and cached.
+    static func statementRows(_ remaining: Int, most: Int) -> Int {
+        let rows = min(remaining, most)
+        return 1 << (Int.bitWidth - 1 - rows.leadingZeroBitCount)
     }
 
     /// The upsert of a row with `columns`; an existing row takes every column of `writing` too:
