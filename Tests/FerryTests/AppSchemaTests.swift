@@ -47,6 +47,55 @@ struct AppSchemaTests {
         return configuration
     }
 
+    @Test(
+        "a trigger that refuses with RAISE(FAIL), which keeps what its statement did: the refused record is set aside and leaves no row, no version, and no trigger runs twice"
+    )
+    func failKeepsNothingOfARefusedRecord() async throws {
+        try await TestServer.run { server in
+            var schema = DatabaseMigrator()
+            schema.registerMigration("app-v1") { db in
+                try db.execute(
+                    sql: """
+                        CREATE TABLE projects (id TEXT PRIMARY KEY NOT NULL, code TEXT UNIQUE, title TEXT);
+                        CREATE TABLE audit (what TEXT NOT NULL);
+                        CREATE TRIGGER audit_insert AFTER INSERT ON projects BEGIN INSERT INTO audit VALUES ('insert ' || NEW.id); END;
+                        CREATE TRIGGER audit_update AFTER UPDATE ON projects BEGIN INSERT INTO audit VALUES ('update ' || NEW.id); END;
+                        CREATE TRIGGER refuse_bad AFTER INSERT ON projects WHEN NEW.title = 'bad' BEGIN SELECT RAISE(FAIL, 'the app refuses bad titles'); END;
+                        CREATE TRIGGER keep_p2 BEFORE DELETE ON projects WHEN OLD.id = 'p2' BEGIN SELECT RAISE(FAIL, 'the app keeps p2'); END;
+                        """
+                )
+            }
+            let store = try FerryStore(path: ClientFixture.storePath(), schema: schema, tables: [Self.projects])
+            let client = ClientFixture.client(store: store, server: server)
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "web",
+                    mutations: (1...6).map {
+                        .upsert(id: Int64($0), entity: "projects", entityID: "p\($0)", data: ["title": .string($0 == 4 ? "bad" : "t\($0)")])
+                    }
+                ),
+                token: token
+            )
+            var report = try await client.sync()
+            #expect(report.pull.setAside == 1)
+            #expect(try await Self.rows("SELECT id, title FROM projects ORDER BY id", in: store) == [1, 2, 3, 5, 6].map { ["p\($0)", "t\($0)"] })
+            #expect(try await Self.rows("SELECT what FROM audit ORDER BY rowid", in: store) == [1, 2, 3, 5, 6].map { ["insert p\($0)"] })
+            #expect(try await Self.rows("SELECT entity_id FROM ferry_versions WHERE entity_id = 'p4'", in: store).isEmpty)
+            // A delete the app refuses keeps its row, set aside; the one beside it goes.
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "web",
+                    mutations: [.delete(id: 7, entity: "projects", entityID: "p1"), .delete(id: 8, entity: "projects", entityID: "p2")]
+                ),
+                token: token
+            )
+            report = try await client.sync()
+            #expect(try await Self.rows("SELECT id FROM projects ORDER BY id", in: store) == [["p2"], ["p3"], ["p5"], ["p6"]])
+            #expect(try await Self.rows("SELECT entity_id FROM ferry_set_aside ORDER BY entity_id", in: store) == [["p2"], ["p4"]])
+        }
+    }
+
     @Test("a natural key moved from one record to another, the first edited again: the page is written in an order the UNIQUE index takes")
     func naturalKeyMovedWithinAPage() async throws {
         try await TestServer.run { server in

@@ -46,8 +46,7 @@ struct RecordWriter {
                 message: "table \(table.table) holds no record of \(placement.name)"
             )
         }
-        // The row's own statement goes first: a record the schema refuses has then written
-        // nothing (SQLite undoes a failed statement whole), and `PulledRecords` needs no savepoint.
+        // The row's own statement goes first, its kept fields after, as `upsertMany` writes them.
         guard let data else {
             var row = table.rowCondition(entity: entity, entityID: entityID)
             var arguments = StatementArguments(row.arguments)
@@ -140,46 +139,37 @@ struct RecordWriter {
     }
 
     /// Upserts many records in one statement per run of records of one table and one shape,
-    /// as `write` would one at a time; returns the indexes of the records to write one at a
-    /// time: those `write` would refuse for their space, and every record of a statement the
-    /// schema refused (SQLite undid it whole) or that met a row of another space. Statements
-    /// of several rows cost SQLite and GRDB their per-statement work once a run.
+    /// as `write` would one at a time: statements of several rows cost SQLite and GRDB their
+    /// per-statement work once a run. Returns false, at once, when `write` would refuse a
+    /// record for its space, a statement is refused, or one changed fewer rows than it sent (a
+    /// row of another space holds one of their ids): the caller rolls back what was written.
     mutating func upsertMany(
         _ records: [(entity: String, entityID: String, data: JSONObject, naturalKey: String?, placement: SpacePlacement)],
         db: Database
-    ) throws -> [Int] {
-        var left: [Int] = []
-        var run: [(index: Int, row: UpsertRow)] = []
-        func flush() throws {
+    ) throws -> Bool {
+        var run: [UpsertRow] = []
+        func flush() throws -> Bool {
             defer { run = [] }
-            guard let first = run.first?.row else { return }
+            guard let first = run.first else { return true }
             // At most 999 values a statement (SQLite's oldest limit), in runs of 64, 32, … rows: a few shapes to cache.
             var start = 0
             while start < run.count {
-                let rows = Self.statementRows(run.count - start, most: min(64, max(1, 999 / first.columns.count)))
-                let part = run[start..<start + rows]
-                start += rows
-                var written = false
+                let part = run[start..<start + Self.statementRows(run.count - start, most: min(64, max(1, 999 / first.columns.count)))]
+                start += part.count
                 do {
-                    let statement = try upsert(into: first.table, columns: first.columns, writing: first.written, rows: rows, db: db)
-                    try statement.execute(arguments: StatementArguments(part.flatMap(\.row.values)))
-                    // A row of another space under one of these ids took no update: the run goes again
-                    // one at a time, where that record is refused (rewriting the others changes nothing).
-                    written = first.table.spaceColumn == nil || db.changesCount == part.count
-                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {}
-                guard written else {
-                    left += part.map(\.index)
-                    continue
+                    let statement = try upsert(into: first.table, columns: first.columns, writing: first.written, rows: part.count, db: db)
+                    try statement.execute(arguments: StatementArguments(part.flatMap(\.values)))
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                    return false
                 }
-                for (_, row) in part { if let extras = row.extras { try keepExtras(extras, entity: row.entity, entityID: row.entityID, db: db) } }
+                if first.table.spaceColumn != nil, db.changesCount != part.count { return false }
+                for row in part { if let extras = row.extras { try keepExtras(extras, entity: row.entity, entityID: row.entityID, db: db) } }
             }
+            return true
         }
-        for (index, record) in records.enumerated() {
+        for record in records {
             guard let table = store.table(forEntity: record.entity) else { continue }
-            guard !record.placement.isStated || table.holds(space: record.placement.space) else {
-                left.append(index)
-                continue
-            }
+            guard !record.placement.isStated || table.holds(space: record.placement.space) else { return false }
             let row = try upsertRow(
                 of: table,
                 entity: record.entity,
@@ -189,11 +179,12 @@ struct RecordWriter {
                 placement: record.placement,
                 db: db
             )
-            if let last = run.last?.row, last.table.table != table.table || last.columns != row.columns { try flush() }
-            run.append((index, row))
+            if let last = run.last, last.table.table != table.table || last.columns != row.columns {
+                guard try flush() else { return false }
+            }
+            run.append(row)
         }
-        try flush()
-        return left.sorted()
+        return try flush()
     }
 
     /// The rows of the next statement of a many-row write: the largest power of two at most

@@ -27,30 +27,53 @@ struct PulledRecords {
         var refused: [(record: Record, reason: String)] = []
     }
 
-    /// Writes `records`: the deletes one at a time, then the upserts many to a statement
-    /// (`RecordWriter.upsertMany`), then what the schema refused one at a time, in passes, until
-    /// a pass writes nothing more (a task before its project, a natural key taken before the
-    /// record that held it gives it up: each goes in once the other has).
+    /// Thrown when a page written quickly met something the app's schema refused: the caller
+    /// rolls the whole transaction back and writes the page again, carefully.
+    struct NeedsCare: Error {}
+
+    /// Writes `records`, deletes first: they free natural keys and unique values the upserts may take.
     ///
-    /// No savepoint: `RecordWriter` makes one statement carry a record's row, and SQLite undoes
-    /// a statement the schema refuses whole. (A savepoint around the page made SQLite copy every
-    /// page each statement touched into its statement journal, which spilled to a temporary
-    /// file: some 2,000 writes of 4 KiB a page of 1,000 records.)
-    static func write(_ records: [Record], writer: inout RecordWriter, db: Database) throws -> Outcome {
-        var outcome = Outcome()
-        // Deletes first: they free natural keys and unique values the upserts may take.
-        var refused = try attempt(records.filter { $0.data == nil }, writer: &writer, written: &outcome.written, db: db)
+    /// Quickly (every page first): the deletes one at a time, then the upserts many to a
+    /// statement (`RecordWriter.upsertMany`), with no savepoint: one around the page made SQLite
+    /// copy every page each statement touched into its statement journal, which spilled to a
+    /// temporary file (427,000 writes of 4 KiB for 100,000 records). Anything refused throws
+    /// `NeedsCare`: a failed statement may keep what it did (`ON CONFLICT FAIL`, a trigger's
+    /// `RAISE(FAIL)`), so only a rollback of the transaction undoes it for certain.
+    ///
+    /// Carefully: one at a time, each in a savepoint, in passes, until a pass writes nothing
+    /// more (a task before its project, a natural key taken before the record that held it
+    /// gives it up: each goes in once the other has); what is left is refused.
+    static func write(_ records: [Record], carefully: Bool, writer: inout RecordWriter, db: Database) throws -> Outcome {
+        let deletes = records.filter { $0.data == nil }
         let upserts = records.filter { $0.data != nil }
-        let left = Set(
-            try writer.upsertMany(
+        guard carefully else {
+            do {
+                for record in deletes { try write(record, writer: &writer, db: db) }
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                throw NeedsCare()
+            }
+            let written = try writer.upsertMany(
                 upserts.map { ($0.ref.entity, $0.ref.entityID, $0.data ?? [:], $0.naturalKey, SpacePlacement(server: $0.space)) },
                 db: db
             )
-        )
-        outcome.written += upserts.indices.filter { !left.contains($0) }.map { upserts[$0] }
-        var remaining = refused.map(\.record) + left.sorted().map { upserts[$0] }
+            guard written else { throw NeedsCare() }
+            return Outcome(written: deletes + upserts)
+        }
+        var outcome = Outcome()
+        var remaining = deletes + upserts
         while !remaining.isEmpty {
-            refused = try attempt(remaining, writer: &writer, written: &outcome.written, db: db)
+            var refused: [(record: Record, reason: String)] = []
+            for record in remaining {
+                do {
+                    try db.inSavepoint {
+                        try write(record, writer: &writer, db: db)
+                        return .commit
+                    }
+                    outcome.written.append(record)
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                    refused.append((record, "the app's schema refused it: \(error.message ?? "\(error.resultCode)")"))
+                }
+            }
             let progress = refused.count < remaining.count
             remaining = refused.map(\.record)
             if !progress {
@@ -59,25 +82,6 @@ struct PulledRecords {
             }
         }
         return outcome
-    }
-
-    /// Writes `records` one at a time; returns those the schema refused, with why.
-    private static func attempt(
-        _ records: [Record],
-        writer: inout RecordWriter,
-        written: inout [Record],
-        db: Database
-    ) throws -> [(record: Record, reason: String)] {
-        var refused: [(record: Record, reason: String)] = []
-        for record in records {
-            do {
-                try write(record, writer: &writer, db: db)
-                written.append(record)
-            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                refused.append((record, "the app's schema refused it: \(error.message ?? "\(error.resultCode)")"))
-            }
-        }
-        return refused
     }
 
     private static func write(_ record: Record, writer: inout RecordWriter, db: Database) throws {
@@ -130,7 +134,12 @@ struct PulledRecords {
         let stale = records.filter { record in known[record.ref].map { $0 >= record.version } ?? false }
         var writer = RecordWriter(store: store)
         let outcome = try FerryStore.withoutCapture(db) {
-            try write(records.filter { record in !queued.contains(record.ref) && !stale.contains { $0.ref == record.ref } }, writer: &writer, db: db)
+            try write(
+                records.filter { record in !queued.contains(record.ref) && !stale.contains { $0.ref == record.ref } },
+                carefully: true,
+                writer: &writer,
+                db: db
+            )
         }
         var versions = KnownVersions()
         for record in outcome.written { versions.set(record.version, of: record.ref) }

@@ -197,6 +197,16 @@ struct Puller: Sendable {
     /// and what the app's schema refused (set aside, `PulledRecords`). The cursor moves on
     /// whatever was refused: one record must not stop every pull after it.
     private func apply(_ page: PullResponse, fromScratch: Bool) async throws -> PageOutcome {
+        do {
+            return try await write(page, fromScratch: fromScratch, carefully: false)
+        } catch is PulledRecords.NeedsCare {
+            // The schema refused something: the transaction rolled back whole, and the page goes again record by record.
+            return try await write(page, fromScratch: fromScratch, carefully: true)
+        }
+    }
+
+    /// `apply` in one transaction, the page's records written `carefully` or not (`PulledRecords.write`).
+    private func write(_ page: PullResponse, fromScratch: Bool, carefully: Bool) async throws -> PageOutcome {
         try await store.database.write { db in
             try lease.confirm(db)
             // Spaces revoked leave the store first: a space revoked and granted again comes back whole in this page or the next.
@@ -225,7 +235,7 @@ struct Puller: Sendable {
                     )
                 )
             }
-            let outcome = try FerryStore.withoutCapture(db) { try PulledRecords.write(news, writer: &writer, db: db) }
+            let outcome = try FerryStore.withoutCapture(db) { try PulledRecords.write(news, carefully: carefully, writer: &writer, db: db) }
             for record in outcome.written { learned.set(record.version, of: record.ref) }
             try learned.save(db: db)
             try PulledRecords.save(outcome, db: db)

@@ -73,15 +73,20 @@ struct ClientImportCommand: AsyncParsableCommand {
 
     @OptionGroup var options: StoreOptions
     @Option(help: "Entity name for every record.") var entity: String
-    @Option(help: "A .jsonl file (or a pipe: it is read once).") var file: String
+    @Option(help: "A .jsonl file (a regular file).") var file: String
     @Option(help: "The space every record lives in; none for the personal space.") var space: String?
 
     func run() async throws {
         if let problem = ProtocolValidation.entityProblem(entity) { throw CommandFailure("--entity: \(problem)") }
         try validateSpace(space)
         let type = (try? FileManager.default.attributesOfItem(atPath: file))?[.type] as? FileAttributeType
-        guard type != nil, type != .typeDirectory, FileManager.default.isReadableFile(atPath: file) else {
-            throw CommandFailure("--file \(file): \(type == .typeDirectory ? "is a directory" : "cannot read it")")
+        // A regular file only: a pipe or a device would hold the store's write lock while it waits or never ends.
+        guard type == .typeRegular, FileManager.default.isReadableFile(atPath: file) else {
+            let why =
+                type == nil
+                ? "cannot read it"
+                : type == .typeDirectory ? "is a directory" : "is not a regular file; save it to a file first"
+            throw CommandFailure("--file \(file): \(why)")
         }
         // Every line is checked as it is written, all in one transaction: a line that is not a
         // record rolls everything back. The file is read a megabyte at a time, so a million

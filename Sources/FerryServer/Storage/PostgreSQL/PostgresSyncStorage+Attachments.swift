@@ -28,7 +28,8 @@ extension PostgresSyncStorage {
 
     /// Those of `digests` that `caller` may read: uploaded by them, or referenced by a live record
     /// of theirs or of a space they are a member of. A service may read every attachment the
-    /// server knows.
+    /// server knows. Each reference probes `records` by its key (a LATERAL with a LIMIT, which no
+    /// statistics can turn into a scan of `records`: the pool's sessions have no planner switches).
     static func readableAttachments(_ digests: [String], by caller: Caller, db: PostgresConnection, logger: Logger) async throws -> Set<String> {
         let query: PostgresQuery =
             caller.isService
@@ -40,7 +41,10 @@ extension PostgresSyncStorage {
             SELECT digest FROM attachment_uploads WHERE user_id = \(caller.userID) AND digest = ANY(\(digests)::text[])
             UNION
             SELECT a.digest FROM attachment_refs a
-            JOIN records r ON r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id AND NOT r.deleted
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM records r WHERE r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id AND NOT r.deleted
+                LIMIT 1
+            ) live
             WHERE a.digest = ANY(\(digests)::text[])
                 AND (a.partition = \(caller.userID)
                     OR a.partition IN (SELECT chr(1) || space_key::text FROM space_members WHERE user_id = \(caller.userID)))
