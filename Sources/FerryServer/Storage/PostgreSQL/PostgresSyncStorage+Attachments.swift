@@ -28,8 +28,8 @@ extension PostgresSyncStorage {
 
     /// Those of `digests` that `caller` may read: uploaded by them, or referenced by a live record
     /// of theirs or of a space they are a member of. A service may read every attachment the
-    /// server knows. Each reference probes `records` by its key (a LATERAL with a LIMIT, which no
-    /// statistics can turn into a scan of `records`: the pool's sessions have no planner switches).
+    /// server knows. Each reference probes `records` by its primary key (a LATERAL with a LIMIT, which stale
+    /// statistics cannot turn into a join over `records`: the pool's sessions have no planner switches).
     static func readableAttachments(_ digests: [String], by caller: Caller, db: PostgresConnection, logger: Logger) async throws -> Set<String> {
         let query: PostgresQuery =
             caller.isService
