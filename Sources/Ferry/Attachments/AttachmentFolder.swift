@@ -167,11 +167,15 @@ struct AttachmentFolder: Sendable {
             let file = url.appendingPathComponent(name)
             let changed = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.modificationDate] as? Date
             guard let changed, changed < cutoff else { continue }
+            guard name.hasSuffix(".part") else {
+                try? FileManager.default.removeItem(at: file)
+                continue
+            }
             // A part a download holds now is not an orphan, however long it has waited: it is
             // removed under its lock, so a download claiming it meanwhile finds it gone.
-            let lock = name.hasSuffix(".part") ? Self.lock(file) : nil
-            if lock != nil || !name.hasSuffix(".part") { try? FileManager.default.removeItem(at: file) }
-            try? lock?.close()
+            guard let lock = Self.lock(file) else { continue }
+            try? FileManager.default.removeItem(at: file)
+            try? lock.close()
         }
     }
 

@@ -59,14 +59,12 @@ struct RecordWriter {
             return
         }
         let row = try upsertRow(of: table, entity: entity, entityID: entityID, data: data, naturalKey: naturalKey, placement: placement, db: db)
-        try upsert(into: table, columns: row.columns, writing: row.written, db: db).execute(arguments: StatementArguments(row.values))
-        if table.spaceColumn != nil, placement.isStated, db.changesCount == 0 {
+        guard try upsert([row][...], db: db) else {
             throw DatabaseError(
                 resultCode: .SQLITE_CONSTRAINT,
                 message: "\(entity)/\(entityID) of \(placement.name) has the id of a row of another space here"
             )
         }
-        if let extras = row.extras { try keepExtras(extras, entity: entity, entityID: entityID, db: db) }
     }
 
     /// A record's row as an upsert writes it.
@@ -157,13 +155,10 @@ struct RecordWriter {
                 let part = run[start..<start + Self.statementRows(run.count - start, most: min(64, max(1, 999 / first.columns.count)))]
                 start += part.count
                 do {
-                    let statement = try upsert(into: first.table, columns: first.columns, writing: first.written, rows: part.count, db: db)
-                    try statement.execute(arguments: StatementArguments(part.flatMap(\.values)))
+                    guard try upsert(part, db: db) else { return false }
                 } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                     return false
                 }
-                if first.table.spaceColumn != nil, db.changesCount != part.count { return false }
-                for row in part { if let extras = row.extras { try keepExtras(extras, entity: row.entity, entityID: row.entityID, db: db) } }
             }
             return true
         }
@@ -185,6 +180,19 @@ struct RecordWriter {
             run.append(row)
         }
         return try flush()
+    }
+
+    /// Upserts `rows` (one table, one shape) in one statement, then keeps their extra fields.
+    /// False when a row of another space holds one of their ids: a row placed in a space (its
+    /// space column among the columns) takes no update across spaces (`upsert(into:…)`), so
+    /// fewer rows changed than were sent; nothing is kept then.
+    private mutating func upsert(_ rows: ArraySlice<UpsertRow>, db: Database) throws -> Bool {
+        guard let first = rows.first else { return true }
+        try upsert(into: first.table, columns: first.columns, writing: first.written, rows: rows.count, db: db)
+            .execute(arguments: StatementArguments(rows.flatMap(\.values)))
+        if let column = first.table.spaceColumn, first.columns.contains(column), db.changesCount != rows.count { return false }
+        for row in rows { if let extras = row.extras { try keepExtras(extras, entity: row.entity, entityID: row.entityID, db: db) } }
+        return true
     }
 
     /// The rows of the next statement of a many-row write: the largest power of two at most
