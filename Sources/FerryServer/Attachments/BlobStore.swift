@@ -23,7 +23,9 @@ public protocol BlobStore: Sendable {
     where Chunks.Element == ByteBuffer
 
     /// Makes `upload` the attachment `digest` if its bytes hash to it, else discards it and
-    /// throws `DigestMismatch`. Returns the attachment's size.
+    /// throws `DigestMismatch`. Returns the attachment's size. The attachment is written even
+    /// when the store holds it: true bytes replace wrong ones, and an upload of bytes another
+    /// user holds takes the same path and time as new ones (it never tells that they are held).
     func complete(_ upload: UploadID, as digest: AttachmentDigest) async throws -> Int64
 
     /// Discards an upload in progress; nothing if there is none.
@@ -33,6 +35,13 @@ public protocol BlobStore: Sendable {
     /// longer be read under its name: an upload of the same bytes completing meanwhile keeps them.
     /// Returns whether the bytes went.
     func purge(_ digest: AttachmentDigest, unless stillWanted: @Sendable () async throws -> Bool) async throws -> Bool
+
+    /// Takes the attachment out of reach for good, kept aside for an operator: its bytes were
+    /// found not to hash to `digest` (a store's fault). Moves what is there now and hashes the
+    /// moved copy: true bytes (a completion replaced the object meanwhile) go back. Returns
+    /// whether wrong bytes were taken aside. The next upload of the true bytes writes the
+    /// attachment anew: a completion always writes it.
+    func quarantine(_ digest: AttachmentDigest) async throws -> Bool
 
     /// Discards the uploads last written to before `cutoff` (abandoned); returns how many.
     func discardUploads(untouchedSince cutoff: Date) async throws -> Int

@@ -17,7 +17,7 @@ import NIOFileSystem
 public struct FileBlobStore: BlobStore {
     /// The folder the store keeps its files in.
     public let folder: FilePath
-    private let fileSystem = FileSystem.shared
+    let fileSystem = FileSystem.shared
     /// The uploads a request of this process works on now.
     private let busy = NIOLockedValueBox(Set<UploadID>())
 
@@ -29,7 +29,7 @@ public struct FileBlobStore: BlobStore {
         }
     }
 
-    private func path(of digest: AttachmentDigest) -> FilePath {
+    func path(of digest: AttachmentDigest) -> FilePath {
         folder.appending("blobs").appending(String(digest.hex.prefix(2))).appending(digest.hex)
     }
 
@@ -105,16 +105,19 @@ public struct FileBlobStore: BlobStore {
         }
         let destination = path(of: digest)
         try await fileSystem.createDirectory(at: destination.removingLastComponent(), withIntermediateDirectories: true)
-        do {
-            guard try await fileSystem.info(forFileAt: destination) == nil else { throw AlreadyThere() }
-            try await fileSystem.moveItem(at: file, to: destination)
-            try await fileSystem.withDirectoryHandle(atPath: destination.removingLastComponent()) { try await $0.synchronize() }
-        } catch {
-            // The same bytes are there already (another user completed them first, review).
-            guard try await fileSystem.info(forFileAt: destination) != nil else { throw error }
-            _ = try? await fileSystem.removeItem(at: file)
-        }
+        // Always renamed over what is there (rename(2) replaces at once): true bytes replace wrong
+        // ones, and bytes another user holds take the path and time of new ones (BlobStore).
+        try Self.rename(file, to: destination)
+        try await fileSystem.withDirectoryHandle(atPath: destination.removingLastComponent()) { try await $0.synchronize() }
         return size
+    }
+
+    /// Renames `source` to `destination`, replacing it in one step: a reader sees the old file or
+    /// the new one, never none (NIOFileSystem's `replaceItem` removes, then moves).
+    private static func rename(_ source: FilePath, to destination: FilePath) throws {
+        guard Foundation.rename(source.string, destination.string) == 0 else {
+            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+        }
     }
 
     /// Discards an upload in progress.
@@ -169,11 +172,34 @@ public struct FileBlobStore: BlobStore {
     }
 }
 
+extension FileBlobStore {
+    /// Renames the attachment's file to `quarantine/<hex>-<uuid>`, unless it hashes to `digest`
+    /// after all (a completion renamed true bytes over it meanwhile): then it goes back, if no
+    /// other completion placed one since (``BlobStore/quarantine(_:)``).
+    public func quarantine(_ digest: AttachmentDigest) async throws -> Bool {
+        let file = path(of: digest)
+        let aside = folder.appending("quarantine").appending("\(digest.hex)-\(UUID().uuidString)")
+        try await fileSystem.createDirectory(at: aside.removingLastComponent(), withIntermediateDirectories: true)
+        guard try await fileSystem.info(forFileAt: file) != nil else { return false }
+        try await fileSystem.moveItem(at: file, to: aside)
+        guard try await Self.digest(of: aside) == digest else { return true }
+        if try await fileSystem.info(forFileAt: file) == nil { try? await fileSystem.moveItem(at: aside, to: file) }
+        _ = try? await fileSystem.removeItem(at: aside)
+        return false
+    }
+
+    /// The digest of the bytes of `file`, read a MiB at a time.
+    static func digest(of file: FilePath) async throws -> AttachmentDigest {
+        var hash = SHA256()
+        try await FileSystem.shared.withFileHandle(forReadingAt: file) { handle in
+            for try await bytes in handle.readChunks(chunkLength: .mebibytes(1)) { hash.update(data: bytes.readableBytesView) }
+        }
+        return AttachmentDigest(sha256: hash.finalize())
+    }
+}
+
 /// Another request appends to the upload, completes or discards it, now.
 public struct UploadBusy: Error, Sendable {}
-
-/// The attachment is in the store already.
-private struct AlreadyThere: Error {}
 
 /// No upload of that id.
 public struct UploadNotFound: Error, Sendable {}

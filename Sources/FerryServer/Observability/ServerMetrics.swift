@@ -55,6 +55,11 @@ public final class ServerMetrics: Sendable {
         Counter(label: "ferry_purged_attachments_total", factory: factory).increment(by: count)
     }
 
+    /// Counts an attachment whose stored bytes did not hash to its digest, taken aside.
+    func recordQuarantinedAttachment() {
+        Counter(label: "ferry_quarantined_attachments_total", factory: factory).increment()
+    }
+
     /// Counts attachment bytes on the wire: `received` in upload bodies (kept or not, so a
     /// client that sends bytes twice shows), `sent` in downloads.
     func recordAttachmentBytes(_ count: Int, direction: String) {

@@ -13,9 +13,15 @@ import NIOCore
 ///   upload wrote its every part, it hashed them as they passed, and the store copies the parts
 ///   into the object itself (a copy, or a multipart upload of copies: parts of 5 MiB or more);
 ///   else the parts are read back, hashed, and written as the object.
-/// - An upload in progress is a run of objects `<prefix>uploads/<id>/<offset>`, one per part of at
-///   most `partBytes` that reached this store, so a cut connection keeps every part flushed and
-///   any process goes on from the offset their sizes add up to.
+/// - An upload in progress is a run of objects `<prefix>uploads/<id>/<offset>-<nonce>`, one per
+///   part of at most `partBytes` that reached this store, so a cut connection keeps every part
+///   flushed and any process goes on from the offset their sizes add up to. A part's key is new
+///   each time (the nonce), so no object is ever written twice: two processes appending at one
+///   offset write two objects, never one over the other, and the bytes a completion hashed are
+///   the bytes it copies (issue 50: an overwritten part made an object its digest did not name).
+/// - A completion always writes the object, even when one is there: the true bytes replace a
+///   wrong object (a store's fault), and bytes another user holds take the path and the time of
+///   new ones, so an upload's timing never tells whether someone holds them.
 /// - `GET` streams the bytes through the server (no redirect to a presigned URL): the token
 ///   that reads a record is the one that reads its attachments.
 public struct S3BlobStore: BlobStore {
@@ -72,16 +78,34 @@ public struct S3BlobStore: BlobStore {
     }
 
     /// The parts of an upload in order, up to the first that does not start where the ones
-    /// before end (a part of a write that lost a race).
+    /// before end (a part of a write that lost a race); of two parts at one offset, the first key
+    /// (every process picks the same).
     private func parts(of upload: UploadID) async throws -> [S3Client.Part] {
+        Self.chain(try await client.list(prefix: folder(of: upload)), in: folder(of: upload))
+    }
+
+    /// The run of `objects` (one upload's, in key order) from offset 0, each part starting where
+    /// the one before ends; the first key wins at an offset two parts share.
+    static func chain(_ objects: [S3Client.Object], in folder: String) -> [S3Client.Part] {
         var parts: [S3Client.Part] = []
         var end: Int64 = 0
-        for object in try await client.list(prefix: folder(of: upload)) {
-            guard let offset = Int64(object.key.dropFirst(folder(of: upload).count)), offset == end else { continue }
+        for object in objects {
+            guard let offset = Self.offset(ofPart: object.key, in: folder), offset == end else { continue }
             parts.append(S3Client.Part(key: object.key, offset: offset, size: object.size, etag: object.etag))
             end += object.size
         }
         return parts
+    }
+
+    /// The offset a part's key names: `<offset>-<nonce>` (or `<offset>`, as parts were named before).
+    static func offset(ofPart key: String, in folder: String) -> Int64? {
+        guard key.hasPrefix(folder) else { return nil }
+        return Int64(key.dropFirst(folder.count).prefix { $0 != "-" })
+    }
+
+    /// A new part's key: its offset, zero-padded so keys sort by it, and a nonce no other write shares.
+    private func partKey(of upload: UploadID, at offset: Int64) -> String {
+        folder(of: upload) + String(format: "%020lld", offset) + "-" + UploadID().value.prefix(16)
     }
 
     /// What the upload's parts hold, end to end; `nil` when it has none.
@@ -113,8 +137,9 @@ public struct S3BlobStore: BlobStore {
         var pending = ByteBuffer()
         func flush(always: Bool = false) async throws {
             guard pending.readableBytes > 0 || always else { return }
-            let key = folder(of: upload) + String(format: "%020lld", here.end)
-            here.parts[key] = try await client.put(key, pending)
+            let key = partKey(of: upload, at: here.end)
+            let etag = try await client.put(key, pending)
+            here.parts.append(S3Client.Part(key: key, offset: here.end, size: Int64(pending.readableBytes), etag: etag))
             here.end += Int64(pending.readableBytes)
             here.hash?.update(data: pending.readableBytesView)
             pending.clear()
@@ -144,33 +169,43 @@ public struct S3BlobStore: BlobStore {
     }
 
     /// Makes the upload the attachment's object if its bytes hash to `digest`, and deletes its
-    /// parts. When this process wrote every part (their ETags say so), it knows the hash already
-    /// and the store copies the parts into the object itself; else the parts are read back in
-    /// order, hashed and written as the object as they pass. The object is completed (or put)
-    /// only once the hash is `digest`'s.
+    /// parts. When this process wrote every part from the first, it knows their hash already and
+    /// the store copies those very parts (objects nobody writes again) into the object itself;
+    /// else the upload's parts are read back in order, hashed and written as the object as they
+    /// pass. Either way the object is made only of bytes that hashed to `digest`, and completed
+    /// (or put) only once they did; it is written even when one is there (the type's comment).
     public func complete(_ upload: UploadID, as digest: AttachmentDigest) async throws -> Int64 {
         guard busy.withLockedValue({ $0.insert(upload).inserted }) else { throw UploadBusy() }
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
         let here = written.withLockedValue { $0.removeValue(forKey: upload) }
-        let parts = try await parts(of: upload)
-        guard !parts.isEmpty else { throw UploadNotFound() }
+        let objects = try await client.list(prefix: folder(of: upload))
+        let listed = Set(objects.map(\.key))
         let target = key(of: digest)
-        let writing = try await client.size(of: target) == nil
-        let size = parts.reduce(0) { $0 + $1.size }
-        if let hash = here?.hash(of: parts, size: size), !writing || Self.copyable(parts) {
-            let actual = AttachmentDigest(sha256: hash)
+        let size: Int64
+        // An upload created empty has an empty first part, which a copy does not need.
+        let wrote = here?.parts ?? []
+        let own = wrote.count > 1 ? wrote.filter { $0.size > 0 } : wrote
+        if let hash = here?.hash, let end = here?.end, !own.isEmpty, own.allSatisfy({ listed.contains($0.key) }), Self.copyable(own) {
+            let actual = AttachmentDigest(sha256: hash.finalize())
             guard actual == digest else {
-                try await discardParts(parts.map(\.key))
+                try await discardParts(objects.map(\.key))
                 throw DigestMismatch(expected: digest, actual: actual)
             }
-            if writing {
-                try await copy(parts, to: target)
-                joinedInStore.withLockedValue { $0 += 1 }
-            }
+            try await copy(own, to: target)
+            joinedInStore.withLockedValue { $0 += 1 }
+            size = end
         } else {
-            try await readBack(parts, as: digest, into: target, writing: writing)
+            let parts = Self.chain(objects, in: folder(of: upload))
+            guard !parts.isEmpty else { throw UploadNotFound() }
+            do {
+                try await readBack(parts, as: digest, into: target)
+            } catch let mismatch as DigestMismatch {
+                try await discardParts(objects.map(\.key))
+                throw mismatch
+            }
+            size = parts.reduce(0) { $0 + $1.size }
         }
-        try await discardParts(parts.map(\.key))
+        try await discardParts(objects.map(\.key))
         return size
     }
 
@@ -203,13 +238,8 @@ public struct S3BlobStore: BlobStore {
 
     /// Reads the parts back in order, hashing them and writing the attachment's object as they
     /// pass; the object is completed (or put) only if the hash is `digest`'s.
-    private func readBack(
-        _ parts: [S3Client.Part],
-        as digest: AttachmentDigest,
-        into target: String,
-        writing: Bool
-    ) async throws {
-        var writer = PartWriter(client: client, key: target, partBytes: partBytes, writing: writing)
+    private func readBack(_ parts: [S3Client.Part], as digest: AttachmentDigest, into target: String) async throws {
+        var writer = PartWriter(client: client, key: target, partBytes: partBytes)
         var hash = SHA256()
         do {
             for part in parts where part.size > 0 {
@@ -221,7 +251,6 @@ public struct S3BlobStore: BlobStore {
             let actual = AttachmentDigest(sha256: hash.finalize())
             guard actual == digest else {
                 try await writer.abandon()
-                try await discardParts(parts.map(\.key))
                 throw DigestMismatch(expected: digest, actual: actual)
             }
             try await writer.finish()
@@ -268,6 +297,23 @@ public struct S3BlobStore: BlobStore {
         return !wanted
     }
 
+    /// Moves the attachment's object to `<prefix>quarantine/<hex>-<uuid>`, unless the copy moved
+    /// hashes to `digest` after all (a true upload replaced the object meanwhile): then it goes
+    /// back, if no other upload put one there since.
+    public func quarantine(_ digest: AttachmentDigest) async throws -> Bool {
+        let key = key(of: digest)
+        guard try await client.size(of: key) != nil else { return false }
+        let aside = prefix + "quarantine/" + digest.hex + "-" + UUID().uuidString
+        try await client.copy(key, to: aside)
+        try await client.delete(key)
+        var hash = SHA256()
+        for try await buffer in try await client.send(.GET, key: aside).body { hash.update(data: buffer.readableBytesView) }
+        guard AttachmentDigest(sha256: hash.finalize()) == digest else { return true }
+        if try await client.size(of: key) == nil { try await client.copy(aside, to: key) }
+        try await client.delete(aside)
+        return false
+    }
+
     /// Deletes the uploads whose every part was written before `cutoff`, but those a request of
     /// this process works on now.
     public func discardUploads(untouchedSince cutoff: Date) async throws -> Int {
@@ -290,22 +336,14 @@ public struct S3BlobStore: BlobStore {
     }
 }
 
-/// What one process wrote of an upload: where its parts end, each part's ETag, and the hash of
-/// every byte before `end` when it wrote them all from the first. Another process's append
-/// shows at the next one here (the store's offset is not `end`), or at completion (a part's
-/// ETag differs): then the parts are read back.
+/// What one process wrote of an upload: where its parts end, the parts themselves (each an
+/// object no other write touches: its key is new), and the hash of every byte before `end` when
+/// it wrote them all from the first. Another process's append shows at the next one here (the
+/// store's offset is not `end`): then the parts are read back at completion.
 struct WrittenHere {
     var end: Int64
     var hash: SHA256?
-    var parts: [String: String] = [:]
-
-    /// The hash of `parts` if this process wrote each of them, as they stand, and nothing else.
-    /// A part's ETag (its MD5, for an object written by one `PUT`) tells it is the object this
-    /// process wrote; a store that answers none gets its parts read back.
-    func hash(of parts: [S3Client.Part], size: Int64) -> SHA256.Digest? {
-        guard let hash, end == size, parts.allSatisfy({ !$0.etag.isEmpty && self.parts[$0.key] == $0.etag }) else { return nil }
-        return hash.finalize()
-    }
+    var parts: [S3Client.Part] = []
 }
 
 /// Writes an attachment's object from its bytes in order: one `PUT` when they fit in a part,
@@ -314,17 +352,14 @@ private struct PartWriter {
     let client: S3Client
     let key: String
     let partBytes: Int
-    /// `false` when the object exists already (the same bytes): only the hash is wanted.
-    let writing: Bool
     var pending = ByteBuffer()
     var multipart: (id: String, etags: [String])?
 
-    init(client: S3Client, key: String, partBytes: Int, writing: Bool) {
-        (self.client, self.key, self.partBytes, self.writing) = (client, key, partBytes, writing)
+    init(client: S3Client, key: String, partBytes: Int) {
+        (self.client, self.key, self.partBytes) = (client, key, partBytes)
     }
 
     mutating func write(_ buffer: ByteBuffer) async throws {
-        guard writing else { return }
         var buffer = buffer
         pending.writeBuffer(&buffer)
         guard pending.readableBytes >= partBytes else { return }
@@ -335,7 +370,6 @@ private struct PartWriter {
     }
 
     mutating func finish() async throws {
-        guard writing else { return }
         guard let multipart else {
             try await client.put(key, pending)
             return
