@@ -71,11 +71,17 @@ public struct ServeCommand: AsyncParsableCommand {
     @Option(help: "The most bytes one user's uploaded attachments may hold; past it an upload is answered 507 quota_exceeded. No limit by default.")
     var attachmentQuota: Int64?
 
+    @Option(help: "The most uploads in progress one user may have at once (1 to 10000); past it a new one is answered 507 quota_exceeded.")
+    var maxOpenUploads = ServerConfiguration.defaultMaxOpenUploads
+
     public init() {}
 
     public func validate() throws {
         guard (1...(1 << 40)).contains(maxAttachmentBytes) else {
             throw ValidationError("--max-attachment-bytes must be from 1 to 1099511627776, got \(maxAttachmentBytes)")
+        }
+        guard (1...10_000).contains(maxOpenUploads) else {
+            throw ValidationError("--max-open-uploads must be from 1 to 10000, got \(maxOpenUploads)")
         }
         if let attachmentQuota, attachmentQuota < 0 {
             throw ValidationError("--attachment-quota must be a number of bytes, 0 or more, got \(attachmentQuota)")
@@ -194,6 +200,7 @@ public struct ServeCommand: AsyncParsableCommand {
         configuration.maxBodyBytesInFlight = bodyMemory * 1024 * 1024
         configuration.maxAttachmentBytes = maxAttachmentBytes
         configuration.attachmentQuota = attachmentQuota
+        configuration.maxOpenUploads = maxOpenUploads
         let store = try attachmentStore(for: location)
         do {
             configuration.attachments = try await store.open()

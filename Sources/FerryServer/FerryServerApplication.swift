@@ -42,9 +42,14 @@ public struct ServerConfiguration: Sendable {
     public var attachments: (any BlobStore)?
     /// The largest attachment taken, in bytes (5 GiB by default).
     public var maxAttachmentBytes: Int64 = 5 * 1024 * 1024 * 1024
-    /// The most bytes one user's uploads may hold, answered `507 quota_exceeded` past it; `nil`
-    /// (the default): no limit.
+    /// The most bytes one user's uploads may hold, finished or in progress, answered `507
+    /// quota_exceeded` past it; `nil` (the default): no limit.
     public var attachmentQuota: Int64?
+    /// The most uploads in progress one user may have at once; a new one past it is answered
+    /// `507 quota_exceeded` (32 by default).
+    public var maxOpenUploads = ServerConfiguration.defaultMaxOpenUploads
+    /// The default of `maxOpenUploads`: a phone uploads a few at a time.
+    public static let defaultMaxOpenUploads = 32
 
     /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit,
     /// 30-second idle and body timeouts, at most 4 requests of a user at once, and a retention of
@@ -160,6 +165,8 @@ public enum FerryServerApplication {
                     blobs: $0,
                     maxAttachmentBytes: configuration.maxAttachmentBytes,
                     quota: configuration.attachmentQuota,
+                    maxOpenUploads: configuration.maxOpenUploads,
+                    bodyTimeout: configuration.bodyTimeout,
                     metrics: metrics
                 )
             },

@@ -55,6 +55,20 @@ struct RateLimitTests {
         }
     }
 
+    @Test("an upload refused after its body (wrong digest) is charged for every MiB it sent, as one kept is", arguments: StorageBackend.allCases)
+    func refusedUploadCharged(backend: StorageBackend) async throws {
+        let clock = TestClock()
+        try await TestServer.run(backend: backend, rateLimit: RateLimitPolicy(requests: 20, window: .seconds(60)), rateLimitClock: clock) { server in
+            let token = try await TestServer.token(for: "alice")
+            let bytes = AttachmentEndpointTests.photo(3 * 1024 * 1024, seed: 31)
+            let wrong = AttachmentEndpointTests.digest(Array(bytes.dropLast()))
+            let refused = try await AttachmentEndpointTests.upload(server, .POST, "/v1/attachments/\(wrong)", token: token, body: bytes)
+            #expect(refused.status == 422 && refused.errorCode == "digest_mismatch")
+            let next = try await server.send(.GET, "/v1/pull", token: token)
+            #expect(next.headers["RateLimit-Remaining"] == ["15"], "20, less 1 for the upload, 3 for its MiB, 1 for this pull")
+        }
+    }
+
     @Test("the bucket allows the whole quota as a burst and refills continuously (test clock)", arguments: StorageBackend.allCases)
     func refill(backend: StorageBackend) async throws {
         let clock = TestClock()

@@ -3,6 +3,7 @@ import FerryProtocol
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
 import NIOCore
 
 /// The attachment endpoints (PROTOCOL.md, "Attachments"): `HEAD` and `GET` of an attachment
@@ -19,8 +20,12 @@ struct AttachmentController: Sendable {
     let blobs: any BlobStore
     /// The largest attachment taken, in bytes.
     let maxAttachmentBytes: Int64
-    /// The most bytes one user's uploads may hold; `nil`: no limit.
+    /// The most bytes one user's uploads may hold, finished or not; `nil`: no limit.
     var quota: Int64? = nil
+    /// The most uploads in progress one user may have at once (`--max-open-uploads`).
+    var maxOpenUploads = ServerConfiguration.defaultMaxOpenUploads
+    /// How long a body may take beyond a second per `minimumBodyRate` (`ServerConfiguration/bodyTimeout`).
+    var bodyTimeout: Duration = .seconds(30)
     var metrics = ServerMetrics()
 
     static let uploadComplete = HTTPField.Name("Upload-Complete")!
@@ -51,18 +56,55 @@ struct AttachmentController: Sendable {
             status = .partialContent
             headers[.contentRange] = "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(size)"
         }
-        let (blobs, metrics) = (self.blobs, self.metrics)
+        let (blobs, metrics, logger) = (self.blobs, self.metrics, context.logger)
         // Its length known, so the bytes count in the rate limit's charge per MiB.
         let body = ResponseBody(contentLength: Int(range.count)) { writer in
+            // A whole read is hashed as it passes, its last chunk held back until the hash is
+            // known: bytes that are not the digest's (a store's fault) are taken aside, and the
+            // answer is cut short of its length, so no client takes it for whole.
+            var hash = range.count == size ? SHA256() : nil
+            var last: ByteBuffer?
             if !range.isEmpty {
                 try await blobs.read(digest, range: range) { buffer in
                     metrics.recordAttachmentBytes(buffer.readableBytes, direction: "sent")
-                    try await writer.write(buffer)
+                    hash?.update(data: buffer.readableBytesView)
+                    if let last { try await writer.write(last) }
+                    last = buffer
                 }
             }
+            if let actual = hash.map({ AttachmentDigest(sha256: $0.finalize()) }), actual != digest {
+                try await Self.quarantine(digest, holding: actual, blobs: blobs, metrics: metrics, logger: logger)
+            }
+            if let last { try await writer.write(last) }
             try await writer.finish(nil)
         }
         return Response(status: status, headers: headers, body: body)
+    }
+
+    /// Takes aside the attachment whose bytes, read whole, hashed to `actual`, and fails the answer.
+    static func quarantine(
+        _ digest: AttachmentDigest,
+        holding actual: AttachmentDigest,
+        blobs: any BlobStore,
+        metrics: ServerMetrics,
+        logger: Logger
+    ) async throws -> Never {
+        let metadata: Logger.Metadata = ["digest": "\(digest)", "actual": "\(actual)"]
+        do {
+            if try await blobs.quarantine(digest) {
+                metrics.recordQuarantinedAttachment()
+                logger.error(
+                    "an attachment's stored bytes did not hash to its digest; they were taken aside, and the next upload of the true bytes writes it anew",
+                    metadata: metadata
+                )
+            }
+        } catch {
+            logger.error(
+                "an attachment's stored bytes did not hash to its digest, and taking them aside failed",
+                metadata: metadata.merging(["error": "\(error)"]) { $1 }
+            )
+        }
+        throw FerryHTTPError(.unavailable, "the attachment's stored bytes were not \(digest); they were taken aside")
     }
 
     /// The bytes a `Range` header asks for (one range, RFC 9110), the whole attachment without one.
@@ -107,8 +149,8 @@ struct AttachmentController: Sendable {
     func create(_ request: Request, context: FerryRequestContext) async throws -> Response {
         let (digest, caller) = (try Self.digest(context), try Self.caller(context))
         let version = try Self.version(of: request)
+        let announced = try Self.announcedLength(request)
         try checkLength(of: request, at: 0)
-        if let announced = request.headers[Self.uploadLength].flatMap(Int64.init) { try await checkQuota(adding: announced, of: digest, by: caller) }
         let upload = Self.upload(of: digest, by: caller, from: request)
         // A creation starts again from nothing, but never under a request still appending.
         do {
@@ -116,25 +158,31 @@ struct AttachmentController: Sendable {
         } catch is UploadBusy {
             throw Self.busy(offset: try? await blobs.offset(of: upload))
         }
-        return try await append(request, to: upload, of: digest, at: 0, creating: true, caller: caller, version: version, context: context)
+        let open = OpenUpload(upload: upload, userID: caller.userID, digest: digest, length: announced, held: 0)
+        let limit = try await admit(open, isNew: true, request: request, at: 0, caller: caller)
+        return try await append(request, to: open, at: 0, limit: limit, creating: true, caller: caller, version: version, context: context)
     }
 
     /// `HEAD /v1/attachments/{digest}/upload`: how many bytes the server holds of the caller's upload.
     func offset(_ request: Request, context: FerryRequestContext) async throws -> Response {
         let (digest, caller) = (try Self.digest(context), try Self.caller(context))
         let version = try Self.version(of: request) ?? 6
-        guard let offset = try await blobs.offset(of: Self.upload(of: digest, by: caller, from: request)) else {
+        let upload = Self.upload(of: digest, by: caller, from: request)
+        guard let offset = try await blobs.offset(of: upload) else {
             // Done (its answer may have been lost): the whole size, so a client resuming sends nothing more.
             if try await storage.readableAttachments([digest], by: caller).contains(digest), let size = try await blobs.size(of: digest) {
                 return Self.progress(.noContent, offset: size, complete: true, version: version)
             }
             throw Self.noUpload(of: digest)
         }
-        return Self.progress(.noContent, offset: offset, complete: false, version: version)
+        var response = Self.progress(.noContent, offset: offset, complete: false, version: version)
+        if let length = try await storage.openUpload(upload)?.length { response.headers[Self.uploadLength] = "\(length)" }
+        return response
     }
 
     /// `PATCH /v1/attachments/{digest}/upload`: appends at `Upload-Offset`, and completes the
-    /// upload with `Upload-Complete: ?1` (`Upload-Incomplete: ?0`).
+    /// upload with `Upload-Complete: ?1` (`Upload-Incomplete: ?0`). The `Upload-Length` an
+    /// earlier request announced holds: a request may repeat it, never change it.
     func resume(_ request: Request, context: FerryRequestContext) async throws -> Response {
         let (digest, caller) = (try Self.digest(context), try Self.caller(context))
         let version = try Self.version(of: request) ?? 6
@@ -142,23 +190,25 @@ struct AttachmentController: Sendable {
             throw ProtocolViolation.badRequest("PATCH of an upload needs Upload-Offset: the offset a HEAD of the upload answered")
         }
         let upload = Self.upload(of: digest, by: caller, from: request)
+        let noted = try await storage.openUpload(upload)
+        var open = noted ?? OpenUpload(upload: upload, userID: caller.userID, digest: digest, length: nil, held: offset)
+        if let announced = try Self.announcedLength(request) {
+            if let kept = open.length, kept != announced {
+                throw ProtocolViolation.badRequest(
+                    "Upload-Length \(announced) is not the \(kept) this upload announced; an upload's length never changes"
+                )
+            }
+            open.length = announced
+        }
         do {
             try checkLength(of: request, at: offset)
         } catch let error as FerryHTTPError where error.code == .attachmentTooLarge {
-            try? await blobs.discard(upload)  // as its message says: nothing is kept
+            try? await discard(upload)  // as its message says: nothing is kept
             throw error
         }
+        let limit = try await admit(open, isNew: noted == nil, request: request, at: offset, caller: caller)
         // An upload begins with POST: a PATCH appends to one that exists.
-        return try await append(
-            request,
-            to: upload,
-            of: digest,
-            at: offset,
-            creating: false,
-            caller: caller,
-            version: version,
-            context: context
-        )
+        return try await append(request, to: open, at: offset, limit: limit, creating: false, caller: caller, version: version, context: context)
     }
 
     /// `DELETE /v1/attachments/{digest}/upload`: the upload is abandoned and its bytes go.
@@ -166,53 +216,71 @@ struct AttachmentController: Sendable {
         let (digest, caller) = (try Self.digest(context), try Self.caller(context))
         let upload = Self.upload(of: digest, by: caller, from: request)
         do {
-            try await blobs.discard(upload)
+            try await discard(upload)
         } catch is UploadBusy {
             throw Self.busy(offset: try? await blobs.offset(of: upload))
         }
         return Response(status: .noContent)
     }
 
+    /// Discards an upload's bytes, and forgets it in the quota.
+    private func discard(_ upload: UploadID) async throws {
+        try await blobs.discard(upload)
+        try await storage.closeUpload(upload)
+    }
+
     private func append(
         _ request: Request,
-        to upload: UploadID,
-        of digest: AttachmentDigest,
+        to open: OpenUpload,
         at offset: Int64,
+        limit: BodyLimit,
         creating: Bool,
         caller: Caller,
         version: Int?,
         context: FerryRequestContext
     ) async throws -> Response {
+        let (upload, digest) = (open.upload, open.digest)
         let complete = try Self.isComplete(request, version: version)
-        let bytes = LimitedBody(body: request.body, start: offset, limit: maxAttachmentBytes, metrics: metrics)
+        let bytes = LimitedBody(body: request.body, start: offset, limit: limit, metrics: metrics, facts: context.facts)
         let reached: Int64
         do {
-            reached = try await blobs.append(bytes, to: upload, at: offset, creating: creating)
-        } catch is UploadNotFound {
-            throw Self.noUpload(of: digest)
-        } catch let mismatch as UploadOffsetMismatch {
-            var error = FerryHTTPError(
-                .uploadOffsetMismatch,
-                "the upload holds \(mismatch.expected) bytes, not \(offset): append from Upload-Offset \(mismatch.expected)"
+            let blobs = self.blobs
+            reached = try await withTimeLimit(bodyDeadline(request, at: offset, limit: limit), clock: ContinuousClock()) {
+                try await blobs.append(bytes, to: upload, at: offset, creating: creating)
+            }
+        } catch is TimeLimitExceeded {
+            // As a push's: the connection's input is closed, or the server would read the trickle to its end.
+            context.channel?.close(mode: .input, promise: nil)
+            try? await storage.noteOpenUpload(
+                OpenUpload(upload: upload, userID: open.userID, digest: digest, length: open.length, held: offset + Int64(context.facts.bodyBytes))
             )
-            error.headers[Self.uploadOffset] = "\(mismatch.expected)"
+            var error = FerryHTTPError(
+                .requestTimeout,
+                "the body did not arrive in time (at least \(Self.minimumBodyRate / 1024) KiB/s after \(Int(bodyTimeout.seconds)) s); ask the upload's offset with HEAD and go on from there"
+            )
+            error.headers[.connection] = "close"
             throw error
-        } catch is UploadBusy {
-            throw Self.busy(offset: try? await blobs.offset(of: upload))
-        } catch let error as FerryHTTPError where error.code == .attachmentTooLarge {
-            try? await blobs.discard(upload)
-            throw error
+        } catch {
+            // What arrived may stay: the quota counts it until the next request says where the upload stands.
+            try? await storage.noteOpenUpload(
+                OpenUpload(upload: upload, userID: open.userID, digest: digest, length: open.length, held: offset + Int64(context.facts.bodyBytes))
+            )
+            throw try await appendFailure(error, upload: upload, of: digest, at: offset)
         }
-        context.facts.bodyBytes = Int(reached - offset)  // charged per MiB by the rate limit, as a push's body is
-        guard complete else { return Self.progress(.noContent, offset: reached, complete: false, version: version ?? 6) }
-        if let announced = request.headers[Self.uploadLength].flatMap(Int64.init), announced != reached {
-            try? await blobs.discard(upload)
+        var held = open
+        held.held = reached
+        guard complete else {
+            try await storage.noteOpenUpload(held)
+            return Self.progress(.noContent, offset: reached, complete: false, version: version ?? 6)
+        }
+        if let announced = open.length, announced != reached {
+            try? await discard(upload)
             throw ProtocolViolation.badRequest("the upload ended at \(reached) bytes, not the \(announced) Upload-Length announced; nothing was kept")
         }
         do {
-            try await checkQuota(adding: reached, of: digest, by: caller)
+            try await checkQuota(adding: reached, of: digest, excluding: upload, by: caller)
         } catch {
-            try? await blobs.discard(upload)
+            try? await discard(upload)
             throw error
         }
         let size: Int64
@@ -223,12 +291,14 @@ struct AttachmentController: Sendable {
         } catch is UploadNotFound {
             throw Self.busy(offset: nil)  // completed or discarded by another request meanwhile
         } catch let mismatch as DigestMismatch {
+            try? await storage.closeUpload(upload)
             throw FerryHTTPError(
                 .digestMismatch,
                 "the \(reached) bytes uploaded hash to \(mismatch.actual), not \(digest); nothing was kept: upload the bytes again"
             )
         }
         try await storage.noteUpload(of: digest, size: size, by: caller.userID)
+        try await storage.closeUpload(upload)
         // Purged at this very moment (`AttachmentJanitor`): the client tries again, and uploads it anew.
         guard try await blobs.size(of: digest) != nil else {
             var error = FerryHTTPError(.unavailable, "the attachment was being purged as its upload completed; upload it again")
@@ -240,32 +310,72 @@ struct AttachmentController: Sendable {
         return response
     }
 
-    /// A request's body that fails once the upload would pass the largest attachment taken: a
-    /// body without an announced length is read up to the limit and no further.
-    struct LimitedBody: AsyncSequence {
+    /// The slowest an upload's body may arrive, on average past its first `bodyTimeout`: a body
+    /// trickled slower holds one of its user's request slots for nothing.
+    static let minimumBodyRate: Int64 = 16 * 1024
+
+    /// How long a request's body may take: `bodyTimeout`, and a second per `minimumBodyRate` of
+    /// its length (`Content-Length`, else what it may send up to its limit, at most 64 MiB: a
+    /// longer one is cut, and the upload goes on from what arrived).
+    func bodyDeadline(_ request: Request, at offset: Int64, limit: BodyLimit) -> Duration {
+        let length = request.headers[.contentLength].flatMap(Int64.init) ?? min(limit.bytes - offset, 64 << 20)
+        return bodyTimeout + .seconds(max(0, length) / Self.minimumBodyRate)
+    }
+
+    /// What a failed append answers.
+    private func appendFailure(_ error: any Error, upload: UploadID, of digest: AttachmentDigest, at offset: Int64) async throws -> any Error {
+        switch error {
+        case is UploadNotFound:
+            try? await storage.closeUpload(upload)
+            return Self.noUpload(of: digest)
+        case let mismatch as UploadOffsetMismatch:
+            var refusal = FerryHTTPError(
+                .uploadOffsetMismatch,
+                "the upload holds \(mismatch.expected) bytes, not \(offset): append from Upload-Offset \(mismatch.expected)"
+            )
+            refusal.headers[Self.uploadOffset] = "\(mismatch.expected)"
+            return refusal
+        case is UploadBusy:
+            return Self.busy(offset: try? await blobs.offset(of: upload))
+        case let refusal as FerryHTTPError where [.attachmentTooLarge, .badRequest, .quotaExceeded].contains(refusal.code):
+            // Past the largest attachment, its announced length or the quota: as the message says, nothing is kept.
+            try? await discard(upload)
+            return refusal
+        default:
+            return error
+        }
+    }
+
+    /// A request's body that fails once the upload would pass its limit (`BodyLimit`): a body
+    /// without an announced length is read up to the limit and no further. Every byte read
+    /// counts toward the request's cost, kept or not (`RequestFacts/received(_:)`).
+    struct LimitedBody: AsyncSequence, Sendable {
         typealias Element = ByteBuffer
         let body: RequestBody
         let start: Int64
-        let limit: Int64
+        let limit: BodyLimit
         let metrics: ServerMetrics
+        let facts: RequestFacts
 
         struct AsyncIterator: AsyncIteratorProtocol {
             var base: RequestBody.AsyncIterator
             var passed: Int64
-            let limit: Int64
+            let limit: BodyLimit
             let metrics: ServerMetrics
+            let facts: RequestFacts
 
             mutating func next() async throws -> ByteBuffer? {
                 guard let buffer = try await base.next() else { return nil }
                 metrics.recordAttachmentBytes(buffer.readableBytes, direction: "received")
+                facts.received(buffer.readableBytes)
                 passed += Int64(buffer.readableBytes)
-                guard passed <= limit else { throw FerryHTTPError(.attachmentTooLarge, AttachmentController.tooLargeMessage(limit)) }
+                guard passed <= limit.bytes else { throw limit.refusal }
                 return buffer
             }
         }
 
         func makeAsyncIterator() -> AsyncIterator {
-            AsyncIterator(base: body.makeAsyncIterator(), passed: start, limit: limit, metrics: metrics)
+            AsyncIterator(base: body.makeAsyncIterator(), passed: start, limit: limit, metrics: metrics, facts: facts)
         }
     }
 
@@ -303,24 +413,12 @@ struct AttachmentController: Sendable {
         }
     }
 
-    /// Refuses an attachment of `size` bytes that would take the caller's uploads past the quota
-    /// (one they uploaded already counts once).
-    private func checkQuota(adding size: Int64, of digest: AttachmentDigest, by caller: Caller) async throws {
-        guard let quota else { return }
-        let used = try await storage.attachmentBytes(of: caller.userID)
-        let held = try await storage.readableAttachments([digest], by: caller).contains(digest) ? size : 0
-        guard used - held > quota - size else { return }
-        throw FerryHTTPError(
-            .quotaExceeded,
-            "this attachment's \(size) bytes would take your uploads past the quota of \(quota) bytes: you use \(used); nothing was kept"
-        )
-    }
-
-    /// Another request appends to, completes or discards the upload now: `409` with the bytes it holds.
+    /// No upload of `digest` by this user and client: `404`.
     static func noUpload(of digest: AttachmentDigest) -> FerryHTTPError {
         FerryHTTPError(.notFound, "no upload of \(digest) in progress for this user: start one with POST /v1/attachments/\(digest)")
     }
 
+    /// Another request appends to, completes or discards the upload now: `409` with the bytes it holds.
     static func busy(offset: Int64?) -> FerryHTTPError {
         var error = FerryHTTPError(.uploadOffsetMismatch, "another request is working on this upload now; ask its offset with HEAD, then go on")
         if let offset { error.headers[uploadOffset] = "\(offset)" }

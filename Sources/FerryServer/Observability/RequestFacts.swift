@@ -17,9 +17,15 @@ final class RequestFacts: Sendable {
         set { state.withLock { $0.client = newValue } }
     }
 
-    /// Bytes of the request's body read, for what the request costs (`RateLimitMiddleware`).
+    /// Bytes of the request's body read, for what the request costs (`RateLimitMiddleware`),
+    /// whatever the answer: a refused upload read its bytes too.
     var bodyBytes: Int {
         get { state.withLock { $0.bodyBytes } }
         set { state.withLock { $0.bodyBytes = newValue } }
+    }
+
+    /// Counts `count` more bytes of the body read (an upload's, as they arrive).
+    func received(_ count: Int) {
+        state.withLock { $0.bodyBytes += count }
     }
 }

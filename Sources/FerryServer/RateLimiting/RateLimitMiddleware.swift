@@ -3,7 +3,8 @@ import Hummingbird
 
 /// Charges each authenticated request to its user and stamps the `RateLimit-*`
 /// headers on every response, errors included; over the limit it answers 429. A request that
-/// moved more than a MiB is charged for its bytes once answered (`RateLimitPolicy/extraCost(bytes:)`).
+/// moved more than a MiB is charged for its bytes once answered, refused or not
+/// (`RateLimitPolicy/extraCost(bytes:)`).
 struct RateLimitMiddleware: RouterMiddleware {
     typealias Context = FerryRequestContext
     let limiter: any RateLimiter
@@ -25,20 +26,26 @@ struct RateLimitMiddleware: RouterMiddleware {
         do {
             var response = try await next(request, context)
             response.headers.append(contentsOf: decision.headers)
-            let cost = RateLimitPolicy.extraCost(bytes: context.facts.bodyBytes + (response.body.contentLength ?? 0))
-            if cost > 0 {
-                do {
-                    try await limiter.charge(cost, to: userID)
-                } catch {
-                    // The answer is ready: a quota that could not be charged only lets this user a little further.
-                    context.logger.warning("could not charge a request's cost to its quota", metadata: ["error": "\(error)"])
-                }
-            }
+            await charge(bytes: context.facts.bodyBytes + (response.body.contentLength ?? 0), to: userID, context: context)
             return response
         } catch {
+            // Every byte read counts, whatever the answer: a refused 16 MiB upload cost its bytes (issue 50).
+            await charge(bytes: context.facts.bodyBytes, to: userID, context: context)
             var httpError = FerryHTTPError(error, context: context)
             httpError.headers.append(contentsOf: decision.headers)
             throw httpError
+        }
+    }
+
+    /// Charges the tokens `bytes` cost beyond the request's first.
+    private func charge(bytes: Int, to userID: String, context: Context) async {
+        let cost = RateLimitPolicy.extraCost(bytes: bytes)
+        guard cost > 0 else { return }
+        do {
+            try await limiter.charge(cost, to: userID)
+        } catch {
+            // The answer is ready: a quota that could not be charged only lets this user a little further.
+            context.logger.warning("could not charge a request's cost to its quota", metadata: ["error": "\(error)"])
         }
     }
 }

@@ -39,6 +39,8 @@ struct AttachmentJanitor: Service {
         let cutoff = now.addingTimeInterval(-abandonedAfter.seconds)
         do {
             let discarded = try await blobs.discardUploads(untouchedSince: cutoff)
+            // Their rows go with them: the quota no longer counts them.
+            _ = try await storage.expireOpenUploads(before: Int64((cutoff.timeIntervalSince1970 * 1000).rounded(.down)))
             if discarded > 0 { logger.info("discarded abandoned uploads", metadata: ["uploads": "\(discarded)"]) }
             var purged = 0
             for digest in try await storage.expireAttachmentUploads(before: Int64((cutoff.timeIntervalSince1970 * 1000).rounded(.down))) {

@@ -46,15 +46,30 @@ public protocol SyncStorage: Sendable {
     func readableAttachments(_ digests: [AttachmentDigest], by caller: Caller) async throws -> Set<AttachmentDigest>
 
     /// Forgets the uploads made before `cutoff` (milliseconds since 1970) of attachments no
-    /// record references (their uploaders' access expires), and returns the attachments that
-    /// nobody may read any more: the bytes to purge (`AttachmentJanitor`).
+    /// record their uploader may read references (their access expires, and their quota no
+    /// longer counts them, whoever else references the same bytes), and returns the attachments
+    /// that nobody may read any more: the bytes to purge (`AttachmentJanitor`).
     func expireAttachmentUploads(before cutoff: Int64) async throws -> [AttachmentDigest]
 
     /// Whether anyone may read the attachment: an upload of it is noted, or a record references it.
     func wantsAttachment(_ digest: AttachmentDigest) async throws -> Bool
 
-    /// The bytes of the attachments `userID` uploaded that the server keeps for them (`--attachment-quota`).
-    func attachmentBytes(of userID: String) async throws -> Int64
+    /// What `userID`'s attachments take (`--attachment-quota`): the bytes of those they uploaded
+    /// that the server keeps, and their uploads in progress but `excluding` (the one a request works on).
+    func attachmentUse(of userID: String, excluding: UploadID?) async throws -> AttachmentUse
+
+    /// The upload in progress `upload`, as its last request left it; `nil` when none is noted.
+    func openUpload(_ upload: UploadID) async throws -> OpenUpload?
+
+    /// Notes an upload in progress, or what a request changed of it (it was touched now).
+    func noteOpenUpload(_ upload: OpenUpload) async throws
+
+    /// Forgets an upload in progress: completed, cancelled or discarded.
+    func closeUpload(_ upload: UploadID) async throws
+
+    /// Forgets the uploads in progress untouched since `cutoff` (milliseconds since 1970), as the
+    /// store discards their bytes (`AttachmentJanitor`); returns how many.
+    func expireOpenUploads(before cutoff: Int64) async throws -> Int
 
     /// Calls `deliver` with what each commit changed (a push's records, a membership), through
     /// any process on this database, until cancelled. Each commit is announced with it (on

@@ -212,6 +212,21 @@ enum PostgresSchema {
                 "CREATE INDEX attachment_refs_digest ON attachment_refs (digest, partition)",
             ]
         },
+        Migration(version: 8, name: "uploads in progress, counted in their user's quota") {
+            [
+                """
+                CREATE TABLE open_uploads (
+                    upload_id text COLLATE "C" PRIMARY KEY,
+                    user_id text COLLATE "C" NOT NULL,
+                    digest text COLLATE "C" NOT NULL,
+                    length bigint,
+                    held bigint NOT NULL,
+                    touched_at bigint NOT NULL
+                )
+                """,
+                "CREATE INDEX open_uploads_user ON open_uploads (user_id)",
+            ]
+        },
     ]
 
     /// Applies the migrations this database lacks, and returns the secret that signs cursors;

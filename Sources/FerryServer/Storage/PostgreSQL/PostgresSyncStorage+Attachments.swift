@@ -62,7 +62,9 @@ extension PostgresSyncStorage {
                 """
                 WITH expired AS (
                     DELETE FROM attachment_uploads u WHERE uploaded_at < \(cutoff)
-                        AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = u.digest)
+                        AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = u.digest
+                            AND (r.partition = u.user_id
+                                OR r.partition IN (SELECT chr(1) || space_key::text FROM space_members m WHERE m.user_id = u.user_id)))
                     RETURNING user_id, digest
                 )
                 SELECT DISTINCT e.digest FROM expired e
@@ -70,6 +72,7 @@ extension PostgresSyncStorage {
                     SELECT 1 FROM attachment_uploads u WHERE u.digest = e.digest
                         AND NOT EXISTS (SELECT 1 FROM expired x WHERE x.user_id = u.user_id AND x.digest = u.digest)
                 )
+                    AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = e.digest)
                 ORDER BY e.digest
                 """,
                 logger: logger
@@ -80,32 +83,101 @@ extension PostgresSyncStorage {
         }
     }
 
-    /// Whether anyone may read the attachment (``SyncStorage/wantsAttachment(_:)``).
+    /// Whether anyone may read the attachment (``SyncStorage/wantsAttachment(_:)``), asked under
+    /// the attachment's lock: a push referencing it (which holds the lock shared from before it
+    /// reads whether the caller may) commits first and is seen, or starts after and finds no
+    /// upload to reference (issue 50: unlocked, a push was written after its bytes were purged).
     public func wantsAttachment(_ digest: AttachmentDigest) async throws -> Bool {
         try await withDatabase { [logger] db in
-            for try await wanted in try await db.query(
-                """
-                SELECT EXISTS (SELECT 1 FROM attachment_uploads WHERE digest = \(digest.description))
-                    OR EXISTS (SELECT 1 FROM attachment_refs WHERE digest = \(digest.description))
-                """,
-                logger: logger
-            ).decode(Bool.self) {
-                return wanted
+            try await Self.transaction(db, logger: logger) { db in
+                try await Self.lockAttachments([digest.description], exclusively: true, db: db, logger: logger)
+                for try await wanted in try await db.query(
+                    """
+                    SELECT EXISTS (SELECT 1 FROM attachment_uploads WHERE digest = \(digest.description))
+                        OR EXISTS (SELECT 1 FROM attachment_refs WHERE digest = \(digest.description))
+                    """,
+                    logger: logger
+                ).decode(Bool.self) {
+                    return wanted
+                }
+                return true
             }
-            return true
         }
     }
 
-    /// The bytes `userID`'s uploads hold (``SyncStorage/attachmentBytes(of:)``).
-    public func attachmentBytes(of userID: String) async throws -> Int64 {
+    /// Takes the transaction's advisory lock on each of `digests`: shared by the pushes that
+    /// reference them, exclusive for the purge's last question (``wantsAttachment(_:)``).
+    static func lockAttachments(_ digests: [String], exclusively: Bool, db: PostgresConnection, logger: Logger) async throws {
+        let digests = digests.sorted()
+        let query: PostgresQuery =
+            exclusively
+            ? "SELECT pg_advisory_xact_lock(hashtextextended('ferry-attachment:' || d, 0)) FROM unnest(\(digests)::text[]) d ORDER BY d"
+            : "SELECT pg_advisory_xact_lock_shared(hashtextextended('ferry-attachment:' || d, 0)) FROM unnest(\(digests)::text[]) d ORDER BY d"
+        _ = try await db.query(query, logger: logger).collect()
+    }
+
+    /// What `userID`'s attachments take (``SyncStorage/attachmentUse(of:excluding:)``).
+    public func attachmentUse(of userID: String, excluding: UploadID?) async throws -> AttachmentUse {
         try await withDatabase { [logger] db in
-            for try await bytes in try await db.query(
-                "SELECT coalesce(sum(size), 0)::bigint FROM attachment_uploads WHERE user_id = \(userID)",
+            let excluded = excluding?.value ?? ""
+            for try await (kept, unfinished, unfinishedBytes) in try await db.query(
+                """
+                SELECT (SELECT coalesce(sum(size), 0)::int8 FROM attachment_uploads WHERE user_id = \(userID)),
+                    count(*)::int8, coalesce(sum(greatest(held, coalesce(length, 0))), 0)::int8
+                FROM open_uploads WHERE user_id = \(userID) AND upload_id != \(excluded)
+                """,
                 logger: logger
-            ).decode(Int64.self) {
-                return bytes
+            ).decode((Int64, Int64, Int64).self) {
+                return AttachmentUse(kept: kept, unfinished: Int(unfinished), unfinishedBytes: unfinishedBytes)
             }
-            return 0
+            return AttachmentUse(kept: 0, unfinished: 0, unfinishedBytes: 0)
+        }
+    }
+
+    /// The upload in progress `upload` (``SyncStorage/openUpload(_:)``).
+    public func openUpload(_ upload: UploadID) async throws -> OpenUpload? {
+        try await withDatabase { [logger] db in
+            for try await (userID, digest, length, held) in try await db.query(
+                "SELECT user_id, digest, length, held FROM open_uploads WHERE upload_id = \(upload.value)",
+                logger: logger
+            ).decode((String, String, Int64?, Int64).self) {
+                return AttachmentDigest(digest).map { OpenUpload(upload: upload, userID: userID, digest: $0, length: length, held: held) }
+            }
+            return nil
+        }
+    }
+
+    /// Notes an upload in progress (``SyncStorage/noteOpenUpload(_:)``).
+    public func noteOpenUpload(_ upload: OpenUpload) async throws {
+        _ = try await withDatabase { [logger] db in
+            try await db.query(
+                """
+                INSERT INTO open_uploads (upload_id, user_id, digest, length, held, touched_at)
+                VALUES (\(upload.upload.value), \(upload.userID), \(upload.digest.description), \(upload.length), \(upload.held), \(serverMilliseconds()))
+                ON CONFLICT (upload_id) DO UPDATE SET length = excluded.length, held = excluded.held, touched_at = excluded.touched_at
+                """,
+                logger: logger
+            )
+        }
+    }
+
+    /// Forgets an upload in progress (``SyncStorage/closeUpload(_:)``).
+    public func closeUpload(_ upload: UploadID) async throws {
+        _ = try await withDatabase { [logger] db in
+            try await db.query("DELETE FROM open_uploads WHERE upload_id = \(upload.value)", logger: logger)
+        }
+    }
+
+    /// Forgets the uploads in progress untouched since `cutoff` (``SyncStorage/expireOpenUploads(before:)``).
+    public func expireOpenUploads(before cutoff: Int64) async throws -> Int {
+        try await withDatabase { [logger] db in
+            var count = 0
+            for try await _ in try await db.query("DELETE FROM open_uploads WHERE touched_at < \(cutoff) RETURNING 1", logger: logger)
+                .decode(Int.self)
+            {
+                count += 1
+            }
+            return count
         }
     }
 }

@@ -139,6 +139,7 @@ extension PostgresSyncStorage {
             }
         }
         let digests = steps.referencedDigests
+        if !digests.isEmpty { try await lockAttachments(digests, exclusively: false, db: db, logger: logger) }
         let readableDigests = digests.isEmpty ? [] : try await readableAttachments(digests, by: steps.caller, db: db, logger: logger)
         let (groups, judged, readable) = steps.judge(targets: targets, readableAttachments: readableDigests)
         var refused = judged

@@ -55,7 +55,9 @@ extension SQLiteSyncStorage {
                     db,
                     sql: """
                         DELETE FROM attachment_uploads AS u WHERE uploaded_at < ?
-                            AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = u.digest)
+                            AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = u.digest
+                                AND (r.partition = u.user_id
+                                    OR r.partition IN (SELECT char(1) || space_key FROM space_members m WHERE m.user_id = u.user_id)))
                         RETURNING digest
                         """,
                     arguments: [cutoff]
@@ -70,11 +72,63 @@ extension SQLiteSyncStorage {
         try await mapErrors { try await writer.read { db in try Self.wants(digest.description, db: db) } }
     }
 
-    /// The bytes `userID`'s uploads hold (``SyncStorage/attachmentBytes(of:)``).
-    public func attachmentBytes(of userID: String) async throws -> Int64 {
+    /// What `userID`'s attachments take (``SyncStorage/attachmentUse(of:excluding:)``).
+    public func attachmentUse(of userID: String, excluding: UploadID?) async throws -> AttachmentUse {
         try await mapErrors {
             try await writer.read { db in
-                try Int64.fetchOne(db, sql: "SELECT coalesce(sum(size), 0) FROM attachment_uploads WHERE user_id = ?", arguments: [userID]) ?? 0
+                let kept =
+                    try Int64.fetchOne(db, sql: "SELECT coalesce(sum(size), 0) FROM attachment_uploads WHERE user_id = ?", arguments: [userID]) ?? 0
+                let row = try Row.fetchOne(
+                    db,
+                    sql: "SELECT count(*), coalesce(sum(max(held, coalesce(length, 0))), 0) FROM open_uploads WHERE user_id = ? AND upload_id != ?",
+                    arguments: [userID, excluding?.value ?? ""]
+                )
+                return AttachmentUse(kept: kept, unfinished: row?[0] ?? 0, unfinishedBytes: row?[1] ?? 0)
+            }
+        }
+    }
+
+    /// The upload in progress `upload` (``SyncStorage/openUpload(_:)``).
+    public func openUpload(_ upload: UploadID) async throws -> OpenUpload? {
+        try await mapErrors {
+            try await writer.read { db in
+                try Row.fetchOne(db, sql: "SELECT user_id, digest, length, held FROM open_uploads WHERE upload_id = ?", arguments: [upload.value])
+                    .flatMap { row in
+                        AttachmentDigest(row[1] as String).map {
+                            OpenUpload(upload: upload, userID: row[0], digest: $0, length: row[2], held: row[3])
+                        }
+                    }
+            }
+        }
+    }
+
+    /// Notes an upload in progress (``SyncStorage/noteOpenUpload(_:)``).
+    public func noteOpenUpload(_ upload: OpenUpload) async throws {
+        try await mapErrors {
+            try await writer.write { db in
+                try db.execute(
+                    sql: """
+                        INSERT OR REPLACE INTO open_uploads (upload_id, user_id, digest, length, held, touched_at) VALUES (?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [upload.upload.value, upload.userID, upload.digest.description, upload.length, upload.held, serverMilliseconds()]
+                )
+            }
+        }
+    }
+
+    /// Forgets an upload in progress (``SyncStorage/closeUpload(_:)``).
+    public func closeUpload(_ upload: UploadID) async throws {
+        try await mapErrors {
+            try await writer.write { db in try db.execute(sql: "DELETE FROM open_uploads WHERE upload_id = ?", arguments: [upload.value]) }
+        }
+    }
+
+    /// Forgets the uploads in progress untouched since `cutoff` (``SyncStorage/expireOpenUploads(before:)``).
+    public func expireOpenUploads(before cutoff: Int64) async throws -> Int {
+        try await mapErrors {
+            try await writer.write { db in
+                try db.execute(sql: "DELETE FROM open_uploads WHERE touched_at < ?", arguments: [cutoff])
+                return db.changesCount
             }
         }
     }

@@ -222,6 +222,22 @@ public final class SQLiteSyncStorage: SyncStorage {
                     """
             )
         }
+        migrator.registerMigration("v7") { db in
+            // Uploads in progress (`OpenUpload`): counted in their user's quota and number.
+            try db.execute(
+                sql: """
+                    CREATE TABLE open_uploads (
+                        upload_id TEXT PRIMARY KEY NOT NULL,
+                        user_id TEXT NOT NULL,
+                        digest TEXT NOT NULL,
+                        length INTEGER,
+                        held INTEGER NOT NULL,
+                        touched_at INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    CREATE INDEX open_uploads_user ON open_uploads (user_id);
+                    """
+            )
+        }
         return migrator
     }
 
