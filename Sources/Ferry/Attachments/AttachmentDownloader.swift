@@ -113,7 +113,7 @@ struct AttachmentDownloader: Sendable {
     /// the attachment's size.
     private func receive(_ digest: AttachmentDigest, path: String, into partial: URL, from have: Int64) async throws -> Int64 {
         let request = TransportRequest(method: "GET", path: path, headers: ["Range": "bytes=\(have)-\(have + Int64(chunkBytes) - 1)"])
-        let stream = try await connection.openStream(request)
+        let stream = try await connection.openStream(request, orSend: true)
         switch stream.status {
         case 206, 200:
             // A 200 is the whole attachment: the bytes so far go.

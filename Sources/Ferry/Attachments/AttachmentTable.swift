@@ -5,7 +5,7 @@ import GRDB
 /// The one home of `ferry_attachments`' SQL: what the store knows of each attachment it holds
 /// or must upload. A row is waiting to upload (`upload`) from the moment the app attaches the
 /// bytes until the server holds them, and holds its file (`stored`) until the cache evicts it;
-/// a waiting one is never evicted.
+/// neither a waiting one nor one a queued change or a dead letter references is evicted.
 enum AttachmentTable {
     /// An attachment as the store knows it.
     struct Row: Sendable, Equatable {
@@ -100,13 +100,16 @@ enum AttachmentTable {
         Set(try String.fetchAll(db.cachedStatement(sql: "SELECT digest FROM ferry_attachments WHERE upload = 1")))
     }
 
-    /// The downloaded attachments to evict, least recently used first, so the ones held fit in
-    /// `budget` bytes; never one waiting for upload.
+    /// The attachments to evict, least recently used first, so the ones held fit in `budget`
+    /// bytes: only those the server has confirmed. Never one waiting for upload, nor one a queued
+    /// change or a dead letter references: uploaded, but its record not yet accepted, the server
+    /// forgets it a day later, and this file may be its last copy (issue 50).
     static func evictable(toFit budget: Int64, db: Database) throws -> [AttachmentDigest] {
         var total = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(size), 0) FROM ferry_attachments WHERE stored = 1") ?? 0
         var evict: [AttachmentDigest] = []
         guard total > budget else { return [] }
         for row in try fetch(where: "stored = 1 AND upload = 0", order: "used_at", db: db) where total > budget {
+            if try OutboxTable.queuedChangeReferences(row.digest.description, db: db) { continue }
             evict.append(row.digest)
             total -= row.size
         }

@@ -42,8 +42,9 @@ extension FerryStore {
     }
 
     /// Removes the files no row references any more (a revoked space's, a deleted record's), and
-    /// downloaded ones past `budget` bytes, least recently used first. An attachment waiting for
-    /// upload stays while a change references it, and a day after it was attached otherwise.
+    /// downloaded ones past `budget` bytes, least recently used first. An attachment a queued
+    /// change or a dead letter references stays (``AttachmentTable/evictable(toFit:db:)``); one
+    /// waiting for upload stays a day after it was attached otherwise.
     /// Files go inside the transaction that forgets them, so an `attach` of the same bytes,
     /// noting them after it, finds whether they are there. Returns how many files went.
     @discardableResult
@@ -59,7 +60,9 @@ extension FerryStore {
             let dayAgo = Date().timeIntervalSince1970 - 86_400
             var gone: [AttachmentDigest] = []
             for row in rows where !referenced.contains(row.digest.description) {
-                if row.waitsForUpload, try OutboxTable.queuedChangeReferences(row.digest.description, db: db) || row.usedAt > dayAgo { continue }
+                // A change still queued, or set aside as a dead letter, may yet be sent with it.
+                if try OutboxTable.queuedChangeReferences(row.digest.description, db: db) { continue }
+                if row.waitsForUpload, row.usedAt > dayAgo { continue }
                 gone.append(row.digest)
             }
             try AttachmentTable.forget(gone, db: db)

@@ -153,11 +153,28 @@ actor SyncConnection {
 
     /// Opens a streamed exchange, authenticated as `send`'s, once: resuming after a failure is
     /// the caller's (a download goes on from the bytes it holds, `pause(afterFailedAttempt:reason:)` between).
-    func openStream(_ request: TransportRequest) async throws -> TransportStream {
+    ///
+    /// With `orSend`, a transport that cannot stream (``EventStreamsUnsupported``: an app's own,
+    /// which implements only `send(_:)`) is sent the request whole, and its body is the stream's
+    /// one chunk: a download asks for a chunk at a time, so memory holds one chunk either way.
+    func openStream(_ request: TransportRequest, orSend: Bool = false) async throws -> TransportStream {
         var request = request
         let token = try await authorize(&request)
         requestCount += 1
-        let stream = try await transport.openStream(request)
+        let stream: TransportStream
+        do {
+            stream = try await transport.openStream(request)
+        } catch is EventStreamsUnsupported where orSend {
+            let response = try await transport.send(request)
+            stream = TransportStream(
+                status: response.status,
+                headers: response.headers,
+                body: AsyncThrowingStream { continuation in
+                    if !response.body.isEmpty { continuation.yield(response.body) }
+                    continuation.finish()
+                }
+            )
+        }
         await journal.record(
             JournalEvent(
                 kind: .request,

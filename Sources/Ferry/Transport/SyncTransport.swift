@@ -52,15 +52,22 @@ public struct TransportResponse: Sendable, Equatable {
 
 /// How the client reaches the server. ``URLSessionTransport`` is the real one; tests wrap
 /// it to count requests or inject faults, still talking to a real server.
+///
+/// An app's own transport (for certificate pinning, say) must implement `send(_:)`: every
+/// exchange of a sync and every attachment upload goes through it, with the request's method,
+/// path, headers and body as given (`Range`, `Upload-Offset` and `Upload-Complete` included),
+/// and answers the status, the headers and the whole body. `openStream(_:)` is optional: without
+/// it there are no live changes, and attachments download a chunk a request through `send(_:)`.
 public protocol SyncTransport: Sendable {
     /// Performs the exchange. Throws for failures below HTTP (connection refused, reset, timeout).
     func send(_ request: TransportRequest) async throws -> TransportResponse
 
-    /// Starts a streamed exchange (`GET /v1/events`) and returns once its head has arrived;
-    /// the body arrives as it is written, until the server ends it or the consumer stops
-    /// reading (which closes the connection). Throws as `send(_:)` does. A transport that
-    /// cannot stream throws ``EventStreamsUnsupported`` (the default), and the session stays
-    /// without live changes.
+    /// Starts a streamed exchange (`GET /v1/events`, and an attachment's download) and returns
+    /// once its head has arrived; the body arrives as it is written, until the server ends it or
+    /// the consumer stops reading (which closes the connection). Throws as `send(_:)` does. A
+    /// transport that cannot stream throws ``EventStreamsUnsupported`` (the default): the session
+    /// stays without live changes, and downloads go through `send(_:)`, a `Range` of at most
+    /// ``SyncConfiguration/attachmentChunkBytes`` a request, each held whole in memory.
     func openStream(_ request: TransportRequest) async throws -> TransportStream
 }
 

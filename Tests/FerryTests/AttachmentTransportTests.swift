@@ -1,0 +1,41 @@
+import Ferry
+import FerryTestSupport
+import Foundation
+import Testing
+
+/// A transport of the app's own that implements only `send(_:)` (certificate pinning, say)
+/// carries attachments both ways (issue 50): downloads ask a `Range` of a chunk a request.
+@Suite("Attachments through a transport that only sends")
+struct AttachmentTransportTests {
+    /// The app's transport: `send(_:)` only, so `openStream(_:)` is the protocol's default.
+    struct SendOnlyTransport: SyncTransport {
+        let base: URLSessionTransport
+        func send(_ request: TransportRequest) async throws -> TransportResponse { try await base.send(request) }
+    }
+
+    @Test("a photo uploaded by one device downloads on another whose transport only sends, a chunk a request, byte for byte")
+    func downloadThroughSend() async throws {
+        try await TestServer.run { server in
+            let field = try AttachmentSyncTests.openStore()
+            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
+            let (url, bytes) = try AttachmentSyncTests.photo(700_000, seed: 31)
+            let digest = try await field.attach(fileAt: url)
+            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
+            try await worker.sync()
+
+            let office = try AttachmentSyncTests.openStore()
+            let transport = SendOnlyTransport(base: URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let dispatcher = ClientFixture.client(
+                store: office,
+                server: server,
+                transport: transport,
+                configuration: AttachmentSyncTests.configuration()
+            )
+            try await dispatcher.sync()
+            let file = try await dispatcher.attachment(digest)
+            #expect(try Data(contentsOf: file) == bytes)
+            let ranges = try await dispatcher.journal.events().filter { $0[.method] == "GET" && $0[.path]?.hasPrefix("/v1/attachments/") == true }
+            #expect(ranges.count == 3, "700,000 bytes in chunks of 256 KiB")
+        }
+    }
+}
