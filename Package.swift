@@ -164,6 +164,7 @@ let package = Package(
         .testTarget(
             name: "FerryServerTests",
             dependencies: [
+                "Ferry",
                 "FerryProtocol",
                 "FerryServer",
                 "FerryTestSupport",

@@ -20,6 +20,8 @@ public struct FerryTestServer: Sendable {
     public let baseURL: URL
     /// The server's storage, for checking what it holds directly.
     public let storage: any SyncStorage
+    /// Where the server keeps attachments' bytes, for checking what it holds directly.
+    public let attachments: any BlobStore
     private let authority: TokenAuthority
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
@@ -110,6 +112,7 @@ public struct FerryTestServer: Sendable {
         return FerryTestServer(
             baseURL: URL(string: "http://127.0.0.1:\(port)")!,
             storage: storage,
+            attachments: attachments,
             authority: authority,
             group: group,
             running: running
@@ -158,6 +161,14 @@ public struct FerryTestServer: Sendable {
     public func stop() async throws {
         await group.triggerGracefulShutdown()
         try await running.value
+    }
+
+    /// Runs the server's hourly attachment sweep as if it were `date`: a day or more ahead, it
+    /// forgets uploads no record references and deletes the bytes nobody may read, as a server
+    /// does a day later. Returns how many attachments' bytes went.
+    @discardableResult
+    public func sweepAttachments(asOf date: Date) async -> Int {
+        await AttachmentJanitor(storage: storage, blobs: attachments, logger: Logger(label: "ferry.test-server.janitor")).sweepOnce(now: date)
     }
 
     /// A signed token for `user`, valid for `ttl`; with `service`, a service token (`ferry_admin`).

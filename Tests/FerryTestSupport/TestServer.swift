@@ -17,6 +17,17 @@ public struct TestServer: HTTPServerEndpoint {
     public let baseURL: String
     public let database: TestDatabase
     public let storage: any SyncStorage
+    /// Where the server keeps attachments' bytes.
+    public let attachments: any BlobStore
+
+    /// Runs the server's attachment sweep as if it were `date` (a day ahead: what it forgets of
+    /// uploads no record references); returns how many attachments' bytes went.
+    @discardableResult
+    public func sweepAttachments(asOf date: Date) async -> Int {
+        var logger = Logger(label: "ferry.test.janitor")
+        logger.logLevel = .error
+        return await AttachmentJanitor(storage: storage, blobs: attachments, logger: logger).sweepOnce(now: date)
+    }
 
     public func cursorBeforeEverything(userID: String) -> String? {
         switch storage {
@@ -71,7 +82,7 @@ public struct TestServer: HTTPServerEndpoint {
             attachmentQuota: attachmentQuota,
             attachments: attachments
         ) { server in
-            try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage))
+            try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage, attachments: attachments))
         }
     }
 

@@ -39,8 +39,8 @@ struct AttachmentPinTests {
 
             // The video is fetched: past the budget, but the photo is the only copy of a change not yet accepted.
             _ = try await phone.attachment(video)
-            #expect(field.localAttachment(photo) != nil, "the photo was evicted while its record waited")
-            #expect(try Data(contentsOf: field.localAttachment(photo)!) == bytes)
+            let kept = try #require(field.localAttachment(photo), "the photo was evicted while its record waited")
+            #expect(try Data(contentsOf: kept) == bytes)
 
             pushes.setValue(true)
             try await phone.sync()

@@ -12,7 +12,7 @@ import ServiceLifecycle
 /// itself deleted its last upload row, so a database restored from a backup never has bytes its
 /// records still reference deleted; and the store moves the bytes aside and asks the database
 /// again before deleting them, so an upload of the same bytes completing at that moment keeps them.
-struct AttachmentJanitor: Service {
+public struct AttachmentJanitor: Service {
     let storage: any SyncStorage
     let blobs: any BlobStore
     var metrics = ServerMetrics()
@@ -22,7 +22,13 @@ struct AttachmentJanitor: Service {
     var interval: Duration = .seconds(3600)
     let logger: Logger
 
-    func run() async throws {
+    /// A janitor of `storage`'s attachments in `blobs`, as `ferry serve` runs one.
+    public init(storage: any SyncStorage, blobs: any BlobStore, metrics: ServerMetrics = ServerMetrics(), logger: Logger) {
+        (self.storage, self.blobs, self.metrics, self.logger) = (storage, blobs, metrics, logger)
+    }
+
+    /// Sweeps every `interval` until the service group shuts down.
+    public func run() async throws {
         try? await cancelWhenGracefulShutdown {
             try await Task.sleep(for: min(.seconds(60), interval))
             while !Task.isCancelled {
@@ -35,7 +41,7 @@ struct AttachmentJanitor: Service {
     /// Discards the uploads and purges the attachments abandoned `abandonedAfter` before `now`;
     /// returns how many attachments went.
     @discardableResult
-    func sweepOnce(now: Date = Date()) async -> Int {
+    public func sweepOnce(now: Date = Date()) async -> Int {
         let cutoff = now.addingTimeInterval(-abandonedAfter.seconds)
         do {
             let discarded = try await blobs.discardUploads(untouchedSince: cutoff)

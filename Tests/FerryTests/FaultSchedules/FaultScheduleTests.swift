@@ -107,4 +107,32 @@ struct FaultScheduleTests {
                 + steps.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         )
     }
+
+    @Test(
+        "seeded schedules of photos under eviction pressure, failing pushes and the janitor's days lose no photo a device still holds"
+    )
+    func photoSchedules() async throws {
+        let seeds = try Self.seeds(from: ProcessInfo.processInfo.environment["FERRY_FUZZ_SEEDS"]).prefix(40)
+        var failed: [UInt64] = []
+        for seed in seeds {
+            let problems: [String]
+            do {
+                problems = try await PhotoFaultSchedule(seed: seed).play()
+            } catch {
+                problems = ["the schedule stopped: \(error)"]
+            }
+            guard !problems.isEmpty else { continue }
+            failed.append(seed)
+            Issue.record(
+                Comment(
+                    rawValue: """
+                        photo fault schedule seed \(seed) failed:
+                          \(problems.prefix(20).joined(separator: "\n  "))
+                        replay it: FERRY_FUZZ_SEEDS=\(seed) swift test --filter FaultScheduleTests/photoSchedules
+                        """
+                )
+            )
+        }
+        print("Photo fault schedules: \(seeds.count) seeds, \(failed.count) failed")
+    }
 }
