@@ -164,7 +164,6 @@ let package = Package(
         .testTarget(
             name: "FerryServerTests",
             dependencies: [
-                "Ferry",
                 "FerryProtocol",
                 "FerryServer",
                 "FerryTestSupport",

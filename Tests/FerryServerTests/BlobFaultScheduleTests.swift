@@ -1,4 +1,3 @@
-import Ferry
 import FerryProtocol
 import FerryTestSupport
 import Foundation
@@ -68,7 +67,7 @@ struct BlobSchedule {
     }
 
     func play() async throws -> [String] {
-        var random = JitterGenerator(seed: seed)
+        var random = SeededRandom(seed: seed)
         let stores = try await processes()
         // Two files: the true bytes of the digest, and other bytes of the same length (a hostile
         // user's, or a client's stale retry).

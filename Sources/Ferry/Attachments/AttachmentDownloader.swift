@@ -66,6 +66,20 @@ struct AttachmentDownloader: Sendable {
     /// Downloads the attachment into a `.part` file from where one stands, checks its digest, and
     /// names it whole; returns its size.
     private func download(_ digest: AttachmentDigest) async throws -> Int64 {
+        let transfer = AttachmentTransfer(digest: digest.description, direction: .download)
+        await status.update { $0.attachments.record(transfer) }
+        do {
+            let size = try await receiveWhole(digest)
+            await status.update { $0.attachments.end(transfer.id) }
+            return size
+        } catch {
+            await status.update { $0.attachments.end(transfer.id) }
+            throw error
+        }
+    }
+
+    /// ``download(_:)``'s requests, until the `.part` file holds the whole attachment.
+    private func receiveWhole(_ digest: AttachmentDigest) async throws -> Int64 {
         let path = Endpoint.attachments + "/" + digest.description
         let (partial, lock) = try folder.claimPartial(digest)
         defer { try? lock.close() }
@@ -118,10 +132,28 @@ struct AttachmentDownloader: Sendable {
         case 206, 200:
             // A 200 is the whole attachment: the bytes so far go.
             if stream.status == 200 { try folder.truncate(partial) }
-            let size = stream.status == 200 ? nil : stream.headers["content-range"]?.split(separator: "/").last.flatMap { Int64($0) }
+            let size =
+                stream.status == 200
+                ? stream.headers["content-length"].flatMap { Int64($0) }
+                : stream.headers["content-range"]?.split(separator: "/").last.flatMap { Int64($0) }
+            let start = stream.status == 200 ? 0 : have
+            var transfer = AttachmentTransfer(digest: digest.description, direction: .download, bytesDone: start, totalBytes: size)
+            var published = start
+            await status.update { $0.attachments.record(transfer) }
             for try await chunk in stream.body {
                 try folder.append(chunk, to: partial)
-                await status.update { $0.attachments.bytesDownloaded += Int64(chunk.count) }
+                transfer.bytesDone += Int64(chunk.count)
+                guard AttachmentTransfer.worthPublishing(transfer.bytesDone, since: published, total: size) else { continue }
+                let (moved, now) = (transfer.bytesDone - published, transfer)
+                published = transfer.bytesDone
+                await status.update {
+                    $0.attachments.bytesDownloaded += moved
+                    $0.attachments.record(now)
+                }
+            }
+            if transfer.bytesDone > published {
+                let moved = transfer.bytesDone - published
+                await status.update { $0.attachments.bytesDownloaded += moved }
             }
             return size ?? folder.size(of: partial)
         case 416:

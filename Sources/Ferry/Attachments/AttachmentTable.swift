@@ -33,17 +33,20 @@ enum AttachmentTable {
         """
 
     /// The app attached these bytes: they wait for upload (the server may have them already:
-    /// the upload then asks, and sends nothing).
-    static func attached(_ digest: AttachmentDigest, size: Int64, contentType: String?, db: Database) throws {
+    /// the upload then asks, and sends nothing), before those of a lower `priority`.
+    static func attached(_ digest: AttachmentDigest, size: Int64, contentType: String?, priority: AttachmentPriority, db: Database) throws {
         try db.execute(
             sql: """
-                INSERT INTO ferry_attachments (digest, size, content_type, upload, stored, used_at) VALUES (?, ?, ?, 1, 1, \(nowSQL))
+                INSERT INTO ferry_attachments (digest, size, content_type, upload, stored, used_at, priority) VALUES (?, ?, ?, 1, 1, \(nowSQL), ?)
                 ON CONFLICT (digest) DO UPDATE SET upload = 1, stored = 1, error = NULL, used_at = excluded.used_at,
-                    content_type = coalesce(excluded.content_type, content_type)
+                    content_type = coalesce(excluded.content_type, content_type), priority = max(priority, excluded.priority)
                 """,
-            arguments: [digest.description, size, contentType]
+            arguments: [digest.description, size, contentType, priority.rawValue]
         )
     }
+
+    /// Adds `priority` to a store made before it.
+    static let addPrioritySQL = "ALTER TABLE ferry_attachments ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"
 
     /// The whole attachment was downloaded into the folder.
     static func downloaded(_ digest: AttachmentDigest, size: Int64, db: Database) throws {
@@ -85,14 +88,20 @@ enum AttachmentTable {
         try db.execute(sql: "UPDATE ferry_attachments SET used_at = \(nowSQL) WHERE digest = ?", arguments: [digest.description])
     }
 
-    /// The attachments waiting for upload, oldest use first.
+    /// The attachments waiting for upload, the highest priority first, then the oldest use.
     static func waiting(_ db: Database) throws -> [Row] {
-        try fetch(where: "upload = 1", db: db)
+        try fetch(where: "upload = 1", order: "priority DESC, used_at", db: db)
     }
 
     /// Every attachment the store knows, for the queue snapshot.
     static func all(_ db: Database) throws -> [Row] {
         try fetch(where: "1", db: db)
+    }
+
+    /// How many attachments wait for upload, and their bytes (``AttachmentProgress/uploadsWaiting``).
+    static func waitingCount(_ db: Database) throws -> (count: Int, bytes: Int64) {
+        let row = try GRDB.Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(size), 0) FROM ferry_attachments WHERE upload = 1")
+        return (row?[0] ?? 0, row?[1] ?? 0)
     }
 
     /// The digests waiting for upload: changes referencing one wait for it.
@@ -143,4 +152,17 @@ enum AttachmentTable {
             }
         }
     }
+}
+
+/// Which attachments upload first (``FerryStore/attach(fileAt:contentType:priority:space:)``):
+/// the highest priority, then the oldest.
+public enum AttachmentPriority: Int, Sendable, Comparable {
+    /// After every other: a backup's files.
+    case low = -1
+    /// In the order attached.
+    case normal = 0
+    /// Before every other: a signature, a photo a customer waits for.
+    case high = 1
+
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
 }

@@ -30,20 +30,42 @@ struct AttachmentUploader: Sendable {
     /// the attachment waits; one that no run changes, a file gone, or a file whose bytes changed,
     /// makes the changes referencing it dead letters naming their records.
     func uploadWaiting(afterEach: () async throws -> Void = {}) async throws -> Int {
+        do {
+            return try await uploadEach(afterEach: afterEach)
+        } catch {
+            // The run ends here: no upload is under way any more.
+            await status.update { $0.attachments.transfers.removeAll { $0.direction == .upload } }
+            throw error
+        }
+    }
+
+    private func uploadEach(afterEach: () async throws -> Void) async throws -> Int {
         let waiting = try await store.database.read { db in
             try AttachmentTable.waiting(db).filter { try OutboxTable.newestStateReferences($0.digest.description, db: db) }
         }
         guard !waiting.isEmpty else { return 0 }
-        var progress = AttachmentProgress(uploadsWaiting: waiting.count, uploadBytes: waiting.reduce(0) { $0 + $1.size })
-        await status.update { $0.attachments = progress }
+        await status.update {
+            $0.attachments.uploadsWaiting = waiting.count
+            $0.attachments.uploadBytes = waiting.reduce(0) { $0 + $1.size }
+            $0.attachments.bytesUploaded = 0
+        }
         var uploaded = 0
         for row in waiting {
             try Task.checkCancellation()
+            var transfer = AttachmentTransfer(digest: row.digest.description, direction: .upload, totalBytes: row.size)
+            var published: Int64 = 0
+            await status.update { $0.attachments.record(transfer) }
             do {
                 guard folder.holds(row.digest) else { throw Refused(description: "its file is gone from the store's folder") }
                 try await upload(row) { bytes in
-                    progress.bytesUploaded += bytes
-                    await status.update { $0.attachments = progress }
+                    transfer.bytesDone += bytes
+                    guard AttachmentTransfer.worthPublishing(transfer.bytesDone, since: published, total: row.size) else { return }
+                    let (moved, now) = (transfer.bytesDone - published, transfer)
+                    published = transfer.bytesDone
+                    await status.update {
+                        $0.attachments.bytesUploaded += moved
+                        $0.attachments.record(now)
+                    }
                 }
                 try await store.database.write { db in try AttachmentTable.uploaded(row.digest, db: db) }
                 uploaded += 1
@@ -69,9 +91,11 @@ struct AttachmentUploader: Sendable {
                 )
                 guard let error = error as? FerryError, error.code == .attachment else { throw error }
             }
-            progress.uploadsWaiting -= 1
-            progress.uploadBytes -= row.size
-            await status.update { $0.attachments = progress }
+            await status.update {
+                $0.attachments.uploadsWaiting = max(0, $0.attachments.uploadsWaiting - 1)
+                $0.attachments.uploadBytes = max(0, $0.attachments.uploadBytes - row.size)
+                $0.attachments.end(transfer.id)
+            }
         }
         return uploaded
     }

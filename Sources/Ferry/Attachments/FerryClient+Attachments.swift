@@ -21,4 +21,12 @@ extension FerryClient {
         try await store.evictAttachments(toFit: configuration.attachmentCacheBytes, keeping: parsed)
         return file
     }
+
+    /// Stops the download of `digest` under way, if one is: every caller of
+    /// ``attachment(_:)`` waiting for it gets a `CancellationError`. The bytes that arrived stay
+    /// in the store's folder, and the next ask goes on from them.
+    public func cancelDownload(_ digest: String) {
+        guard let parsed = AttachmentDigest(digest) else { return }
+        downloads[parsed]?.cancel()
+    }
 }

@@ -16,8 +16,21 @@ extension FerryStore {
     /// A crash between this and the row's commit leaves bytes no row references, which the store
     /// removes a day later.
     ///
-    /// - Throws: ``FerryError/Code/attachment`` when the file cannot be read.
-    public func attach(fileAt url: URL, contentType: String? = nil) async throws -> String {
+    /// Uploads go the highest `priority` first (a signature before the day's photos). With
+    /// `space`, the row it goes in lives in that space: one the user may only read is refused at
+    /// once, before any byte is copied.
+    ///
+    /// - Throws: ``FerryError/Code/attachment`` when the file cannot be read;
+    ///   ``FerryError/Code/readOnlySpace`` for a space the user may only read.
+    public func attach(
+        fileAt url: URL,
+        contentType: String? = nil,
+        priority: AttachmentPriority = .normal,
+        space: String? = nil
+    ) async throws -> String {
+        if let space, let role = try await database.read({ db in try SpaceMemberships.role(in: space, db: db) }), role == .read {
+            throw FerryError.readOnlySpace(SpaceGuard.message(space: space, role: role.rawValue))
+        }
         let folder = attachmentFolder
         let (digest, size): (AttachmentDigest, Int64)
         do {
@@ -25,13 +38,38 @@ extension FerryStore {
         } catch {
             throw FerryError.attachment("cannot read \(url.path) to attach it: \(error.localizedDescription)")
         }
-        try await database.write { db in try AttachmentTable.attached(digest, size: size, contentType: contentType, db: db) }
+        try await database.write { db in try AttachmentTable.attached(digest, size: size, contentType: contentType, priority: priority, db: db) }
         // A sweep that found the same bytes unreferenced may have removed them after the copy
         // found them there: noted now, they stay; gone, they are copied again.
         if !folder.holds(digest) {
             _ = try await offCooperativeThreads("ferry.attach") { try folder.copyIn(url) }
         }
         return digest.description
+    }
+
+    /// Gives up an attached file that will not be sent (a photo the user took back, one a
+    /// reader's change can never carry): it no longer waits for upload, counts in no badge, and
+    /// its file goes unless a row references it. Refused while a queued change or a dead letter
+    /// references it (discard or change that first: its record would lose its photo).
+    ///
+    /// - Throws: ``FerryError/Code/attachment`` for a value that is not a digest, or one a queued
+    ///   change or dead letter references.
+    public func discardAttachment(_ digest: String) async throws {
+        guard let parsed = AttachmentDigest(digest) else { throw FerryError.attachment(AttachmentDigest.problem(with: digest)) }
+        let (tables, folder) = (self.tables, attachmentFolder)
+        try await database.write { db in
+            if try OutboxTable.queuedChangeReferences(digest, db: db) {
+                throw FerryError.attachment(
+                    "attachment \(digest) is referenced by a queued change or a dead letter; discard or change that change first"
+                )
+            }
+            if try Self.referencedDigests(tables, db: db).contains(digest) {
+                try AttachmentTable.uploaded(parsed, db: db)  // a row keeps it: only the upload is given up
+            } else {
+                try AttachmentTable.forget([parsed], db: db)
+                folder.remove(parsed)
+            }
+        }
     }
 
     /// The local file of the attachment `digest` if the store holds it whole, without

@@ -1,7 +1,10 @@
-/// How a run's attachments move (``SyncStatus/attachments``), pushed with every chunk so a
-/// progress bar never freezes.
+/// How attachments move (``SyncStatus/attachments``): what waits to upload, offline and idle
+/// included, and each transfer under way with its bytes done of its total, published a few times
+/// a second's worth (every 1% of a transfer, and at least every 256 KiB), so a progress bar moves
+/// without flooding a screen.
 public struct AttachmentProgress: Sendable, Equatable {
-    /// Attachments still waiting to upload in this run.
+    /// Attachments waiting to upload: attached, and not yet on the server. Kept while idle and
+    /// offline too, for a badge.
     public var uploadsWaiting = 0
     /// Their bytes.
     public var uploadBytes: Int64 = 0
@@ -11,10 +14,69 @@ public struct AttachmentProgress: Sendable, Equatable {
     public var downloadsWaiting = 0
     /// Bytes downloaded in this run.
     public var bytesDownloaded: Int64 = 0
+    /// The transfers under way now, each with its own bytes: several downloads opened at once each
+    /// show their own fraction.
+    public var transfers: [AttachmentTransfer] = []
 
     /// Nothing moving.
     public init(uploadsWaiting: Int = 0, uploadBytes: Int64 = 0) {
         self.uploadsWaiting = uploadsWaiting
         self.uploadBytes = uploadBytes
+    }
+
+    /// Sets `transfer`'s bytes, adding it if new.
+    mutating func record(_ transfer: AttachmentTransfer) {
+        if let index = transfers.firstIndex(where: { $0.id == transfer.id }) {
+            transfers[index] = transfer
+        } else {
+            transfers.append(transfer)
+        }
+    }
+
+    /// Ends the transfer `id`.
+    mutating func end(_ id: String) {
+        transfers.removeAll { $0.id == id }
+    }
+}
+
+/// One attachment moving between the store and the server.
+public struct AttachmentTransfer: Sendable, Equatable, Identifiable {
+    /// Which way the bytes go.
+    public enum Direction: String, Sendable {
+        /// From this store to the server.
+        case upload
+        /// From the server to this store.
+        case download
+    }
+
+    /// The attachment's digest, as a column holds it.
+    public var digest: String
+    /// Which way its bytes go.
+    public var direction: Direction
+    /// The bytes moved so far (acknowledged by the server, for an upload).
+    public var bytesDone: Int64
+    /// The attachment's size; `nil` for a download until the server's first answer says it.
+    public var totalBytes: Int64?
+
+    /// `upload:` or `download:` and the digest: one transfer each way per attachment.
+    public var id: String { "\(direction.rawValue):\(digest)" }
+
+    /// From 0 to 1; `nil` while the total is unknown. An empty attachment is done at once.
+    public var fractionDone: Double? {
+        guard let totalBytes else { return nil }
+        return totalBytes <= 0 ? 1 : min(1, Double(bytesDone) / Double(totalBytes))
+    }
+
+    /// A transfer of `digest` with `bytesDone` of `totalBytes`.
+    public init(digest: String, direction: Direction, bytesDone: Int64 = 0, totalBytes: Int64? = nil) {
+        (self.digest, self.direction, self.bytesDone, self.totalBytes) = (digest, direction, bytesDone, totalBytes)
+    }
+
+    /// Whether moving on to `done` bytes is worth telling observers: every 1% of the total and
+    /// at least every 256 KiB since `published`, and the end. A 50 MB photo is about 100 updates,
+    /// not 3,000 (one per 16 KiB the network delivers).
+    static func worthPublishing(_ done: Int64, since published: Int64, total: Int64?) -> Bool {
+        if let total, done >= total { return true }
+        return done - published >= max(256 * 1024, (total ?? 0) / 100)
     }
 }

@@ -41,9 +41,14 @@ public struct SyncStatus: Sendable, Equatable {
         self.phase = phase
     }
 
-    /// For a progress bar: "Synced 2,500 of 5,000 (50%)" while uploading.
+    /// For a progress bar: "Synced 2,500 of 5,000 (50%)" while uploading; idle, what waits,
+    /// files included: "4 changes and 3 files (60 MB) waiting".
     public var progressText: String {
-        switch phase {
+        let files = attachments.uploadsWaiting
+        let filesText = "\(files.formatted()) \(files == 1 ? "file" : "files") (\(Self.size(attachments.uploadBytes)))"
+        return switch phase {
+        case .idle where pending > 0 && files > 0: "\(pending.formatted()) \(pending == 1 ? "change" : "changes") and \(filesText) waiting"
+        case .idle where files > 0: "\(filesText) waiting"
         case .idle where pending > 0: "\(pending.formatted()) changes waiting"
         case .idle: lastSyncedAt == nil ? "Not synced yet" : "Up to date"
         case .uploading(let done, let total):
@@ -59,6 +64,16 @@ public struct SyncStatus: Sendable, Equatable {
     /// says something new (a `FerryError` is equal to another of its code, whatever its message).
     func isNews(after previous: SyncStatus) -> Bool {
         self != previous || lastError?.description != previous.lastError?.description
+    }
+
+    /// "60 MB", "512 KB", "12 bytes": decimal units, as a person reads a file's size.
+    static func size(_ bytes: Int64) -> String {
+        switch bytes {
+        case ..<1000: "\(bytes) bytes"
+        case ..<1_000_000: "\(Int((Double(bytes) / 1e3).rounded())) KB"
+        case ..<1_000_000_000: "\(Int((Double(bytes) / 1e6).rounded())) MB"
+        default: "\(String(format: "%.1f", Double(bytes) / 1e9)) GB"
+        }
     }
 
     /// "12 s"; a wait no clock reaches (infinite, NaN, centuries) reads "a long time", never traps.

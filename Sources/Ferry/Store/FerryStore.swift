@@ -342,6 +342,10 @@ public final class FerryStore: Sendable {
             // which wait for upload (`AttachmentTable`).
             try db.execute(sql: AttachmentTable.createSQL)
         }
+        migrator.registerMigration("ferry-v15") { db in
+            // Uploads go in the order the app asks (`AttachmentPriority`).
+            try db.execute(sql: AttachmentTable.addPrioritySQL)
+        }
         return migrator
     }
 

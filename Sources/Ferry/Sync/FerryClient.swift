@@ -413,13 +413,20 @@ public actor FerryClient {
     @discardableResult
     func refreshCounts() async -> SyncStatus? {
         let commits = store.outboxCommits.count  // read first: a commit during the count is counted again next time
-        guard let counts = try? await Outbox.counts(in: store), let spaces = try? await store.database.read(SpaceMemberships.read) else {
+        guard let counts = try? await Outbox.counts(in: store), let spaces = try? await store.database.read(SpaceMemberships.read),
+            let attachments = try? await store.database.read(AttachmentTable.waitingCount)
+        else {
             return nil
         }
         return await statusCenter.updateCounts(asOfCommit: commits) {
             $0.spaces = spaces
             $0.pending = counts.pending
             $0.deadLettered = counts.deadLettered
+            // What waits to upload, idle and offline too (a run's uploader counts them as it goes).
+            if !$0.attachments.transfers.contains(where: { $0.direction == .upload }) {
+                $0.attachments.uploadsWaiting = attachments.count
+                $0.attachments.uploadBytes = attachments.bytes
+            }
             if let lastSynced = counts.lastSyncedAt { $0.lastSyncedAt = lastSynced }
         }
     }

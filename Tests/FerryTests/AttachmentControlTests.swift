@@ -1,0 +1,90 @@
+import ConcurrencyExtras
+import Ferry
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import GRDB
+import Testing
+
+/// What an app drives of its attachments (issue 50): progress it can draw per transfer, a badge
+/// of what waits while idle and offline, uploads in the order it asks, a file it gives up, a
+/// download it stops, and an attach refused at once where the user may only read.
+@Suite("Attachments an app drives")
+struct AttachmentControlTests {
+    @Test("two downloads at once each show their own bytes of their own total, a few updates each, not one per network chunk")
+    func perTransferProgress() async throws {
+        try await TestServer.run { server in
+            let field = try AttachmentSyncTests.openStore()
+            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration(chunk: 8 << 20))
+            var digests: [String: Int64] = [:]
+            for (index, size) in [2_000_000, 3_000_000].enumerated() {
+                let digest = try await field.attach(fileAt: try AttachmentSyncTests.photo(size, seed: UInt8(50 + index)).url)
+                try await AttachmentSyncTests.insertJob("j\(index)", photo: digest, in: field)
+                digests[digest] = Int64(size)
+            }
+            try await worker.sync()
+
+            let office = try AttachmentSyncTests.openStore()
+            let desk = ClientFixture.client(store: office, server: server, configuration: AttachmentSyncTests.configuration(chunk: 8 << 20))
+            try await desk.sync()
+            let seen = LockIsolated<[AttachmentTransfer]>([])
+            let updates = await desk.statusUpdates()
+            let expected = Set(digests.keys)
+            // Watches until both transfers were seen and none is under way any more.
+            let watcher = Task {
+                for await status in updates {
+                    let transfers = status.attachments.transfers
+                    seen.withValue { $0.append(contentsOf: transfers) }
+                    if Set(seen.value.map(\.digest)) == expected, transfers.isEmpty { break }
+                }
+            }
+            let (first, second) = (Array(digests.keys)[0], Array(digests.keys)[1])
+            async let one = desk.attachment(first)
+            async let two = desk.attachment(second)
+            _ = try await (one, two)
+            await watcher.value
+            for (digest, size) in digests {
+                let mine = seen.value.filter { $0.digest == digest && $0.direction == .download }
+                #expect(mine.allSatisfy { $0.totalBytes == size || $0.totalBytes == nil }, "each transfer has its own total")
+                #expect(mine.map(\.bytesDone) == mine.map(\.bytesDone).sorted(), "its bytes only grow")
+                #expect(mine.last?.fractionDone == 1, "\(digest.suffix(8)) ends done: \(mine.map(\.bytesDone))")
+                let updates = Set(mine.map(\.bytesDone)).count
+                #expect(updates <= 20, "\(updates) updates for \(size) bytes")
+            }
+            #expect(await desk.status.attachments.transfers.isEmpty)
+        }
+    }
+
+    @Test("a badge of what waits while offline and idle, uploads the highest priority first, a file given up, an attach where one may only read")
+    func waitingPriorityDiscardReadOnly() async throws {
+        try await TestServer.run { server in
+            let store = try AttachmentSyncTests.openStore(AttachmentSyncTests.jobs(space: true))
+            let client = ClientFixture.client(store: store, server: server, configuration: AttachmentSyncTests.configuration())
+            let low = try await store.attach(fileAt: try AttachmentSyncTests.photo(300_000, seed: 61).url, priority: .low)
+            let high = try await store.attach(fileAt: try AttachmentSyncTests.photo(200_000, seed: 62).url, priority: .high)
+            try await AttachmentSyncTests.insertJob("j1", photo: low, in: store)
+            try await AttachmentSyncTests.insertJob("j2", photo: high, in: store)
+            let idle = await client.status
+            #expect(idle.attachments.uploadsWaiting == 2 && idle.attachments.uploadBytes == 500_000)
+            #expect(idle.progressText == "2 changes and 2 files (500 KB) waiting", "\(idle.progressText)")
+
+            // A file given up: refused while a change references it, gone once none does.
+            let spare = try await store.attach(fileAt: try AttachmentSyncTests.photo(1000, seed: 63).url)
+            await #expect(throws: FerryError.self) { try await store.discardAttachment(low) }
+            try await store.discardAttachment(spare)
+            #expect(store.localAttachment(spare) == nil)
+
+            try await client.sync()
+            let uploaded = try await client.journal.events().filter { $0.kind == .attachmentUploaded }.compactMap { $0[.digest] }
+            #expect(uploaded == [high, low], "the high-priority photo goes first")
+            #expect(await client.status.attachments.uploadsWaiting == 0)
+
+            // A space the user may only read: refused before a byte is copied.
+            try await server.makeSpace("crew", admin: "bob", members: ["alice": .read])
+            try await client.sync()
+            await #expect(throws: FerryError.self) {
+                _ = try await store.attach(fileAt: try AttachmentSyncTests.photo(1000, seed: 64).url, space: "crew")
+            }
+        }
+    }
+}
