@@ -182,6 +182,36 @@ struct AttachmentPurgeTests {
             )
             #expect(refused.status == 507 && refused.errorCode == "quota_exceeded")
             #expect(refused.errorMessage?.contains("you use 600000") == true, "\(refused.errorMessage ?? "")")
+            // Found by review: a PATCH at offset 0 (409) must not lower what the quota counts.
+            let rewound = try await AttachmentEndpointTests.upload(
+                server,
+                .PATCH,
+                path(first) + "/upload",
+                token: alice,
+                headers: [("Upload-Draft-Interop-Version", "6"), ("Upload-Complete", "?0"), ("Upload-Offset", "0")],
+                body: []
+            )
+            #expect(rewound.status == 409)
+            let still = try await AttachmentEndpointTests.upload(
+                server,
+                .POST,
+                path(second),
+                token: alice,
+                headers: Self.draft,
+                body: Array(second[..<500_000])
+            )
+            #expect(still.status == 507 && still.errorMessage?.contains("you use 600000") == true, "\(still.errorMessage ?? "")")
+            // Found by review: requests refused before their bytes leave no row behind.
+            let garbled = try await AttachmentEndpointTests.upload(
+                server,
+                .POST,
+                path(second),
+                token: alice,
+                headers: [("Upload-Draft-Interop-Version", "6"), ("Upload-Complete", "maybe"), ("Upload-Length", "900000")],
+                body: [1]
+            )
+            #expect(garbled.status == 400)
+            #expect(try await server.storage.attachmentUse(of: "alice", excluding: nil).unfinished == 1)
             #expect(try await server.send(.DELETE, path(first) + "/upload", token: alice).status == 204)
             #expect(try await AttachmentEndpointTests.upload(server, .POST, path(second), token: alice, body: second).status == 201)
 
@@ -213,6 +243,33 @@ struct AttachmentPurgeTests {
     }
 
     @Test(
+        "noting a new upload within the cap counts and notes in one step: ten at once from two processes leave exactly the cap",
+        arguments: StorageBackend.allCases
+    )
+    func capIsAtomic(backend: StorageBackend) async throws {
+        let database = try await TestDatabase.make(backend)
+        let (one, two) = (try await database.open(), try await database.open())
+        let noted = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for index in 0..<10 {
+                let storage = index % 2 == 0 ? one : two
+                let upload = OpenUpload(
+                    upload: UploadID(),
+                    userID: "alice",
+                    digest: AttachmentEndpointTests.digest([UInt8(index)]),
+                    length: nil,
+                    held: 0
+                )
+                group.addTask { try await storage.noteOpenUpload(upload, within: 3) }
+            }
+            return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        #expect(noted == 3)
+        #expect(try await one.attachmentUse(of: "alice", excluding: nil).unfinished == 3)
+        try await one.close()
+        try await two.close()
+    }
+
+    @Test(
         "the Upload-Length a first request announces holds for the upload's life: a later request may not end it short",
         arguments: StorageBackend.allCases
     )
@@ -241,6 +298,18 @@ struct AttachmentPurgeTests {
                 body: Array(bytes[500...])
             )
             #expect(short.status == 400, "an upload announced as 1000 bytes completed at 800")
+            let past = try await AttachmentEndpointTests.upload(
+                server,
+                .POST,
+                path,
+                token: alice,
+                headers: Self.draft + [("Upload-Length", "100")],
+                body: bytes
+            )
+            #expect(
+                past.status == 400 && past.errorMessage?.contains("Content-Length 800 from offset 0 goes past") == true,
+                "\(past.errorMessage ?? "")"
+            )
             #expect(try await AttachmentEndpointTests.upload(server, .HEAD, path, token: alice).status == 404)
         }
     }

@@ -66,6 +66,18 @@ struct RateLimitTests {
             #expect(refused.status == 422 && refused.errorCode == "digest_mismatch")
             let next = try await server.send(.GET, "/v1/pull", token: token)
             #expect(next.headers["RateLimit-Remaining"] == ["15"], "20, less 1 for the upload, 3 for its MiB, 1 for this pull")
+            // Refused before its body is read (too large): the server still reads it, and charges it.
+            let tooLarge = try await AttachmentEndpointTests.upload(
+                server,
+                .POST,
+                "/v1/attachments/\(wrong)",
+                token: token,
+                headers: [("Upload-Length", "\(6 << 30)")],
+                body: bytes
+            )
+            #expect(tooLarge.status == 413)
+            let after = try await server.send(.GET, "/v1/pull", token: token)
+            #expect(after.headers["RateLimit-Remaining"] == ["10"], "15, less 1 for the upload, 3 for its MiB, 1 for this pull")
         }
     }
 

@@ -30,6 +30,11 @@ extension AttachmentController {
             guard offset <= length else {
                 throw ProtocolViolation.badRequest("Upload-Offset \(offset) is past the \(length) bytes this upload announced (Upload-Length)")
             }
+            if let body = request.headers[.contentLength].flatMap(Int64.init), body > length - offset {
+                throw ProtocolViolation.badRequest(
+                    "Content-Length \(body) from offset \(offset) goes past the \(length) bytes this upload announced (Upload-Length)"
+                )
+            }
             if length < limit.bytes {
                 limit = BodyLimit(
                     bytes: length,
@@ -41,22 +46,18 @@ extension AttachmentController {
             }
         }
         let use = try await storage.attachmentUse(of: caller.userID, excluding: open.upload)
-        if isNew, use.unfinished >= maxOpenUploads {
-            throw FerryHTTPError(
-                .quotaExceeded,
-                "you have \(use.unfinished) uploads in progress, the most this server keeps for one user: complete or cancel one "
-                    + "(DELETE /v1/attachments/DIGEST/upload); unfinished ones are discarded a day after their last byte"
-            )
-        }
+        if isNew, use.unfinished >= maxOpenUploads { throw tooMany(use) }
         if let quota {
             let room = quota - use.total + (try await keptAlready(open.digest, by: caller))
             let bodyLength = request.headers[.contentLength].flatMap(Int64.init) ?? 0
             guard max(open.length ?? 0, offset + bodyLength) <= room else { throw Self.overQuota(quota, use: use) }
             if room < limit.bytes { limit = BodyLimit(bytes: room, refusal: Self.overQuota(quota, use: use)) }
         }
+        // What the upload holds as its row says, or as this request says if more: a client's
+        // offset never lowers what the quota counts (a PATCH at 0 of an upload of 900 KiB).
         var noted = open
-        noted.held = offset
-        try await storage.noteOpenUpload(noted)
+        noted.held = max(open.held, offset)
+        guard try await storage.noteOpenUpload(noted, within: isNew ? maxOpenUploads : nil) else { throw tooMany(use) }
         return limit
     }
 
@@ -73,6 +74,14 @@ extension AttachmentController {
     private func keptAlready(_ digest: AttachmentDigest, by caller: Caller) async throws -> Int64 {
         guard try await storage.readableAttachments([digest], by: caller).contains(digest) else { return 0 }
         return try await blobs.size(of: digest) ?? 0
+    }
+
+    private func tooMany(_ use: AttachmentUse) -> FerryHTTPError {
+        FerryHTTPError(
+            .quotaExceeded,
+            "you have \(max(use.unfinished, maxOpenUploads)) uploads in progress, the most this server keeps for one user: complete or cancel one "
+                + "(DELETE /v1/attachments/DIGEST/upload); unfinished ones are discarded a day after their last byte"
+        )
     }
 
     static func overQuota(_ quota: Int64, use: AttachmentUse) -> FerryHTTPError {

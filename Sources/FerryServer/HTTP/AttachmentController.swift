@@ -4,6 +4,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 
 /// The attachment endpoints (PROTOCOL.md, "Attachments"): `HEAD` and `GET` of an attachment
@@ -26,6 +27,8 @@ struct AttachmentController: Sendable {
     var maxOpenUploads = ServerConfiguration.defaultMaxOpenUploads
     /// How long a body may take beyond a second per `minimumBodyRate` (`ServerConfiguration/bodyTimeout`).
     var bodyTimeout: Duration = .seconds(30)
+    /// The attachments this process read whole and found true (their ends are not hashed again).
+    let verified = VerifiedDigests()
     var metrics = ServerMetrics()
 
     static let uploadComplete = HTTPField.Name("Upload-Complete")!
@@ -56,12 +59,14 @@ struct AttachmentController: Sendable {
             status = .partialContent
             headers[.contentRange] = "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(size)"
         }
-        let (blobs, metrics, logger) = (self.blobs, self.metrics, context.logger)
+        let (blobs, metrics, logger, verified) = (self.blobs, self.metrics, context.logger, self.verified)
         // Its length known, so the bytes count in the rate limit's charge per MiB.
         let body = ResponseBody(contentLength: Int(range.count)) { writer in
             // A whole read is hashed as it passes, its last chunk held back until the hash is
             // known: bytes that are not the digest's (a store's fault) are taken aside, and the
-            // answer is cut short of its length, so no client takes it for whole.
+            // answer is cut short of its length, so no client takes it for whole. A read of the
+            // end of an attachment this process has not checked yet (a download a chunk at a
+            // time) hashes the whole attachment first, once.
             var hash = range.count == size ? SHA256() : nil
             var last: ByteBuffer?
             if !range.isEmpty {
@@ -72,8 +77,15 @@ struct AttachmentController: Sendable {
                     last = buffer
                 }
             }
-            if let actual = hash.map({ AttachmentDigest(sha256: $0.finalize()) }), actual != digest {
-                try await Self.quarantine(digest, holding: actual, blobs: blobs, metrics: metrics, logger: logger)
+            if hash == nil, range.upperBound == size, !verified.contains(digest) {
+                hash = SHA256()
+                try await blobs.read(digest, range: 0..<size) { hash?.update(data: $0.readableBytesView) }
+            }
+            if let actual = hash.map({ AttachmentDigest(sha256: $0.finalize()) }) {
+                guard actual == digest else {
+                    try await Self.quarantine(digest, holding: actual, blobs: blobs, metrics: metrics, logger: logger)
+                }
+                verified.insert(digest)
             }
             if let last { try await writer.write(last) }
             try await writer.finish(nil)
@@ -152,15 +164,26 @@ struct AttachmentController: Sendable {
         let announced = try Self.announcedLength(request)
         try checkLength(of: request, at: 0)
         let upload = Self.upload(of: digest, by: caller, from: request)
-        // A creation starts again from nothing, but never under a request still appending.
+        let complete = try Self.isComplete(request, version: version)
+        // A creation starts again from nothing (its row too), but never under a request still appending.
         do {
-            try await blobs.discard(upload)
+            try await discard(upload)
         } catch is UploadBusy {
             throw Self.busy(offset: try? await blobs.offset(of: upload))
         }
         let open = OpenUpload(upload: upload, userID: caller.userID, digest: digest, length: announced, held: 0)
         let limit = try await admit(open, isNew: true, request: request, at: 0, caller: caller)
-        return try await append(request, to: open, at: 0, limit: limit, creating: true, caller: caller, version: version, context: context)
+        return try await append(
+            request,
+            to: open,
+            at: 0,
+            limit: limit,
+            creating: true,
+            complete: complete,
+            caller: caller,
+            version: version,
+            context: context
+        )
     }
 
     /// `HEAD /v1/attachments/{digest}/upload`: how many bytes the server holds of the caller's upload.
@@ -169,6 +192,8 @@ struct AttachmentController: Sendable {
         let version = try Self.version(of: request) ?? 6
         let upload = Self.upload(of: digest, by: caller, from: request)
         guard let offset = try await blobs.offset(of: upload) else {
+            // No bytes: a row left by a process stopped before its first byte counts no more.
+            try await storage.closeUpload(upload)
             // Done (its answer may have been lost): the whole size, so a client resuming sends nothing more.
             if try await storage.readableAttachments([digest], by: caller).contains(digest), let size = try await blobs.size(of: digest) {
                 return Self.progress(.noContent, offset: size, complete: true, version: version)
@@ -206,9 +231,20 @@ struct AttachmentController: Sendable {
             try? await discard(upload)  // as its message says: nothing is kept
             throw error
         }
+        let complete = try Self.isComplete(request, version: version)
         let limit = try await admit(open, isNew: noted == nil, request: request, at: offset, caller: caller)
         // An upload begins with POST: a PATCH appends to one that exists.
-        return try await append(request, to: open, at: offset, limit: limit, creating: false, caller: caller, version: version, context: context)
+        return try await append(
+            request,
+            to: open,
+            at: offset,
+            limit: limit,
+            creating: false,
+            complete: complete,
+            caller: caller,
+            version: version,
+            context: context
+        )
     }
 
     /// `DELETE /v1/attachments/{digest}/upload`: the upload is abandoned and its bytes go.
@@ -235,36 +271,48 @@ struct AttachmentController: Sendable {
         at offset: Int64,
         limit: BodyLimit,
         creating: Bool,
+        complete: Bool,
         caller: Caller,
         version: Int?,
         context: FerryRequestContext
     ) async throws -> Response {
         let (upload, digest) = (open.upload, open.digest)
-        let complete = try Self.isComplete(request, version: version)
         let bytes = LimitedBody(body: request.body, start: offset, limit: limit, metrics: metrics, facts: context.facts)
-        let reached: Int64
+        // Past the deadline the connection's input is closed, as a push's: the append ends with
+        // what arrived, which the store keeps (never cancelled midway, which would lose it), and
+        // the server reads no more of a trickle.
+        let timedOut = NIOLockedValueBox(false)
+        let (deadline, channel) = (bodyDeadline(request, at: offset, limit: limit), context.channel)
+        let timer = Task {
+            try await Task.sleep(for: deadline)
+            timedOut.withLockedValue { $0 = true }
+            channel?.close(mode: .input, promise: nil)
+        }
+        defer { timer.cancel() }
+        var outcome: Result<Int64, any Error>
         do {
-            let blobs = self.blobs
-            reached = try await withTimeLimit(bodyDeadline(request, at: offset, limit: limit), clock: ContinuousClock()) {
-                try await blobs.append(bytes, to: upload, at: offset, creating: creating)
-            }
-        } catch is TimeLimitExceeded {
-            // As a push's: the connection's input is closed, or the server would read the trickle to its end.
-            context.channel?.close(mode: .input, promise: nil)
-            try? await storage.noteOpenUpload(
-                OpenUpload(upload: upload, userID: open.userID, digest: digest, length: open.length, held: offset + Int64(context.facts.bodyBytes))
-            )
+            outcome = .success(try await blobs.append(bytes, to: upload, at: offset, creating: creating))
+        } catch {
+            outcome = .failure(error)
+        }
+        timer.cancel()
+        let announced = request.headers[.contentLength].flatMap(Int64.init)
+        if timedOut.withLockedValue({ $0 }), announced.map({ offset + $0 > ((try? outcome.get()) ?? offset) }) ?? true {
+            try? await noteHeld(open, atLeast: offset + Int64(context.facts.bodyBytes))
             var error = FerryHTTPError(
                 .requestTimeout,
-                "the body did not arrive in time (at least \(Self.minimumBodyRate / 1024) KiB/s after \(Int(bodyTimeout.seconds)) s); ask the upload's offset with HEAD and go on from there"
+                "the body did not arrive in time (at least \(Self.minimumBodyRate / 1024) KiB/s after \(Int(bodyTimeout.seconds)) s); "
+                    + "what arrived is kept: ask the upload's offset with HEAD and go on from there"
             )
             error.headers[.connection] = "close"
             throw error
+        }
+        let reached: Int64
+        do {
+            reached = try outcome.get()
         } catch {
             // What arrived may stay: the quota counts it until the next request says where the upload stands.
-            try? await storage.noteOpenUpload(
-                OpenUpload(upload: upload, userID: open.userID, digest: digest, length: open.length, held: offset + Int64(context.facts.bodyBytes))
-            )
+            try? await noteHeld(open, atLeast: offset + Int64(context.facts.bodyBytes))
             throw try await appendFailure(error, upload: upload, of: digest, at: offset)
         }
         var held = open
@@ -310,15 +358,23 @@ struct AttachmentController: Sendable {
         return response
     }
 
+    /// Notes that the upload holds at least `bytes` (never less than its row says: a client's
+    /// offset does not lower what the quota counts).
+    private func noteHeld(_ open: OpenUpload, atLeast bytes: Int64) async throws {
+        var noted = open
+        noted.held = max(open.held, bytes)
+        try await storage.noteOpenUpload(noted)
+    }
+
     /// The slowest an upload's body may arrive, on average past its first `bodyTimeout`: a body
     /// trickled slower holds one of its user's request slots for nothing.
     static let minimumBodyRate: Int64 = 16 * 1024
 
     /// How long a request's body may take: `bodyTimeout`, and a second per `minimumBodyRate` of
-    /// its length (`Content-Length`, else what it may send up to its limit, at most 64 MiB: a
-    /// longer one is cut, and the upload goes on from what arrived).
+    /// its length (`Content-Length`, or what it may send up to its limit), counting at most 64
+    /// MiB: a longer body is cut there, and the upload goes on from what arrived.
     func bodyDeadline(_ request: Request, at offset: Int64, limit: BodyLimit) -> Duration {
-        let length = request.headers[.contentLength].flatMap(Int64.init) ?? min(limit.bytes - offset, 64 << 20)
+        let length = min(request.headers[.contentLength].flatMap(Int64.init) ?? .max, limit.bytes - offset, 64 << 20)
         return bodyTimeout + .seconds(max(0, length) / Self.minimumBodyRate)
     }
 
@@ -462,4 +518,23 @@ struct AttachmentController: Sendable {
         guard let userID = context.userID else { throw AuthFailure.missingHeader }
         return Caller(userID: userID, isService: context.isService)
     }
+}
+
+/// Digests a process has hashed whole and found true, at most `limit` (then it starts again:
+/// a check costs one more read, nothing else).
+final class VerifiedDigests: Sendable {
+    private let digests = NIOLockedValueBox(Set<AttachmentDigest>())
+    private let limit = 100_000
+
+    func contains(_ digest: AttachmentDigest) -> Bool { digests.withLockedValue { $0.contains(digest) } }
+
+    func insert(_ digest: AttachmentDigest) {
+        digests.withLockedValue { digests in
+            if digests.count >= limit { digests.removeAll() }
+            digests.insert(digest)
+        }
+    }
+
+    /// Forgets `digest`: its bytes were replaced or taken aside.
+    func remove(_ digest: AttachmentDigest) { _ = digests.withLockedValue { $0.remove(digest) } }
 }

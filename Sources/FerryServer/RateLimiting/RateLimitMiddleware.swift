@@ -29,8 +29,11 @@ struct RateLimitMiddleware: RouterMiddleware {
             await charge(bytes: context.facts.bodyBytes + (response.body.contentLength ?? 0), to: userID, context: context)
             return response
         } catch {
-            // Every byte read counts, whatever the answer: a refused 16 MiB upload cost its bytes (issue 50).
-            await charge(bytes: context.facts.bodyBytes, to: userID, context: context)
+            // Every byte read counts, whatever the answer: a refused 16 MiB upload cost its bytes
+            // (issue 50), and so does a body refused before it was read, which the server still
+            // reads to its end (its Content-Length) to reach the connection's next request.
+            let announced = request.headers[.contentLength].flatMap(Int.init) ?? 0
+            await charge(bytes: max(context.facts.bodyBytes, announced), to: userID, context: context)
             var httpError = FerryHTTPError(error, context: context)
             httpError.headers.append(contentsOf: decision.headers)
             throw httpError

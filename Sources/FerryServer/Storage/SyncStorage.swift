@@ -61,8 +61,12 @@ public protocol SyncStorage: Sendable {
     /// The upload in progress `upload`, as its last request left it; `nil` when none is noted.
     func openUpload(_ upload: UploadID) async throws -> OpenUpload?
 
-    /// Notes an upload in progress, or what a request changed of it (it was touched now).
-    func noteOpenUpload(_ upload: OpenUpload) async throws
+    /// Notes an upload in progress, or what a request changed of it (it was touched now). With
+    /// `cap`, a new upload is noted only if its user has fewer than `cap` others in progress,
+    /// counted and noted in one step (two processes' requests at once cannot both pass it);
+    /// returns whether it was noted.
+    @discardableResult
+    func noteOpenUpload(_ upload: OpenUpload, within cap: Int?) async throws -> Bool
 
     /// Forgets an upload in progress: completed, cancelled or discarded.
     func closeUpload(_ upload: UploadID) async throws
@@ -91,6 +95,11 @@ public protocol SyncStorage: Sendable {
 }
 
 extension SyncStorage {
+    /// Notes an upload in progress, whatever the user's others (``noteOpenUpload(_:within:)``).
+    public func noteOpenUpload(_ upload: OpenUpload) async throws {
+        try await noteOpenUpload(upload, within: nil)
+    }
+
     /// A user's push (not a service's).
     public func push(userID: String, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
         try await push(caller: Caller(userID: userID), clientID: clientID, mutations: mutations)

@@ -297,21 +297,25 @@ public struct S3BlobStore: BlobStore {
         return !wanted
     }
 
-    /// Moves the attachment's object to `<prefix>quarantine/<hex>-<uuid>`, unless the copy moved
-    /// hashes to `digest` after all (a true upload replaced the object meanwhile): then it goes
-    /// back, if no other upload put one there since.
+    /// Copies the attachment's object to `<prefix>quarantine/<hex>-<uuid>` and hashes the copy:
+    /// true bytes (a completion replaced the object meanwhile) leave everything as it is; wrong
+    /// ones are deleted from the attachment's name only if its ETag is still the one copied, so a
+    /// completion writing true bytes between the copy and the delete keeps them (but for the one
+    /// round trip between the ETag's check and the delete: S3 has no conditional delete everywhere).
     public func quarantine(_ digest: AttachmentDigest) async throws -> Bool {
         let key = key(of: digest)
-        guard try await client.size(of: key) != nil else { return false }
+        guard let etag = try await client.etag(of: key) else { return false }
         let aside = prefix + "quarantine/" + digest.hex + "-" + UUID().uuidString
         try await client.copy(key, to: aside)
-        try await client.delete(key)
         var hash = SHA256()
         for try await buffer in try await client.send(.GET, key: aside).body { hash.update(data: buffer.readableBytesView) }
-        guard AttachmentDigest(sha256: hash.finalize()) == digest else { return true }
-        if try await client.size(of: key) == nil { try await client.copy(aside, to: key) }
-        try await client.delete(aside)
-        return false
+        guard AttachmentDigest(sha256: hash.finalize()) != digest else {
+            try await client.delete(aside)
+            return false
+        }
+        guard try await client.etag(of: key) == etag else { return true }
+        try await client.delete(key)
+        return true
     }
 
     /// Deletes the uploads whose every part was written before `cutoff`, but those a request of

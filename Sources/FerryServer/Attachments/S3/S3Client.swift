@@ -119,6 +119,13 @@ struct S3Client: Sendable {
         return response.headers.first(name: "Content-Length").flatMap { Int64($0) }
     }
 
+    /// The object's ETag; `nil` when there is none.
+    func etag(of key: String) async throws -> String? {
+        let response = try await send(.HEAD, key: key, accepting: [404])
+        guard response.status != .notFound else { return nil }
+        return response.headers.first(name: "ETag") ?? ""
+    }
+
     /// Writes an object whole; returns its ETag.
     @discardableResult
     func put(_ key: String, _ body: ByteBuffer) async throws -> String {

@@ -147,17 +147,35 @@ extension PostgresSyncStorage {
         }
     }
 
-    /// Notes an upload in progress (``SyncStorage/noteOpenUpload(_:)``).
-    public func noteOpenUpload(_ upload: OpenUpload) async throws {
-        _ = try await withDatabase { [logger] db in
-            try await db.query(
-                """
-                INSERT INTO open_uploads (upload_id, user_id, digest, length, held, touched_at)
-                VALUES (\(upload.upload.value), \(upload.userID), \(upload.digest.description), \(upload.length), \(upload.held), \(serverMilliseconds()))
-                ON CONFLICT (upload_id) DO UPDATE SET length = excluded.length, held = excluded.held, touched_at = excluded.touched_at
-                """,
-                logger: logger
-            )
+    /// Notes an upload in progress (``SyncStorage/noteOpenUpload(_:within:)``). With a cap, one
+    /// transaction takes the user's advisory lock, counts and notes: requests of several
+    /// processes at once are counted one after the other.
+    @discardableResult
+    public func noteOpenUpload(_ upload: OpenUpload, within cap: Int?) async throws -> Bool {
+        try await withDatabase { [logger] db in
+            try await Self.transaction(db, logger: logger) { db in
+                if let cap {
+                    _ = try await db.query(
+                        "SELECT pg_advisory_xact_lock(hashtextextended('ferry-open-uploads:' || \(upload.userID), 0))",
+                        logger: logger
+                    ).collect()
+                    for try await others in try await db.query(
+                        "SELECT count(*)::int8 FROM open_uploads WHERE user_id = \(upload.userID) AND upload_id != \(upload.upload.value)",
+                        logger: logger
+                    ).decode(Int64.self) where others >= cap {
+                        return false
+                    }
+                }
+                try await db.query(
+                    """
+                    INSERT INTO open_uploads (upload_id, user_id, digest, length, held, touched_at)
+                    VALUES (\(upload.upload.value), \(upload.userID), \(upload.digest.description), \(upload.length), \(upload.held), \(serverMilliseconds()))
+                    ON CONFLICT (upload_id) DO UPDATE SET length = excluded.length, held = excluded.held, touched_at = excluded.touched_at
+                    """,
+                    logger: logger
+                )
+                return true
+            }
         }
     }
 

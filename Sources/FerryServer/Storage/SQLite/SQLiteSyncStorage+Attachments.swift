@@ -102,16 +102,28 @@ extension SQLiteSyncStorage {
         }
     }
 
-    /// Notes an upload in progress (``SyncStorage/noteOpenUpload(_:)``).
-    public func noteOpenUpload(_ upload: OpenUpload) async throws {
+    /// Notes an upload in progress (``SyncStorage/noteOpenUpload(_:within:)``): one write
+    /// transaction counts and notes, so no other request comes between.
+    @discardableResult
+    public func noteOpenUpload(_ upload: OpenUpload, within cap: Int?) async throws -> Bool {
         try await mapErrors {
             try await writer.write { db in
+                if let cap {
+                    let others =
+                        try Int.fetchOne(
+                            db,
+                            sql: "SELECT count(*) FROM open_uploads WHERE user_id = ? AND upload_id != ?",
+                            arguments: [upload.userID, upload.upload.value]
+                        ) ?? 0
+                    guard others < cap else { return false }
+                }
                 try db.execute(
                     sql: """
                         INSERT OR REPLACE INTO open_uploads (upload_id, user_id, digest, length, held, touched_at) VALUES (?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [upload.upload.value, upload.userID, upload.digest.description, upload.length, upload.held, serverMilliseconds()]
                 )
+                return true
             }
         }
     }
