@@ -277,44 +277,7 @@ struct AttachmentController: Sendable {
         context: FerryRequestContext
     ) async throws -> Response {
         let (upload, digest) = (open.upload, open.digest)
-        let bytes = LimitedBody(body: request.body, start: offset, limit: limit, metrics: metrics, facts: context.facts)
-        // Past the deadline the connection's input is closed, as a push's: the append ends with
-        // what arrived, which the store keeps (never cancelled midway, which would lose it), and
-        // the server reads no more of a trickle.
-        let timedOut = NIOLockedValueBox(false)
-        let (deadline, channel) = (bodyDeadline(request, at: offset, limit: limit), context.channel)
-        let timer = Task {
-            try await Task.sleep(for: deadline)
-            timedOut.withLockedValue { $0 = true }
-            channel?.close(mode: .input, promise: nil)
-        }
-        defer { timer.cancel() }
-        var outcome: Result<Int64, any Error>
-        do {
-            outcome = .success(try await blobs.append(bytes, to: upload, at: offset, creating: creating))
-        } catch {
-            outcome = .failure(error)
-        }
-        timer.cancel()
-        let announced = request.headers[.contentLength].flatMap(Int64.init)
-        if timedOut.withLockedValue({ $0 }), announced.map({ offset + $0 > ((try? outcome.get()) ?? offset) }) ?? true {
-            try? await noteHeld(open, atLeast: offset + Int64(context.facts.bodyBytes))
-            var error = FerryHTTPError(
-                .requestTimeout,
-                "the body did not arrive in time (at least \(Self.minimumBodyRate / 1024) KiB/s after \(Int(bodyTimeout.seconds)) s); "
-                    + "what arrived is kept: ask the upload's offset with HEAD and go on from there"
-            )
-            error.headers[.connection] = "close"
-            throw error
-        }
-        let reached: Int64
-        do {
-            reached = try outcome.get()
-        } catch {
-            // What arrived may stay: the quota counts it until the next request says where the upload stands.
-            try? await noteHeld(open, atLeast: offset + Int64(context.facts.bodyBytes))
-            throw try await appendFailure(error, upload: upload, of: digest, at: offset)
-        }
+        let reached = try await receive(request, into: open, at: offset, limit: limit, creating: creating, context: context)
         var held = open
         held.held = reached
         guard complete else {
@@ -376,6 +339,55 @@ struct AttachmentController: Sendable {
     func bodyDeadline(_ request: Request, at offset: Int64, limit: BodyLimit) -> Duration {
         let length = min(request.headers[.contentLength].flatMap(Int64.init) ?? .max, limit.bytes - offset, 64 << 20)
         return bodyTimeout + .seconds(max(0, length) / Self.minimumBodyRate)
+    }
+
+    /// Appends the request's body to the upload within `limit` and its deadline; returns where
+    /// the upload ends. Past the deadline the connection's input is closed, as a push's: the
+    /// append ends with what arrived, which the store keeps (never cancelled midway, which would
+    /// lose it), and the server reads no more of a trickle.
+    private func receive(
+        _ request: Request,
+        into open: OpenUpload,
+        at offset: Int64,
+        limit: BodyLimit,
+        creating: Bool,
+        context: FerryRequestContext
+    ) async throws -> Int64 {
+        let (upload, digest) = (open.upload, open.digest)
+        let bytes = LimitedBody(body: request.body, start: offset, limit: limit, metrics: metrics, facts: context.facts)
+        let timedOut = NIOLockedValueBox(false)
+        let (deadline, channel) = (bodyDeadline(request, at: offset, limit: limit), context.channel)
+        let timer = Task {
+            try await Task.sleep(for: deadline)
+            timedOut.withLockedValue { $0 = true }
+            channel?.close(mode: .input, promise: nil)
+        }
+        defer { timer.cancel() }
+        let outcome: Result<Int64, any Error>
+        do {
+            outcome = .success(try await blobs.append(bytes, to: upload, at: offset, creating: creating))
+        } catch {
+            outcome = .failure(error)
+        }
+        timer.cancel()
+        let announced = request.headers[.contentLength].flatMap(Int64.init)
+        if timedOut.withLockedValue({ $0 }), announced.map({ offset + $0 > ((try? outcome.get()) ?? offset) }) ?? true {
+            try? await noteHeld(open, atLeast: offset + Int64(context.facts.bodyBytes))
+            var error = FerryHTTPError(
+                .requestTimeout,
+                "the body did not arrive in time (at least \(Self.minimumBodyRate / 1024) KiB/s after \(Int(bodyTimeout.seconds)) s); "
+                    + "what arrived is kept: ask the upload's offset with HEAD and go on from there"
+            )
+            error.headers[.connection] = "close"
+            throw error
+        }
+        do {
+            return try outcome.get()
+        } catch {
+            // What arrived may stay: the quota counts it until the next request says where the upload stands.
+            try? await noteHeld(open, atLeast: offset + Int64(context.facts.bodyBytes))
+            throw try await appendFailure(error, upload: upload, of: digest, at: offset)
+        }
     }
 
     /// What a failed append answers.
