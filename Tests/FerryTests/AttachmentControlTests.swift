@@ -87,4 +87,39 @@ struct AttachmentControlTests {
             }
         }
     }
+
+    @Test("the media type travels with the photo: the server keeps it and answers it, and another device's file is named .jpg, with its size")
+    func mediaTypeAndSize() async throws {
+        try await TestServer.run { server in
+            let field = try AttachmentSyncTests.openStore()
+            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
+            let (url, bytes) = try AttachmentSyncTests.photo(120_000, seed: 71)
+            let digest = try await field.attach(fileAt: url, contentType: "image/jpeg")
+            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
+            try await worker.sync()
+            let token = try await TestServer.token(for: "alice")
+            let served = try await server.send(.GET, "/v1/attachments/\(digest)", token: token)
+            #expect(served.headers.first(name: "Content-Type") == "image/jpeg")
+            #expect(served.headers.first(name: "X-Content-Type-Options") == "nosniff")
+
+            let office = try AttachmentSyncTests.openStore()
+            let desk = ClientFixture.client(store: office, server: server, configuration: AttachmentSyncTests.configuration())
+            try await desk.sync()
+            let file = try await desk.attachment(digest)
+            #expect(file.pathExtension == "jpg", "\(file.lastPathComponent)")
+            #expect(try Data(contentsOf: file) == bytes)
+            let info = try await office.attachmentInfo(digest)
+            #expect(info?.size == 120_000 && info?.contentType == "image/jpeg" && info?.localFile == file && info?.waitsForUpload == false)
+
+            // A media type that is not one is refused, saying so.
+            let refused = try await server.send(
+                .POST,
+                "/v1/attachments/sha256:\(String(repeating: "0", count: 64))",
+                token: token,
+                headers: [("Content-Type", "not a type")],
+                body: Data([1])
+            )
+            #expect(refused.status == 400 && refused.errorMessage?.contains("is not a media type") == true)
+        }
+    }
 }

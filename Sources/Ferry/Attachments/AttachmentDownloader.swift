@@ -24,8 +24,8 @@ struct AttachmentDownloader: Sendable {
             try await store.database.write { db in try AttachmentTable.touch(digest, db: db) }
             return file
         }
-        let size = try await download(digest)
-        try await store.database.write { db in try AttachmentTable.downloaded(digest, size: size, db: db) }
+        let (size, contentType) = try await download(digest)
+        try await store.database.write { db in try AttachmentTable.downloaded(digest, size: size, contentType: contentType, db: db) }
         await journal.record(
             JournalEvent(
                 kind: .attachmentDownloaded,
@@ -64,14 +64,14 @@ struct AttachmentDownloader: Sendable {
     }
 
     /// Downloads the attachment into a `.part` file from where one stands, checks its digest, and
-    /// names it whole; returns its size.
-    private func download(_ digest: AttachmentDigest) async throws -> Int64 {
+    /// names it whole; returns its size and the media type the server answered.
+    private func download(_ digest: AttachmentDigest) async throws -> (size: Int64, contentType: String?) {
         let transfer = AttachmentTransfer(digest: digest.description, direction: .download)
         await status.update { $0.attachments.record(transfer) }
         do {
-            let size = try await receiveWhole(digest)
+            let whole = try await receiveWhole(digest)
             await status.update { $0.attachments.end(transfer.id) }
-            return size
+            return whole
         } catch {
             await status.update { $0.attachments.end(transfer.id) }
             throw error
@@ -79,19 +79,21 @@ struct AttachmentDownloader: Sendable {
     }
 
     /// ``download(_:)``'s requests, until the `.part` file holds the whole attachment.
-    private func receiveWhole(_ digest: AttachmentDigest) async throws -> Int64 {
+    private func receiveWhole(_ digest: AttachmentDigest) async throws -> (size: Int64, contentType: String?) {
         let path = Endpoint.attachments + "/" + digest.description
         let (partial, lock) = try folder.claimPartial(digest)
         defer { try? lock.close() }
         var failures = 0
         var renewedToken = false
         var total: Int64?
+        var contentType: String?
         while true {
             try Task.checkCancellation()
             let have = folder.size(of: partial)
             if let total, have >= total { break }
             do {
-                total = try await receive(digest, path: path, into: partial, from: have)
+                let answer = try await receive(digest, path: path, into: partial, from: have)
+                (total, contentType) = (answer.size, answer.contentType ?? contentType)
                 failures = 0
             } catch let gone as Gone {
                 // The user may not read it (a space left, a record deleted): they keep none of the bytes.
@@ -120,12 +122,17 @@ struct AttachmentDownloader: Sendable {
             )
         }
         try folder.place(partial, as: digest)
-        return found.size
+        return (found.size, contentType)
     }
 
     /// One request of a download: at most a chunk from `have` on, appended as it arrives. Returns
-    /// the attachment's size.
-    private func receive(_ digest: AttachmentDigest, path: String, into partial: URL, from have: Int64) async throws -> Int64 {
+    /// the attachment's size, and its media type when the server says one.
+    private func receive(
+        _ digest: AttachmentDigest,
+        path: String,
+        into partial: URL,
+        from have: Int64
+    ) async throws -> (size: Int64, contentType: String?) {
         let request = TransportRequest(method: "GET", path: path, headers: ["Range": "bytes=\(have)-\(have + Int64(chunkBytes) - 1)"])
         let stream = try await connection.openStream(request, orSend: true)
         switch stream.status {
@@ -155,13 +162,14 @@ struct AttachmentDownloader: Sendable {
                 let moved = transfer.bytesDone - published
                 await status.update { $0.attachments.bytesDownloaded += moved }
             }
-            return size ?? folder.size(of: partial)
+            let type = stream.headers["content-type"].flatMap { $0 == "application/octet-stream" ? nil : $0 }
+            return (size ?? folder.size(of: partial), type)
         case 416:
             // Nothing at `have`: the file holds the whole attachment (a crash before it was named), or
             // the attachment is empty, or the part is longer than it (not its bytes): the size says.
             let size = stream.headers["content-range"]?.split(separator: "/").last.flatMap { Int64($0) } ?? 0
             if have > size { try folder.truncate(partial) }
-            return size
+            return (size, nil)
         default:
             let body = try? await stream.collect()
             let message = body.flatMap { try? JSONDecoder().decode(ErrorEnvelope.self, from: $0).error.message } ?? "HTTP \(stream.status)"

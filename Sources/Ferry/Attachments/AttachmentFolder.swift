@@ -25,6 +25,33 @@ struct AttachmentFolder: Sendable {
     /// The whole attachment's file.
     func file(_ digest: AttachmentDigest) -> URL { url.appendingPathComponent(digest.hex) }
 
+    /// The attachment's file under a name a viewer understands (`<hex>.jpg`: a hard link to the
+    /// file, made once) when `contentType` has a known extension; the file itself otherwise.
+    func file(_ digest: AttachmentDigest, contentType: String?) -> URL {
+        let plain = file(digest)
+        guard let ext = contentType.flatMap(Self.fileExtension(for:)) else { return plain }
+        let named = url.appendingPathComponent(digest.hex + "." + ext)
+        if !FileManager.default.fileExists(atPath: named.path) { try? FileManager.default.linkItem(at: plain, to: named) }
+        return FileManager.default.fileExists(atPath: named.path) ? named : plain
+    }
+
+    /// The file extension of common media types; `nil` for others.
+    static func fileExtension(for contentType: String) -> String? {
+        let extensions = [
+            "image/jpeg": "jpg", "image/png": "png", "image/heic": "heic", "image/heif": "heif", "image/gif": "gif", "image/webp": "webp",
+            "image/tiff": "tiff", "video/mp4": "mp4", "video/quicktime": "mov", "audio/mpeg": "mp3", "audio/mp4": "m4a",
+            "application/pdf": "pdf", "text/plain": "txt", "text/csv": "csv", "application/json": "json", "application/zip": "zip",
+        ]
+        return extensions[contentType.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""]
+    }
+
+    /// The links `file(_:contentType:)` made for the attachment: `<hex>.<ext>`, never a `.part`.
+    private func namedLinks(_ digest: AttachmentDigest) -> [URL] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [])
+            .filter { $0.hasPrefix(digest.hex + ".") && !$0.hasSuffix(".part") && $0.split(separator: ".").count == 2 }
+            .map { url.appendingPathComponent($0) }
+    }
+
     /// Whether the whole attachment is here.
     func holds(_ digest: AttachmentDigest) -> Bool { FileManager.default.fileExists(atPath: file(digest).path) }
 
@@ -153,8 +180,9 @@ struct AttachmentFolder: Sendable {
         ((try? FileManager.default.attributesOfItem(atPath: file.path))?[.size] as? NSNumber)?.int64Value ?? 0
     }
 
-    /// Removes the attachment's file.
+    /// Removes the attachment's file, and its named links.
     func remove(_ digest: AttachmentDigest) {
+        for link in namedLinks(digest) { try? FileManager.default.removeItem(at: link) }
         try? FileManager.default.removeItem(at: file(digest))
     }
 
@@ -163,7 +191,13 @@ struct AttachmentFolder: Sendable {
     func removeOrphans(known: Set<AttachmentDigest>, olderThan cutoff: Date) {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
         for name in names {
-            if let digest = AttachmentDigest("sha256:" + name), known.contains(digest) { continue }
+            // The file of a known attachment, or a named link to it (`<hex>.jpg`).
+            let parts = name.split(separator: ".")
+            if let digest = AttachmentDigest("sha256:" + (parts.first ?? "")), known.contains(digest),
+                parts.count == 1 || !name.hasSuffix(".part") && parts.count == 2
+            {
+                continue
+            }
             let file = url.appendingPathComponent(name)
             let changed = (try? FileManager.default.attributesOfItem(atPath: file.path))?[.modificationDate] as? Date
             guard let changed, changed < cutoff else { continue }

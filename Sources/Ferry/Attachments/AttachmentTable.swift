@@ -17,6 +17,8 @@ enum AttachmentTable {
         var error: String?
         /// When it was attached, downloaded or last read (seconds since 1970).
         var usedAt: Double
+        /// Its media type, as attached or as the server answered it.
+        var contentType: String?
     }
 
     static let createSQL = """
@@ -48,15 +50,21 @@ enum AttachmentTable {
     /// Adds `priority` to a store made before it.
     static let addPrioritySQL = "ALTER TABLE ferry_attachments ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"
 
-    /// The whole attachment was downloaded into the folder.
-    static func downloaded(_ digest: AttachmentDigest, size: Int64, db: Database) throws {
+    /// The whole attachment was downloaded into the folder, of the media type the server said.
+    static func downloaded(_ digest: AttachmentDigest, size: Int64, contentType: String?, db: Database) throws {
         try db.execute(
             sql: """
-                INSERT INTO ferry_attachments (digest, size, upload, stored, used_at) VALUES (?, ?, 0, 1, \(nowSQL))
-                ON CONFLICT (digest) DO UPDATE SET stored = 1, used_at = excluded.used_at
+                INSERT INTO ferry_attachments (digest, size, upload, stored, used_at, content_type) VALUES (?, ?, 0, 1, \(nowSQL), ?)
+                ON CONFLICT (digest) DO UPDATE SET stored = 1, used_at = excluded.used_at,
+                    content_type = coalesce(content_type, excluded.content_type)
                 """,
-            arguments: [digest.description, size]
+            arguments: [digest.description, size, contentType]
         )
+    }
+
+    /// What the store knows of one attachment; `nil` when nothing.
+    static func row(_ digest: AttachmentDigest, db: Database) throws -> Row? {
+        try fetch(where: "digest = '\(digest.description)'", db: db).first
     }
 
     /// The server holds the attachment for this user now.
@@ -144,11 +152,23 @@ enum AttachmentTable {
     private static func fetch(where condition: String, order: String = "used_at", db: Database) throws -> [Row] {
         try GRDB.Row.fetchAll(
             db,
-            sql: "SELECT digest, size, upload, stored, attempts, error, used_at FROM ferry_attachments WHERE \(condition) ORDER BY \(order)"
+            sql: """
+                SELECT digest, size, upload, stored, attempts, error, used_at, content_type FROM ferry_attachments
+                WHERE \(condition) ORDER BY \(order)
+                """
         )
         .compactMap { row in
             AttachmentDigest(row[0] as String).map {
-                Row(digest: $0, size: row[1], waitsForUpload: row[2], stored: row[3], attempts: row[4], error: row[5], usedAt: row[6])
+                Row(
+                    digest: $0,
+                    size: row[1],
+                    waitsForUpload: row[2],
+                    stored: row[3],
+                    attempts: row[4],
+                    error: row[5],
+                    usedAt: row[6],
+                    contentType: row[7]
+                )
             }
         }
     }

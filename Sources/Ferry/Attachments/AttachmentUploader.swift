@@ -175,7 +175,7 @@ struct AttachmentUploader: Sendable {
         var headers = ["Upload-Draft-Interop-Version": "6", "Upload-Complete": start + Int64(chunk.count) >= row.size ? "?1" : "?0"]
         guard let offset else {
             headers["Upload-Length"] = "\(row.size)"
-            headers["Content-Type"] = "application/octet-stream"
+            headers["Content-Type"] = row.contentType ?? "application/octet-stream"  // the server keeps it, and answers it
             return TransportRequest(method: "POST", path: path, headers: headers, body: chunk)
         }
         headers["Upload-Offset"] = "\(offset)"

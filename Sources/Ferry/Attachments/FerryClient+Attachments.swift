@@ -17,8 +17,11 @@ extension FerryClient {
         let download = downloads[parsed] ?? Task { [attachmentDownloader] in try await attachmentDownloader.file(of: parsed) }
         downloads[parsed] = download
         defer { downloads[parsed] = nil }
-        let file = try await download.value
+        _ = try await download.value
         try await store.evictAttachments(toFit: configuration.attachmentCacheBytes, keeping: parsed)
+        guard let file = store.localAttachment(digest) else {
+            throw FerryError.attachment("attachment \(digest) left the store's folder as it arrived (the cache budget is below its size)")
+        }
         return file
     }
 

@@ -73,10 +73,29 @@ extension FerryStore {
     }
 
     /// The local file of the attachment `digest` if the store holds it whole, without
-    /// downloading it (``FerryClient/attachment(_:)`` downloads).
+    /// downloading it (``FerryClient/attachment(_:)`` downloads). Its name ends with an extension
+    /// a viewer understands (`.jpg`) when its media type is a common one.
     public func localAttachment(_ digest: String) -> URL? {
         guard let parsed = AttachmentDigest(digest), attachmentFolder.holds(parsed) else { return nil }
-        return attachmentFolder.file(parsed)
+        let contentType = try? database.read { db in try AttachmentTable.row(parsed, db: db)?.contentType }
+        return attachmentFolder.file(parsed, contentType: contentType ?? nil)
+    }
+
+    /// What the store knows of the attachment `digest`: its size, media type, whether its file is
+    /// here and whether it waits for upload; `nil` when the store knows nothing of it (a row
+    /// pulled whose photo was never fetched).
+    public func attachmentInfo(_ digest: String) async throws -> AttachmentInfo? {
+        guard let parsed = AttachmentDigest(digest) else { throw FerryError.attachment(AttachmentDigest.problem(with: digest)) }
+        let folder = attachmentFolder
+        return try await database.read { db in try AttachmentTable.row(parsed, db: db) }.map { row in
+            AttachmentInfo(
+                digest: digest,
+                size: row.size,
+                contentType: row.contentType,
+                localFile: row.stored && folder.holds(parsed) ? folder.file(parsed, contentType: row.contentType) : nil,
+                waitsForUpload: row.waitsForUpload
+            )
+        }
     }
 
     /// Removes the files no row references any more (a revoked space's, a deleted record's), and

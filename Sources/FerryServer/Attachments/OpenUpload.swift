@@ -15,10 +15,12 @@ public struct OpenUpload: Sendable, Equatable {
     public var length: Int64?
     /// The bytes the upload holds, as of its last request.
     public var held: Int64
+    /// The attachment's media type, as its first request's `Content-Type` said (`image/jpeg`).
+    public var contentType: String?
 
     /// An upload of `digest` by `userID`.
-    public init(upload: UploadID, userID: String, digest: AttachmentDigest, length: Int64?, held: Int64) {
-        (self.upload, self.userID, self.digest, self.length, self.held) = (upload, userID, digest, length, held)
+    public init(upload: UploadID, userID: String, digest: AttachmentDigest, length: Int64?, held: Int64, contentType: String? = nil) {
+        (self.upload, self.userID, self.digest, self.length, self.held, self.contentType) = (upload, userID, digest, length, held, contentType)
     }
 
     /// What it counts in the quota: what it holds, or what it announced, whichever is more.

@@ -36,14 +36,16 @@ struct AttachmentController: Sendable {
     static let uploadOffset = HTTPField.Name("Upload-Offset")!
     static let uploadLength = HTTPField.Name("Upload-Length")!
     static let interopVersion = HTTPField.Name("Upload-Draft-Interop-Version")!
+    static let noSniff = HTTPField.Name("X-Content-Type-Options")!
 
     // MARK: Reading
 
     func head(_ request: Request, context: FerryRequestContext) async throws -> Response {
-        let (_, size) = try await readable(context)
+        let (digest, size) = try await readable(context)
         var response = Response(status: .ok)
         response.headers[.contentLength] = "\(size)"
         response.headers[.acceptRanges] = "bytes"
+        response.headers[.contentType] = try await storage.contentType(of: digest) ?? "application/octet-stream"
         return response
     }
 
@@ -51,7 +53,8 @@ struct AttachmentController: Sendable {
         let (digest, size) = try await readable(context)
         let range = try Self.range(request.headers[.range], size: size)
         var headers: HTTPFields = [
-            .eTag: "\"\(digest)\"", .cacheControl: "private, immutable", .acceptRanges: "bytes", .contentType: "application/octet-stream",
+            .eTag: "\"\(digest)\"", .cacheControl: "private, immutable", .acceptRanges: "bytes",
+            .contentType: try await storage.contentType(of: digest) ?? "application/octet-stream", Self.noSniff: "nosniff",
         ]
         headers[.contentLength] = "\(range.count)"
         var status = HTTPResponse.Status.ok
@@ -171,7 +174,14 @@ struct AttachmentController: Sendable {
         } catch is UploadBusy {
             throw Self.busy(offset: try? await blobs.offset(of: upload))
         }
-        let open = OpenUpload(upload: upload, userID: caller.userID, digest: digest, length: announced, held: 0)
+        let open = OpenUpload(
+            upload: upload,
+            userID: caller.userID,
+            digest: digest,
+            length: announced,
+            held: 0,
+            contentType: try Self.mediaType(of: request)
+        )
         let limit = try await admit(open, isNew: true, request: request, at: 0, caller: caller)
         return try await append(
             request,
@@ -308,7 +318,7 @@ struct AttachmentController: Sendable {
                 "the \(reached) bytes uploaded hash to \(mismatch.actual), not \(digest); nothing was kept: upload the bytes again"
             )
         }
-        try await storage.noteUpload(of: digest, size: size, by: caller.userID)
+        try await storage.noteUpload(of: digest, size: size, contentType: open.contentType, by: caller.userID)
         try await storage.closeUpload(upload)
         // Purged at this very moment (`AttachmentJanitor`): the client tries again, and uploads it anew.
         guard try await blobs.size(of: digest) != nil else {
@@ -456,6 +466,22 @@ struct AttachmentController: Sendable {
             throw ProtocolViolation.badRequest("Upload-Draft-Interop-Version \(text.prefix(20)) is not one this server speaks: 3, 5 or 6")
         }
         return version
+    }
+
+    /// The attachment's media type a creation's `Content-Type` names (`image/jpeg`, parameters
+    /// dropped); `nil` for none or a generic one (`application/octet-stream`).
+    static func mediaType(of request: Request) throws -> String? {
+        guard let text = request.headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased(),
+            !["", "application/octet-stream", "application/partial-upload"].contains(text)
+        else { return nil }
+        let token = { (part: Substring) in
+            !part.isEmpty && part.utf8.allSatisfy { (48...57).contains($0) || (97...122).contains($0) || "!#$&^_.+-".utf8.contains($0) }
+        }
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard text.utf8.count <= 127, parts.count == 2, token(parts[0]), token(parts[1]) else {
+            throw ProtocolViolation.badRequest("Content-Type '\(text.prefix(40))' is not a media type (type/subtype, like image/jpeg)")
+        }
+        return text
     }
 
     /// Whether the request's body ends the upload: `Upload-Complete` (5 and 6), `Upload-Incomplete` (3), else yes.

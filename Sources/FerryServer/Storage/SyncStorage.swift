@@ -37,8 +37,11 @@ public protocol SyncStorage: Sendable {
     /// Removes `user` from `space`: an admin's or service's request, or the member's own.
     func removeMember(_ user: String, from space: String, by caller: Caller) async throws
 
-    /// Notes that `userID` uploaded the attachment `digest`, `size` bytes: they may read it.
-    func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws
+    /// Notes that `userID` uploaded the attachment `digest`, `size` bytes of `contentType`: they may read it.
+    func noteUpload(of digest: AttachmentDigest, size: Int64, contentType: String?, by userID: String) async throws
+
+    /// The media type an upload of the attachment said it holds; `nil` when none said.
+    func contentType(of digest: AttachmentDigest) async throws -> String?
 
     /// Those of `digests` that `caller` may read: they uploaded it, or a live record of theirs or
     /// of a space they are a member of references it (a service may read all). Whether someone
@@ -95,6 +98,11 @@ public protocol SyncStorage: Sendable {
 }
 
 extension SyncStorage {
+    /// Notes that `userID` uploaded the attachment, of no media type said.
+    public func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws {
+        try await noteUpload(of: digest, size: size, contentType: nil, by: userID)
+    }
+
     /// Notes an upload in progress, whatever the user's others (``noteOpenUpload(_:within:)``).
     public func noteOpenUpload(_ upload: OpenUpload) async throws {
         try await noteOpenUpload(upload, within: nil)

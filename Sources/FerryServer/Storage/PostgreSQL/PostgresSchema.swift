@@ -212,7 +212,7 @@ enum PostgresSchema {
                 "CREATE INDEX attachment_refs_digest ON attachment_refs (digest, partition)",
             ]
         },
-        Migration(version: 8, name: "uploads in progress, counted in their user's quota") {
+        Migration(version: 8, name: "uploads in progress, counted in their user's quota; attachments' media types") {
             [
                 """
                 CREATE TABLE open_uploads (
@@ -221,10 +221,12 @@ enum PostgresSchema {
                     digest text COLLATE "C" NOT NULL,
                     length bigint,
                     held bigint NOT NULL,
-                    touched_at bigint NOT NULL
+                    touched_at bigint NOT NULL,
+                    content_type text
                 )
                 """,
                 "CREATE INDEX open_uploads_user ON open_uploads (user_id)",
+                "ALTER TABLE attachment_uploads ADD COLUMN content_type text",
             ]
         },
     ]

@@ -5,17 +5,34 @@ import PostgresNIO
 
 /// Attachments on PostgreSQL: who uploaded what, and who may read what (PROTOCOL.md, "Attachments").
 extension PostgresSyncStorage {
-    /// Notes that `userID` uploaded the attachment (``SyncStorage/noteUpload(of:size:by:)``).
-    public func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws {
+    /// Notes that `userID` uploaded the attachment (``SyncStorage/noteUpload(of:size:contentType:by:)``).
+    public func noteUpload(of digest: AttachmentDigest, size: Int64, contentType: String?, by userID: String) async throws {
         _ = try await withDatabase { [logger] db in
             try await db.query(
                 """
-                INSERT INTO attachment_uploads (user_id, digest, size, uploaded_at)
-                VALUES (\(userID), \(digest.description), \(size), \(serverMilliseconds()))
-                ON CONFLICT (user_id, digest) DO UPDATE SET size = excluded.size, uploaded_at = excluded.uploaded_at
+                INSERT INTO attachment_uploads (user_id, digest, size, uploaded_at, content_type)
+                VALUES (\(userID), \(digest.description), \(size), \(serverMilliseconds()), \(contentType))
+                ON CONFLICT (user_id, digest) DO UPDATE SET size = excluded.size, uploaded_at = excluded.uploaded_at,
+                    content_type = coalesce(excluded.content_type, attachment_uploads.content_type)
                 """,
                 logger: logger
             )
+        }
+    }
+
+    /// The media type an upload of the attachment said (``SyncStorage/contentType(of:)``).
+    public func contentType(of digest: AttachmentDigest) async throws -> String? {
+        try await withDatabase { [logger] db in
+            for try await type in try await db.query(
+                """
+                SELECT content_type FROM attachment_uploads WHERE digest = \(digest.description) AND content_type IS NOT NULL
+                ORDER BY uploaded_at LIMIT 1
+                """,
+                logger: logger
+            ).decode(String.self) {
+                return type
+            }
+            return nil
         }
     }
 
@@ -137,11 +154,13 @@ extension PostgresSyncStorage {
     /// The upload in progress `upload` (``SyncStorage/openUpload(_:)``).
     public func openUpload(_ upload: UploadID) async throws -> OpenUpload? {
         try await withDatabase { [logger] db in
-            for try await (userID, digest, length, held) in try await db.query(
-                "SELECT user_id, digest, length, held FROM open_uploads WHERE upload_id = \(upload.value)",
+            for try await (userID, digest, length, held, type) in try await db.query(
+                "SELECT user_id, digest, length, held, content_type FROM open_uploads WHERE upload_id = \(upload.value)",
                 logger: logger
-            ).decode((String, String, Int64?, Int64).self) {
-                return AttachmentDigest(digest).map { OpenUpload(upload: upload, userID: userID, digest: $0, length: length, held: held) }
+            ).decode((String, String, Int64?, Int64, String?).self) {
+                return AttachmentDigest(digest).map {
+                    OpenUpload(upload: upload, userID: userID, digest: $0, length: length, held: held, contentType: type)
+                }
             }
             return nil
         }
@@ -168,9 +187,11 @@ extension PostgresSyncStorage {
                 }
                 try await db.query(
                     """
-                    INSERT INTO open_uploads (upload_id, user_id, digest, length, held, touched_at)
-                    VALUES (\(upload.upload.value), \(upload.userID), \(upload.digest.description), \(upload.length), \(upload.held), \(serverMilliseconds()))
-                    ON CONFLICT (upload_id) DO UPDATE SET length = excluded.length, held = excluded.held, touched_at = excluded.touched_at
+                    INSERT INTO open_uploads (upload_id, user_id, digest, length, held, touched_at, content_type)
+                    VALUES (\(upload.upload.value), \(upload.userID), \(upload.digest.description), \(upload.length), \(upload.held),
+                        \(serverMilliseconds()), \(upload.contentType))
+                    ON CONFLICT (upload_id) DO UPDATE SET length = excluded.length, held = excluded.held, touched_at = excluded.touched_at,
+                        content_type = excluded.content_type
                     """,
                     logger: logger
                 )

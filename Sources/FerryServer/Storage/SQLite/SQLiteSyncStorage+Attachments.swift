@@ -4,13 +4,30 @@ import GRDB
 
 /// Attachments on SQLite: who uploaded what, and who may read what (PROTOCOL.md, "Attachments").
 extension SQLiteSyncStorage {
-    /// Notes that `userID` uploaded the attachment (``SyncStorage/noteUpload(of:size:by:)``).
-    public func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws {
+    /// Notes that `userID` uploaded the attachment (``SyncStorage/noteUpload(of:size:contentType:by:)``).
+    public func noteUpload(of digest: AttachmentDigest, size: Int64, contentType: String?, by userID: String) async throws {
         try await mapErrors {
             try await writer.write { db in
                 try db.execute(
-                    sql: "INSERT OR REPLACE INTO attachment_uploads (user_id, digest, size, uploaded_at) VALUES (?, ?, ?, ?)",
-                    arguments: [userID, digest.description, size, serverMilliseconds()]
+                    sql: """
+                        INSERT INTO attachment_uploads (user_id, digest, size, uploaded_at, content_type) VALUES (?, ?, ?, ?, ?)
+                        ON CONFLICT (user_id, digest) DO UPDATE SET size = excluded.size, uploaded_at = excluded.uploaded_at,
+                            content_type = coalesce(excluded.content_type, content_type)
+                        """,
+                    arguments: [userID, digest.description, size, serverMilliseconds(), contentType]
+                )
+            }
+        }
+    }
+
+    /// The media type an upload of the attachment said (``SyncStorage/contentType(of:)``).
+    public func contentType(of digest: AttachmentDigest) async throws -> String? {
+        try await mapErrors {
+            try await writer.read { db in
+                try String.fetchOne(
+                    db,
+                    sql: "SELECT content_type FROM attachment_uploads WHERE digest = ? AND content_type IS NOT NULL ORDER BY uploaded_at LIMIT 1",
+                    arguments: [digest.description]
                 )
             }
         }
@@ -119,9 +136,13 @@ extension SQLiteSyncStorage {
                 }
                 try db.execute(
                     sql: """
-                        INSERT OR REPLACE INTO open_uploads (upload_id, user_id, digest, length, held, touched_at) VALUES (?, ?, ?, ?, ?, ?)
+                        INSERT OR REPLACE INTO open_uploads (upload_id, user_id, digest, length, held, touched_at, content_type)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
                         """,
-                    arguments: [upload.upload.value, upload.userID, upload.digest.description, upload.length, upload.held, serverMilliseconds()]
+                    arguments: [
+                        upload.upload.value, upload.userID, upload.digest.description, upload.length, upload.held, serverMilliseconds(),
+                        upload.contentType,
+                    ]
                 )
                 return true
             }

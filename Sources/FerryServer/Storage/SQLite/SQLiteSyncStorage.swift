@@ -223,7 +223,8 @@ public final class SQLiteSyncStorage: SyncStorage {
             )
         }
         migrator.registerMigration("v7") { db in
-            // Uploads in progress (`OpenUpload`): counted in their user's quota and number.
+            // Uploads in progress (`OpenUpload`): counted in their user's quota and number; the
+            // media type an upload said, answered with the attachment.
             try db.execute(
                 sql: """
                     CREATE TABLE open_uploads (
@@ -232,9 +233,11 @@ public final class SQLiteSyncStorage: SyncStorage {
                         digest TEXT NOT NULL,
                         length INTEGER,
                         held INTEGER NOT NULL,
-                        touched_at INTEGER NOT NULL
+                        touched_at INTEGER NOT NULL,
+                        content_type TEXT
                     ) WITHOUT ROWID;
                     CREATE INDEX open_uploads_user ON open_uploads (user_id);
+                    ALTER TABLE attachment_uploads ADD COLUMN content_type TEXT;
                     """
             )
         }
