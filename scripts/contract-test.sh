@@ -182,6 +182,9 @@ UNEXPRESSIBLE = [
     ("digest_mismatch", re.compile(r"^the [0-9]+ bytes uploaded hash to sha256:[0-9a-f]{64}, not "), _not_its_digest),
     ("attachment_too_large", re.compile(r"^an attachment may hold at most [0-9]+ bytes on this server"), _past_attachment_limit),
     ("bad_request", re.compile(r"^the upload ended at [0-9]+ bytes, not the [0-9]+ Upload-Length announced"), _length_not_the_bytes),
+    # The same, refused before the body (its Content-Length says so) or as the bytes pass it.
+    ("bad_request", re.compile(r"^Content-Length [0-9]+ from offset [0-9]+ goes past the [0-9]+ bytes this upload announced"), _length_not_the_bytes),
+    ("bad_request", re.compile(r"^the body goes past the [0-9]+ bytes this upload announced"), _length_not_the_bytes),
 ]
 
 

@@ -71,12 +71,18 @@ struct AttachmentControlTests {
             // A file given up: refused while a change references it, gone once none does.
             let spare = try await store.attach(fileAt: try AttachmentSyncTests.photo(1000, seed: 63).url)
             await #expect(throws: FerryError.self) { try await store.discardAttachment(low) }
+            await #expect(throws: FerryError.self) {
+                _ = try await store.attach(fileAt: try AttachmentSyncTests.photo(1000, seed: 65).url, contentType: "public.jpeg")
+            }
             try await store.discardAttachment(spare)
             #expect(store.localAttachment(spare) == nil)
 
             try await client.sync()
             let uploaded = try await client.journal.events().filter { $0.kind == .attachmentUploaded }.compactMap { $0[.digest] }
             #expect(uploaded == [high, low], "the high-priority photo goes first")
+            await #expect(throws: FerryError.self, "a row references it: the server may hold its only other copy") {
+                try await store.discardAttachment(high)
+            }
             #expect(await client.status.attachments.uploadsWaiting == 0)
 
             // A space the user may only read: refused before a byte is copied.
@@ -120,6 +126,44 @@ struct AttachmentControlTests {
                 body: Data([1])
             )
             #expect(refused.status == 400 && refused.errorMessage?.contains("is not a media type") == true)
+        }
+    }
+
+    @Test("a download stopped by cancelDownload throws CancellationError to its caller; the next ask downloads it anew")
+    func cancelThenAskAgain() async throws {
+        try await TestServer.run { server in
+            let field = try AttachmentSyncTests.openStore()
+            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
+            let (url, bytes) = try AttachmentSyncTests.photo(300_000, seed: 81)
+            let digest = try await field.attach(fileAt: url)
+            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
+            try await worker.sync()
+
+            let (entered, enter) = AsyncStream<Void>.makeStream()
+            let (gate, gateOpen) = AsyncStream<Void>.makeStream()  // never opened: a held request ends only by cancellation
+            defer { gateOpen.finish() }
+            let held = LockIsolated(true)
+            let transport = InterceptingTransport(
+                URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                stream: { request, next in
+                    if held.value, request.path.hasPrefix("/v1/attachments/") {
+                        enter.yield()
+                        for await _ in gate {}
+                        try Task.checkCancellation()
+                    }
+                    return try await next(request)
+                }
+            )
+            let office = try AttachmentSyncTests.openStore()
+            let desk = ClientFixture.client(store: office, server: server, transport: transport, configuration: AttachmentSyncTests.configuration())
+            try await desk.sync()
+            let first = Task { try await desk.attachment(digest) }
+            var waiting = entered.makeAsyncIterator()
+            _ = await waiting.next()
+            await desk.cancelDownload(digest)
+            await #expect(throws: CancellationError.self) { _ = try await first.value }
+            held.setValue(false)
+            #expect(try Data(contentsOf: try await desk.attachment(digest)) == bytes)
         }
     }
 }

@@ -21,7 +21,12 @@ struct AttachmentDownloader: Sendable {
     func file(of digest: AttachmentDigest) async throws -> URL {
         let file = folder.file(digest)
         if folder.holds(digest) {
-            try await store.database.write { db in try AttachmentTable.touch(digest, db: db) }
+            // Named whole, but its row never written (a crash or a cancel just after): written now,
+            // so the budget counts it and the sweep keeps it.
+            let size = folder.size(of: file)
+            try await store.database.write { db in
+                if try !AttachmentTable.touch(digest, db: db) { try AttachmentTable.downloaded(digest, size: size, contentType: nil, db: db) }
+            }
             return file
         }
         let (size, contentType) = try await download(digest)

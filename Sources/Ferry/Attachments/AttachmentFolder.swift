@@ -35,21 +35,28 @@ struct AttachmentFolder: Sendable {
         return FileManager.default.fileExists(atPath: named.path) ? named : plain
     }
 
-    /// The file extension of common media types; `nil` for others.
+    /// The extensions of common media types.
+    static let extensions = [
+        "image/jpeg": "jpg", "image/png": "png", "image/heic": "heic", "image/heif": "heif", "image/gif": "gif", "image/webp": "webp",
+        "image/tiff": "tiff", "video/mp4": "mp4", "video/quicktime": "mov", "audio/mpeg": "mp3", "audio/mp4": "m4a",
+        "application/pdf": "pdf", "text/plain": "txt", "text/csv": "csv", "application/json": "json", "application/zip": "zip",
+    ]
+
+    /// The file extension of a common media type; `nil` for others.
     static func fileExtension(for contentType: String) -> String? {
-        let extensions = [
-            "image/jpeg": "jpg", "image/png": "png", "image/heic": "heic", "image/heif": "heif", "image/gif": "gif", "image/webp": "webp",
-            "image/tiff": "tiff", "video/mp4": "mp4", "video/quicktime": "mov", "audio/mpeg": "mp3", "audio/mp4": "m4a",
-            "application/pdf": "pdf", "text/plain": "txt", "text/csv": "csv", "application/json": "json", "application/zip": "zip",
-        ]
-        return extensions[contentType.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""]
+        extensions[contentType.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""]
     }
 
-    /// The links `file(_:contentType:)` made for the attachment: `<hex>.<ext>`, never a `.part`.
+    /// The attachment's named link if one was made, else its file: no database read.
+    func namedFile(_ digest: AttachmentDigest) -> URL {
+        namedLinks(digest).first ?? file(digest)
+    }
+
+    /// The links `file(_:contentType:)` made for the attachment (`<hex>.<ext>`), found by their
+    /// possible names, never by listing the folder.
     private func namedLinks(_ digest: AttachmentDigest) -> [URL] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [])
-            .filter { $0.hasPrefix(digest.hex + ".") && !$0.hasSuffix(".part") && $0.split(separator: ".").count == 2 }
-            .map { url.appendingPathComponent($0) }
+        Set(Self.extensions.values).sorted().map { url.appendingPathComponent(digest.hex + "." + $0) }
+            .filter { FileManager.default.fileExists(atPath: $0.path) }
     }
 
     /// Whether the whole attachment is here.

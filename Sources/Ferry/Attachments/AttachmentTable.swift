@@ -64,7 +64,7 @@ enum AttachmentTable {
 
     /// What the store knows of one attachment; `nil` when nothing.
     static func row(_ digest: AttachmentDigest, db: Database) throws -> Row? {
-        try fetch(where: "digest = '\(digest.description)'", db: db).first
+        try fetch(where: "digest = ?", arguments: [digest.description], db: db).first
     }
 
     /// The server holds the attachment for this user now.
@@ -91,9 +91,11 @@ enum AttachmentTable {
         return missing
     }
 
-    /// The app read the attachment: it is the last to be evicted.
-    static func touch(_ digest: AttachmentDigest, db: Database) throws {
+    /// The app read the attachment: it is the last to be evicted. Returns whether the store knew it.
+    @discardableResult
+    static func touch(_ digest: AttachmentDigest, db: Database) throws -> Bool {
         try db.execute(sql: "UPDATE ferry_attachments SET used_at = \(nowSQL) WHERE digest = ?", arguments: [digest.description])
+        return db.changesCount > 0
     }
 
     /// The attachments waiting for upload, the highest priority first, then the oldest use.
@@ -106,10 +108,15 @@ enum AttachmentTable {
         try fetch(where: "1", db: db)
     }
 
-    /// How many attachments wait for upload, and their bytes (``AttachmentProgress/uploadsWaiting``).
+    /// How many attachments wait for upload that a queued change will send, and their bytes
+    /// (``AttachmentProgress/uploadsWaiting``): not one whose change became a dead letter or was
+    /// never written.
     static func waitingCount(_ db: Database) throws -> (count: Int, bytes: Int64) {
-        let row = try GRDB.Row.fetchOne(db, sql: "SELECT count(*), coalesce(sum(size), 0) FROM ferry_attachments WHERE upload = 1")
-        return (row?[0] ?? 0, row?[1] ?? 0)
+        let waiting = try waiting(db)
+        guard !waiting.isEmpty else { return (0, 0) }
+        let queued = try OutboxTable.attachmentDigests(includingDeadLetters: false, db: db)
+        let sent = waiting.filter { queued.contains($0.digest.description) }
+        return (sent.count, sent.reduce(0) { $0 + $1.size })
     }
 
     /// The digests waiting for upload: changes referencing one wait for it.
@@ -125,8 +132,9 @@ enum AttachmentTable {
         var total = try Int64.fetchOne(db, sql: "SELECT coalesce(sum(size), 0) FROM ferry_attachments WHERE stored = 1") ?? 0
         var evict: [AttachmentDigest] = []
         guard total > budget else { return [] }
+        let pinned = try OutboxTable.attachmentDigests(includingDeadLetters: true, db: db)
         for row in try fetch(where: "stored = 1 AND upload = 0", order: "used_at", db: db) where total > budget {
-            if try OutboxTable.queuedChangeReferences(row.digest.description, db: db) { continue }
+            if pinned.contains(row.digest.description) { continue }
             evict.append(row.digest)
             total -= row.size
         }
@@ -149,13 +157,14 @@ enum AttachmentTable {
 
     private static let nowSQL = "(julianday('now') - 2440587.5) * 86400.0"
 
-    private static func fetch(where condition: String, order: String = "used_at", db: Database) throws -> [Row] {
+    private static func fetch(where condition: String, arguments: StatementArguments = [], order: String = "used_at", db: Database) throws -> [Row] {
         try GRDB.Row.fetchAll(
             db,
             sql: """
                 SELECT digest, size, upload, stored, attempts, error, used_at, content_type FROM ferry_attachments
                 WHERE \(condition) ORDER BY \(order)
-                """
+                """,
+            arguments: arguments
         )
         .compactMap { row in
             AttachmentDigest(row[0] as String).map {

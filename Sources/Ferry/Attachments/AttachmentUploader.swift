@@ -57,16 +57,25 @@ struct AttachmentUploader: Sendable {
             await status.update { $0.attachments.record(transfer) }
             do {
                 guard folder.holds(row.digest) else { throw Refused(description: "its file is gone from the store's folder") }
-                try await upload(row) { bytes in
-                    transfer.bytesDone += bytes
-                    guard AttachmentTransfer.worthPublishing(transfer.bytesDone, since: published, total: row.size) else { return }
-                    let (moved, now) = (transfer.bytesDone - published, transfer)
-                    published = transfer.bytesDone
-                    await status.update {
-                        $0.attachments.bytesUploaded += moved
-                        $0.attachments.record(now)
+                try await upload(
+                    row,
+                    resumed: { held in
+                        // Bytes an earlier run sent: done, but not moved in this run.
+                        (transfer.bytesDone, published) = (held, held)
+                        let now = transfer
+                        await status.update { $0.attachments.record(now) }
+                    },
+                    sent: { bytes in
+                        transfer.bytesDone += bytes
+                        guard AttachmentTransfer.worthPublishing(transfer.bytesDone, since: published, total: row.size) else { return }
+                        let (moved, now) = (transfer.bytesDone - published, transfer)
+                        published = transfer.bytesDone
+                        await status.update {
+                            $0.attachments.bytesUploaded += moved
+                            $0.attachments.record(now)
+                        }
                     }
-                }
+                )
                 try await store.database.write { db in try AttachmentTable.uploaded(row.digest, db: db) }
                 uploaded += 1
                 await journal.record(
@@ -101,12 +110,13 @@ struct AttachmentUploader: Sendable {
     }
 
     /// Sends the attachment's bytes from where the server's upload of them stands.
-    private func upload(_ row: AttachmentTable.Row, sent: (Int64) async -> Void) async throws {
+    private func upload(_ row: AttachmentTable.Row, resumed: (Int64) async -> Void, sent: (Int64) async -> Void) async throws {
         let path = Endpoint.attachments + "/" + row.digest.description
         // Another device of the user's may have uploaded the same bytes: nothing to send.
         if try await isOnServer(path) { return }
         var offset = try await heldOffset(path)
         var acknowledged = offset ?? 0
+        if acknowledged > 0 { await resumed(acknowledged) }
         var (stalls, refusedCreations) = (0, 0)
         while true {
             let response = try await connection.send(try request(row, path: path, from: offset)) {

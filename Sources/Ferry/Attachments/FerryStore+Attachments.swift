@@ -28,8 +28,11 @@ extension FerryStore {
         priority: AttachmentPriority = .normal,
         space: String? = nil
     ) async throws -> String {
-        if let space, let role = try await database.read({ db in try SpaceMemberships.role(in: space, db: db) }), role == .read {
+        if let space, let role = try await database.read({ db in try SpaceMemberships.role(in: space, db: db) }), !role.canWrite {
             throw FerryError.readOnlySpace(SpaceGuard.message(space: space, role: role.rawValue))
+        }
+        if let contentType, !MediaType.isValid(contentType) {
+            throw FerryError.attachment("contentType '\(contentType.prefix(40))' is not a media type (type/subtype, like image/jpeg)")
         }
         let folder = attachmentFolder
         let (digest, size): (AttachmentDigest, Int64)
@@ -39,6 +42,7 @@ extension FerryStore {
             throw FerryError.attachment("cannot read \(url.path) to attach it: \(error.localizedDescription)")
         }
         try await database.write { db in try AttachmentTable.attached(digest, size: size, contentType: contentType, priority: priority, db: db) }
+        _ = folder.file(digest, contentType: contentType)  // its named link, for localAttachment
         // A sweep that found the same bytes unreferenced may have removed them after the copy
         // found them there: noted now, they stay; gone, they are copied again.
         if !folder.holds(digest) {
@@ -47,13 +51,13 @@ extension FerryStore {
         return digest.description
     }
 
-    /// Gives up an attached file that will not be sent (a photo the user took back, one a
-    /// reader's change can never carry): it no longer waits for upload, counts in no badge, and
-    /// its file goes unless a row references it. Refused while a queued change or a dead letter
-    /// references it (discard or change that first: its record would lose its photo).
+    /// Gives up an attached file that will not be sent (a photo the user took back before
+    /// writing it in a row): it no longer waits for upload, counts in no badge, and its file goes.
+    /// Refused while a row, a queued change or a dead letter references it (change or discard
+    /// that first: its record would lose its photo).
     ///
-    /// - Throws: ``FerryError/Code/attachment`` for a value that is not a digest, or one a queued
-    ///   change or dead letter references.
+    /// - Throws: ``FerryError/Code/attachment`` for a value that is not a digest, or one a row,
+    ///   a queued change or a dead letter references.
     public func discardAttachment(_ digest: String) async throws {
         guard let parsed = AttachmentDigest(digest) else { throw FerryError.attachment(AttachmentDigest.problem(with: digest)) }
         let (tables, folder) = (self.tables, attachmentFolder)
@@ -63,12 +67,12 @@ extension FerryStore {
                     "attachment \(digest) is referenced by a queued change or a dead letter; discard or change that change first"
                 )
             }
+            // A row's photo the server may not hold: giving up its upload could lose it.
             if try Self.referencedDigests(tables, db: db).contains(digest) {
-                try AttachmentTable.uploaded(parsed, db: db)  // a row keeps it: only the upload is given up
-            } else {
-                try AttachmentTable.forget([parsed], db: db)
-                folder.remove(parsed)
+                throw FerryError.attachment("attachment \(digest) is referenced by a row; change that row first")
             }
+            try AttachmentTable.forget([parsed], db: db)
+            folder.remove(parsed)
         }
     }
 
@@ -77,8 +81,9 @@ extension FerryStore {
     /// a viewer understands (`.jpg`) when its media type is a common one.
     public func localAttachment(_ digest: String) -> URL? {
         guard let parsed = AttachmentDigest(digest), attachmentFolder.holds(parsed) else { return nil }
-        let contentType = try? database.read { db in try AttachmentTable.row(parsed, db: db)?.contentType }
-        return attachmentFolder.file(parsed, contentType: contentType ?? nil)
+        // The named link `attach`, `attachment(_:)` or `attachmentInfo(_:)` made; no database read
+        // here, so it may be called anywhere, a database observation's closure included.
+        return attachmentFolder.namedFile(parsed)
     }
 
     /// What the store knows of the attachment `digest`: its size, media type, whether its file is
@@ -116,9 +121,10 @@ extension FerryStore {
             let referenced = rows.isEmpty ? [] : try Self.referencedDigests(tables, db: db)
             let dayAgo = Date().timeIntervalSince1970 - 86_400
             var gone: [AttachmentDigest] = []
+            // A change still queued, or set aside as a dead letter, may yet be sent with it.
+            let pinned = rows.isEmpty ? [] : try OutboxTable.attachmentDigests(includingDeadLetters: true, db: db)
             for row in rows where !referenced.contains(row.digest.description) {
-                // A change still queued, or set aside as a dead letter, may yet be sent with it.
-                if try OutboxTable.queuedChangeReferences(row.digest.description, db: db) { continue }
+                if pinned.contains(row.digest.description) { continue }
                 if row.waitsForUpload, row.usedAt > dayAgo { continue }
                 gone.append(row.digest)
             }

@@ -132,6 +132,24 @@ enum OutboxTable {
         ) ?? false
     }
 
+    /// The attachment digests the changes still queued (and, with `deadLetters`, those set
+    /// aside) hold, read in one pass over the outbox: eviction and the sweep ask of many files at
+    /// once, and a scan per file would cost a whole outbox each.
+    static func attachmentDigests(includingDeadLetters deadLetters: Bool, db: Database) throws -> Set<String> {
+        let condition = deadLetters ? "state != \(OutboxState.highWaterMark.rawValue)" : OutboxState.queuedCondition
+        var digests: Set<String> = []
+        let rows = try String.fetchCursor(db, sql: "SELECT data FROM ferry_outbox WHERE \(condition) AND instr(data, 'sha256:') > 0")
+        while let data = try rows.next() {
+            var rest = data[...]
+            while let start = rest.range(of: "sha256:") {
+                let candidate = rest[start.lowerBound...].prefix(71)
+                if AttachmentDigest(String(candidate)) != nil { digests.insert(String(candidate)) }
+                rest = rest[start.upperBound...]
+            }
+        }
+        return digests
+    }
+
     /// Whether any change still queued or set aside holds `digest`.
     static func queuedChangeReferences(_ digest: String, db: Database) throws -> Bool {
         try Bool.fetchOne(

@@ -67,12 +67,12 @@ enum SpaceMemberships {
         return changes
     }
 
-    /// The last incarnation of `space`'s id this store saw.
     /// The user's role in `space` as the latest pull read it; `nil` when the store knows none.
     static func role(in space: String, db: Database) throws -> SpaceRole? {
         try String.fetchOne(db, sql: "SELECT role FROM ferry_spaces WHERE space = ?", arguments: [space]).flatMap(SpaceRole.init(rawValue:))
     }
 
+    /// The last incarnation of `space`'s id this store saw.
     static func lastIncarnation(of space: String, db: Database) throws -> String? {
         try String.fetchOne(db.cachedStatement(sql: "SELECT incarnation FROM ferry_space_incarnations WHERE space = ?"), arguments: [space])
     }

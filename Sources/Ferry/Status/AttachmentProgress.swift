@@ -1,7 +1,7 @@
 /// How attachments move (``SyncStatus/attachments``): what waits to upload, offline and idle
-/// included, and each transfer under way with its bytes done of its total, published a few times
-/// a second's worth (every 1% of a transfer, and at least every 256 KiB), so a progress bar moves
-/// without flooding a screen.
+/// included, and each transfer under way with its bytes done of its total. A transfer's bytes are
+/// published when they moved by 1% of it or 256 KiB, whichever is more, and at its end: about a
+/// hundred updates for a large file, so a progress bar moves without flooding a screen.
 public struct AttachmentProgress: Sendable, Equatable {
     /// Attachments waiting to upload: attached, and not yet on the server. Kept while idle and
     /// offline too, for a badge.

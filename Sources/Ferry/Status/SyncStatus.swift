@@ -33,7 +33,8 @@ public struct SyncStatus: Sendable, Equatable {
     /// The spaces the user is a member of, with their roles, as the latest pull read them
     /// (PROTOCOL.md, "Spaces"); a revoked space leaves this list, and its queued changes count in `deadLettered`.
     public var spaces: [Membership] = []
-    /// Attachments waiting to upload and download in this run, with their bytes and the bytes moved so far.
+    /// Attachments waiting to upload (idle and offline too) and to download in this run, with
+    /// their bytes, the bytes moved in this run, and each transfer under way.
     public var attachments = AttachmentProgress()
 
     /// The status before anything is known: `phase` (idle by default), nothing pending, never synced.
@@ -49,7 +50,7 @@ public struct SyncStatus: Sendable, Equatable {
         return switch phase {
         case .idle where pending > 0 && files > 0: "\(pending.formatted()) \(pending == 1 ? "change" : "changes") and \(filesText) waiting"
         case .idle where files > 0: "\(filesText) waiting"
-        case .idle where pending > 0: "\(pending.formatted()) changes waiting"
+        case .idle where pending > 0: "\(pending.formatted()) \(pending == 1 ? "change" : "changes") waiting"
         case .idle: lastSyncedAt == nil ? "Not synced yet" : "Up to date"
         case .uploading(let done, let total):
             "Synced \(done.formatted()) of \(total.formatted()) (\(total <= 0 ? 100 : Int(min(100, max(0, Double(done) * 100 / Double(total)))))%)"
@@ -70,8 +71,8 @@ public struct SyncStatus: Sendable, Equatable {
     static func size(_ bytes: Int64) -> String {
         switch bytes {
         case ..<1000: "\(bytes) bytes"
-        case ..<1_000_000: "\(Int((Double(bytes) / 1e3).rounded())) KB"
-        case ..<1_000_000_000: "\(Int((Double(bytes) / 1e6).rounded())) MB"
+        case ..<999_500: "\(Int((Double(bytes) / 1e3).rounded())) KB"
+        case ..<999_500_000: "\(Int((Double(bytes) / 1e6).rounded())) MB"
         default: "\(String(format: "%.1f", Double(bytes) / 1e9)) GB"
         }
     }

@@ -423,7 +423,8 @@ public actor FerryClient {
             $0.pending = counts.pending
             $0.deadLettered = counts.deadLettered
             // What waits to upload, idle and offline too (a run's uploader counts them as it goes).
-            if !$0.attachments.transfers.contains(where: { $0.direction == .upload }) {
+            if case .uploading = $0.phase {
+            } else {
                 $0.attachments.uploadsWaiting = attachments.count
                 $0.attachments.uploadBytes = attachments.bytes
             }

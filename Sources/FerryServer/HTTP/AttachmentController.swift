@@ -471,17 +471,13 @@ struct AttachmentController: Sendable {
     /// The attachment's media type a creation's `Content-Type` names (`image/jpeg`, parameters
     /// dropped); `nil` for none or a generic one (`application/octet-stream`).
     static func mediaType(of request: Request) throws -> String? {
-        guard let text = request.headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased(),
-            !["", "application/octet-stream", "application/partial-upload"].contains(text)
-        else { return nil }
-        let token = { (part: Substring) in
-            !part.isEmpty && part.utf8.allSatisfy { (48...57).contains($0) || (97...122).contains($0) || "!#$&^_.+-".utf8.contains($0) }
+        guard let header = request.headers[.contentType] else { return nil }
+        let type = MediaType.normalized(header)
+        guard !["", "application/octet-stream", "application/partial-upload"].contains(type) else { return nil }
+        guard MediaType.isValid(type) else {
+            throw ProtocolViolation.badRequest("Content-Type '\(type.prefix(40))' is not a media type (type/subtype, like image/jpeg)")
         }
-        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
-        guard text.utf8.count <= 127, parts.count == 2, token(parts[0]), token(parts[1]) else {
-            throw ProtocolViolation.badRequest("Content-Type '\(text.prefix(40))' is not a media type (type/subtype, like image/jpeg)")
-        }
-        return text
+        return type
     }
 
     /// Whether the request's body ends the upload: `Upload-Complete` (5 and 6), `Upload-Incomplete` (3), else yes.
