@@ -193,5 +193,6 @@ public enum AttachmentPriority: Int, Sendable, Comparable {
     /// Before every other: a signature, a photo a customer waits for.
     case high = 1
 
+    /// Whether `lhs` uploads after `rhs`.
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
 }

@@ -43,7 +43,7 @@ public struct SyncedTable: Sendable, Hashable {
     public var space: Space = .personal
 
     /// The TEXT columns that hold an attachment's digest (`sha256:` and 64 hex digits) or NULL
-    /// (PROTOCOL.md, "Attachments"): write the digest ``FerryStore/attach(fileAt:contentType:)``
+    /// (PROTOCOL.md, "Attachments"): write the digest ``FerryStore/attach(fileAt:contentType:priority:space:)``
     /// returns. A change of the row goes to the server only after its attachments, and the
     /// column refuses anything that is not a digest. In the `.document` layout, fields of the
     /// document instead.

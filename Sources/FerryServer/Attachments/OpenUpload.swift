@@ -5,7 +5,7 @@ import FerryProtocol
 /// request reaches), and the bytes it holds. Unfinished uploads count toward their user's quota
 /// and are capped in number, so nobody fills the disk with uploads never completed.
 public struct OpenUpload: Sendable, Equatable {
-    /// The upload's id (``AttachmentController``'s per user, digest and client).
+    /// The upload's id: one per user, digest and client.
     public var upload: UploadID
     /// The uploader.
     public var userID: String
