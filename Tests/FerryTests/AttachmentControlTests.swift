@@ -114,6 +114,12 @@ struct AttachmentControlTests {
             let file = try await desk.attachment(digest)
             #expect(file.pathExtension == "jpg", "\(file.lastPathComponent)")
             #expect(try Data(contentsOf: file) == bytes)
+            // A download the server refuses says why in a code a screen can match.
+            await #expect {
+                _ = try await desk.attachment("sha256:" + String(repeating: "ab", count: 32))
+            } throws: { error in
+                (error as? FerryError)?.code == .attachment && (error as? FerryError)?.serverCode == "not_found"
+            }
             let info = try await office.attachmentInfo(digest)
             #expect(info?.size == 120_000 && info?.contentType == "image/jpeg" && info?.localFile == file && info?.waitsForUpload == false)
 

@@ -177,12 +177,18 @@ struct AttachmentDownloader: Sendable {
             return (size, nil)
         default:
             let body = try? await stream.collect()
-            let message = body.flatMap { try? JSONDecoder().decode(ErrorEnvelope.self, from: $0).error.message } ?? "HTTP \(stream.status)"
+            let envelope = body.flatMap { try? JSONDecoder().decode(ErrorEnvelope.self, from: $0).error }
+            let message = envelope?.message ?? "HTTP \(stream.status)"
+            // The server's code (`not_found`, …) travels in `serverCode`, for a screen to match.
+            let code = envelope?.code ?? "http_\(stream.status)"
             switch stream.status {
-            case 404: throw Gone(error: FerryError.attachment("the server holds no attachment \(digest) this user may read: \(message)"))
+            case 404:
+                throw Gone(
+                    error: FerryError(.attachment, "the server holds no attachment \(digest) this user may read: \(message)", serverCode: code)
+                )
             case 401: throw Unauthorized(message: message)  // marked refused (`openStream`): the next try asks for a new one
             case 429, 500...: throw Retryable(message: message)
-            default: throw FerryError.attachment("the download of \(digest) was refused (\(stream.status)): \(message)")
+            default: throw FerryError(.attachment, "the download of \(digest) was refused (\(stream.status)): \(message)", serverCode: code)
             }
         }
     }

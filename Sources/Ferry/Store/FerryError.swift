@@ -56,7 +56,8 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let refused = Code(rawValue: "refused")
         /// An attachment could not be taken in, uploaded or fetched: a file that cannot be read,
         /// bytes the server refused or does not hold for this user. The message names the
-        /// attachment and what to do.
+        /// attachment and what to do; a download the server refused carries its code in
+        /// ``FerryError/serverCode`` (`not_found`: nothing this user may read under the digest).
         public static let attachment = Code(rawValue: "attachment")
         /// Something Ferry does not name went wrong during a run (the store's disk full, an
         /// error of the app's own schema); ``FerryError/underlying`` holds it.
