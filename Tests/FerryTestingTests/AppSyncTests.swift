@@ -136,4 +136,40 @@ struct AppSyncTests {
         #expect(article.contains(test))
         #expect(article.contains("import Ferry\nimport FerryTesting\nimport Foundation\nimport Testing\n"))
     }
+
+    @Test("a device taken offline and back, a photo's download cut mid-body, and the server's janitor a day later, with TestNetwork")
+    func offlineCutDownloadAndJanitor() async throws {
+        try await FerryTestServer.run { server in
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("app-photos-\(UUID())")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let jobs = SyncedTable(table: "jobs", attachments: ["photo"])
+            var schema = DatabaseMigrator()
+            schema.registerMigration("v1") { db in try db.execute(sql: "CREATE TABLE jobs (id TEXT PRIMARY KEY NOT NULL, photo TEXT)") }
+            let device = { (name: String) in
+                let store = try FerryStore(path: directory.appendingPathComponent("\(name).sqlite").path, schema: schema, tables: [jobs])
+                let network = TestNetwork(server.transport())
+                let client = FerryClient(store: store, transport: network, token: server.tokenProvider(for: "alice"), clock: VirtualClock())
+                return (store, network, client)
+            }
+            let (phone, phoneNetwork, phoneClient) = try device("phone")
+            let bytes = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+            let file = directory.appendingPathComponent("photo.jpg")
+            try bytes.write(to: file)
+            let digest = try await phone.attach(fileAt: file, contentType: "image/jpeg")
+            try await phone.database.write { db in try db.execute(sql: "INSERT INTO jobs (id, photo) VALUES ('j1', ?)", arguments: [digest]) }
+            await phoneNetwork.goOffline()
+            await #expect(throws: FerryError.self) { try await phoneClient.sync() }
+            await phoneNetwork.goOnline()
+            try await phoneClient.sync()
+
+            let (_, deskNetwork, deskClient) = try device("desk")
+            try await deskClient.sync()
+            await deskNetwork.cutNextDownload(afterBytes: 1000)
+            let fetched = try await deskClient.attachment(digest)
+            #expect(try Data(contentsOf: fetched) == bytes)
+            #expect(fetched.pathExtension == "jpg")
+            #expect(await server.sweepAttachments(asOf: Date().addingTimeInterval(2 * 86_400)) == 0, "a record references it")
+        }
+    }
 }
