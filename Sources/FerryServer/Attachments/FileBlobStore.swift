@@ -89,16 +89,9 @@ public struct FileBlobStore: BlobStore {
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
         let file = path(of: upload)
         guard let size = try await fileSystem.info(forFileAt: file)?.size else { throw UploadNotFound() }
-        var hash = SHA256()
-        try await fileSystem.withFileHandle(forReadingAt: file) { handle in
-            for try await bytes in handle.readChunks(in: 0..<size, chunkLength: .mebibytes(1)) {
-                hash.update(data: bytes.readableBytesView)
-            }
-            // On the disk before it is named as whole: after a power cut, no file under an
-            // attachment's name holds less than its bytes (review).
-            try await handle.synchronize()
-        }
-        let actual = AttachmentDigest(sha256: hash.finalize())
+        // On the disk before it is named as whole: after a power cut, no file under an
+        // attachment's name holds less than its bytes (review).
+        let actual = try await Self.digest(of: file, synchronizing: true)
         guard actual == digest else {
             _ = try? await fileSystem.removeItem(at: file)
             throw DigestMismatch(expected: digest, actual: actual)
@@ -188,11 +181,13 @@ extension FileBlobStore {
         return false
     }
 
-    /// The digest of the bytes of `file`, read a MiB at a time.
-    static func digest(of file: FilePath) async throws -> AttachmentDigest {
+    /// The digest of the bytes of `file`, read a MiB at a time; with `synchronizing`, the file
+    /// is on the disk before this returns.
+    static func digest(of file: FilePath, synchronizing: Bool = false) async throws -> AttachmentDigest {
         var hash = SHA256()
         try await FileSystem.shared.withFileHandle(forReadingAt: file) { handle in
             for try await bytes in handle.readChunks(chunkLength: .mebibytes(1)) { hash.update(data: bytes.readableBytesView) }
+            if synchronizing { try await handle.synchronize() }
         }
         return AttachmentDigest(sha256: hash.finalize())
     }

@@ -22,9 +22,6 @@ public struct OpenUpload: Sendable, Equatable {
     public init(upload: UploadID, userID: String, digest: AttachmentDigest, length: Int64?, held: Int64, contentType: String? = nil) {
         (self.upload, self.userID, self.digest, self.length, self.held, self.contentType) = (upload, userID, digest, length, held, contentType)
     }
-
-    /// What it counts in the quota: what it holds, or what it announced, whichever is more.
-    public var charged: Int64 { max(held, length ?? 0) }
 }
 
 /// What a user's attachments take on the server, for the quota (`--attachment-quota`).
