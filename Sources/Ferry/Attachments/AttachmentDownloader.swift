@@ -149,24 +149,19 @@ struct AttachmentDownloader: Sendable {
                 ? stream.headers["content-length"].flatMap { Int64($0) }
                 : stream.headers["content-range"]?.split(separator: "/").last.flatMap { Int64($0) }
             let start = stream.status == 200 ? 0 : have
-            var transfer = AttachmentTransfer(digest: digest.description, direction: .download, bytesDone: start, totalBytes: size)
-            var published = start
-            await status.update { $0.attachments.record(transfer) }
+            var meter = TransferMeter(AttachmentTransfer(digest: digest.description, direction: .download, bytesDone: start, totalBytes: size))
+            let first = meter.transfer
+            await status.update { $0.attachments.record(first) }
             for try await chunk in stream.body {
                 try folder.append(chunk, to: partial)
-                transfer.bytesDone += Int64(chunk.count)
-                guard AttachmentTransfer.worthPublishing(transfer.bytesDone, since: published, total: size) else { continue }
-                let (moved, now) = (transfer.bytesDone - published, transfer)
-                published = transfer.bytesDone
+                guard let (moved, now) = meter.add(Int64(chunk.count)) else { continue }
                 await status.update {
                     $0.attachments.bytesDownloaded += moved
                     $0.attachments.record(now)
                 }
             }
-            if transfer.bytesDone > published {
-                let moved = transfer.bytesDone - published
-                await status.update { $0.attachments.bytesDownloaded += moved }
-            }
+            let untold = meter.untold()
+            if untold > 0 { await status.update { $0.attachments.bytesDownloaded += untold } }
             let type = stream.headers["content-type"].flatMap { $0 == "application/octet-stream" ? nil : $0 }
             return (size ?? folder.size(of: partial), type)
         case 416:

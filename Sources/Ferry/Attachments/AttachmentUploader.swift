@@ -52,8 +52,8 @@ struct AttachmentUploader: Sendable {
         var uploaded = 0
         for row in waiting {
             try Task.checkCancellation()
-            var transfer = AttachmentTransfer(digest: row.digest.description, direction: .upload, totalBytes: row.size)
-            var published: Int64 = 0
+            let transfer = AttachmentTransfer(digest: row.digest.description, direction: .upload, totalBytes: row.size)
+            var meter = TransferMeter(transfer)
             await status.update { $0.attachments.record(transfer) }
             do {
                 guard folder.holds(row.digest) else { throw Refused(description: "its file is gone from the store's folder") }
@@ -61,15 +61,12 @@ struct AttachmentUploader: Sendable {
                     row,
                     resumed: { held in
                         // Bytes an earlier run sent: done, but not moved in this run.
-                        (transfer.bytesDone, published) = (held, held)
-                        let now = transfer
+                        meter = TransferMeter(AttachmentTransfer(digest: transfer.digest, direction: .upload, bytesDone: held, totalBytes: row.size))
+                        let now = meter.transfer
                         await status.update { $0.attachments.record(now) }
                     },
                     sent: { bytes in
-                        transfer.bytesDone += bytes
-                        guard AttachmentTransfer.worthPublishing(transfer.bytesDone, since: published, total: row.size) else { return }
-                        let (moved, now) = (transfer.bytesDone - published, transfer)
-                        published = transfer.bytesDone
+                        guard let (moved, now) = meter.add(bytes) else { return }
                         await status.update {
                             $0.attachments.bytesUploaded += moved
                             $0.attachments.record(now)

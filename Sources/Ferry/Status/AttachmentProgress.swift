@@ -71,12 +71,35 @@ public struct AttachmentTransfer: Sendable, Equatable, Identifiable {
     public init(digest: String, direction: Direction, bytesDone: Int64 = 0, totalBytes: Int64? = nil) {
         (self.digest, self.direction, self.bytesDone, self.totalBytes) = (digest, direction, bytesDone, totalBytes)
     }
+}
 
-    /// Whether moving on to `done` bytes is worth telling observers: every 1% of the total and
-    /// at least every 256 KiB since `published`, and the end. A 50 MB photo is about 100 updates,
-    /// not 3,000 (one per 16 KiB the network delivers).
-    static func worthPublishing(_ done: Int64, since published: Int64, total: Int64?) -> Bool {
-        if let total, done >= total { return true }
-        return done - published >= max(256 * 1024, (total ?? 0) / 100)
+/// A transfer's bytes as they move, told to observers a step at a time: when they moved by 1% of
+/// the transfer or 256 KiB since the last telling, whichever is more, and at its end. A 50 MB
+/// photo is about 100 updates, not 3,000 (one per 16 KiB the network delivers).
+struct TransferMeter {
+    private(set) var transfer: AttachmentTransfer
+    /// The bytes done as observers last heard them.
+    private var told: Int64
+
+    /// A meter of `transfer`, whose bytes done so far observers hear of with it.
+    init(_ transfer: AttachmentTransfer) {
+        (self.transfer, told) = (transfer, transfer.bytesDone)
+    }
+
+    /// Counts `bytes` more. When worth telling: the bytes moved since the last telling, and the
+    /// transfer as it now stands.
+    mutating func add(_ bytes: Int64) -> (moved: Int64, transfer: AttachmentTransfer)? {
+        transfer.bytesDone += bytes
+        let done = transfer.bytesDone
+        let finished = transfer.totalBytes.map { done >= $0 } ?? false
+        guard finished || done - told >= max(256 * 1024, (transfer.totalBytes ?? 0) / 100) else { return nil }
+        defer { told = done }
+        return (done - told, transfer)
+    }
+
+    /// The bytes moved that observers have not heard of yet (at a request's end), now told.
+    mutating func untold() -> Int64 {
+        defer { told = transfer.bytesDone }
+        return transfer.bytesDone - told
     }
 }
