@@ -27,7 +27,7 @@ struct AttachmentReferenceTests {
     }
 
     @Test(
-        "a record's attachment is readable by its space's members, by nobody else, and by them only while the record lives",
+        "a record's attachment is readable by its space's members, by nobody else, and by them while the record lives and a day after it lets go",
         arguments: StorageBackend.allCases,
         BlobBackend.allCases
     )
@@ -58,11 +58,33 @@ struct AttachmentReferenceTests {
             // A member who leaves reads it no more.
             #expect(try await server.removeMember("dave", from: "crew", token: alice).status == 204)
             #expect(try await Self.read(server, photo, token: dave) == 404)
-            // A record that drops the photo takes its readers' access with it; the uploader keeps theirs.
-            let dropped = try await server.pushOK(PushRequest(clientID: "a1", mutations: [Self.job(2, "j1", photo: nil)]), token: alice)
-            #expect(dropped.results[0].status == .applied)
-            #expect(try await Self.read(server, photo, token: bob) == 404)
-            #expect(try await Self.read(server, photo, token: alice) == 200)
+            // A record that replaces its photo, or is deleted, keeps the old one readable to its
+            // readers until the janitor's sweep a day later: a screen may still show it.
+            let second = AttachmentEndpointTests.photo(20_000, seed: 9)
+            let other = AttachmentEndpointTests.digest(second)
+            #expect(try await AttachmentEndpointTests.upload(server, .POST, "/v1/attachments/\(other)", token: alice, body: second).status == 201)
+            let moved = try await server.pushOK(
+                PushRequest(clientID: "a1", mutations: [Self.job(2, "j1", photo: other), Self.job(3, "j2", photo: photo)]),
+                token: alice
+            )
+            #expect(moved.results.map(\.status) == [.applied, .applied])
+            let gone = try await server.pushOK(
+                PushRequest(
+                    clientID: "a1",
+                    mutations: [Self.job(4, "j1", photo: nil), Mutation(id: 5, entity: "jobs", entityID: "j2", op: .delete, space: "crew")]
+                ),
+                token: alice
+            )
+            #expect(gone.results.map(\.status) == [.applied, .applied])
+            #expect(await server.sweepAttachments(asOf: Date()) == 0)
+            for (digest, token, status) in [(photo, bob, 200), (other, bob, 200), (photo, dave, 404), (photo, carol, 404)] {
+                #expect(try await Self.read(server, digest, token: token) == status, "\(digest) within the day")
+            }
+            #expect(await server.sweepAttachments(asOf: Date().addingTimeInterval(2 * 86_400)) == 2)
+            for (digest, token) in [(photo, bob), (other, bob), (photo, alice), (other, alice)] {
+                #expect(try await Self.read(server, digest, token: token) == 404, "\(digest) after the sweep")
+            }
+            #expect(try await server.attachments.size(of: photo) == nil)
         }
     }
 

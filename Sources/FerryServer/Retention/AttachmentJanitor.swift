@@ -5,8 +5,8 @@ import ServiceLifecycle
 
 /// Keeps the attachment store from filling (PROTOCOL.md, "Attachments"): every hour, from a
 /// minute after the start, it discards uploads untouched for a day, and purges the attachments
-/// nobody may read any more: uploaded over a day ago and referenced by no record (a tombstone's
-/// references go when the retention purges it).
+/// nobody may read any more: uploaded over a day ago and referenced by no record (a reference a
+/// record released, replacing or deleting its photo, holds for a day too).
 ///
 /// The database decides and the bytes follow: an attachment is a candidate only when the purge
 /// itself deleted its last upload row, so a database restored from a backup never has bytes its
@@ -16,8 +16,8 @@ public struct AttachmentJanitor: Service {
     let storage: any SyncStorage
     let blobs: any BlobStore
     var metrics = ServerMetrics()
-    /// How long an upload may go untouched before it is discarded, and an unreferenced
-    /// attachment kept for its uploader.
+    /// How long an upload may go untouched before it is discarded, an unreferenced attachment
+    /// kept for its uploader, and a released one for its record's readers.
     var abandonedAfter: Duration = .seconds(86_400)
     var interval: Duration = .seconds(3600)
     let logger: Logger

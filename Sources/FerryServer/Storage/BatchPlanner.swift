@@ -23,7 +23,7 @@ struct BatchPlanner {
         /// storage releases these keys before writing so the uniqueness index never sees two holders.
         var releasedNaturalKeys: [RecordRef]
         /// The attachments each written record references now, for the records whose upserts said
-        /// (`Mutation/attachments`); the others keep theirs, a tombstone included until purged.
+        /// (`Mutation/attachments`), and none for a tombstone; the others keep theirs.
         var references: [RecordRef: [String]] = [:]
     }
 
@@ -240,6 +240,9 @@ struct BatchPlanner {
         tombstone.writtenBy = clientID
         tombstone.writtenMutation = mutation.id
         store(tombstone, replacing: record, at: index)
+        // A deleted record references nothing: its attachments are released (readable for a
+        // grace period, then purged unless something else holds them).
+        references[record.key] = []
         return tombstone.version
     }
 

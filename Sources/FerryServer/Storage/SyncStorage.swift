@@ -44,14 +44,16 @@ public protocol SyncStorage: Sendable {
     func contentType(of digest: AttachmentDigest) async throws -> String?
 
     /// Those of `digests` that `caller` may read: they uploaded it, or a live record of theirs or
-    /// of a space they are a member of references it (a service may read all). Whether someone
-    /// else holds the same bytes is never revealed.
+    /// of a space they are a member of references it, or released it (replaced or deleted) since
+    /// the janitor's last sweep a day before (a service may read all). Whether someone else holds
+    /// the same bytes is never revealed.
     func readableAttachments(_ digests: [AttachmentDigest], by caller: Caller) async throws -> Set<AttachmentDigest>
 
-    /// Forgets the uploads made before `cutoff` (milliseconds since 1970) of attachments no
-    /// record their uploader may read references (their access expires, and their quota no
-    /// longer counts them, whoever else references the same bytes), and returns the attachments
-    /// that nobody may read any more: the bytes to purge (`AttachmentJanitor`).
+    /// Forgets the references records released before `cutoff` (milliseconds since 1970), then the
+    /// uploads made before it of attachments no record their uploader may read references (their
+    /// access expires, and their quota no longer counts them, whoever else references the same
+    /// bytes), and returns the attachments that nobody may read any more: the bytes to purge
+    /// (`AttachmentJanitor`).
     func expireAttachmentUploads(before cutoff: Int64) async throws -> [AttachmentDigest]
 
     /// Whether anyone may read the attachment: an upload of it is noted, or a record references it.

@@ -229,6 +229,12 @@ enum PostgresSchema {
                 "ALTER TABLE attachment_uploads ADD COLUMN content_type text",
             ]
         },
+        Migration(version: 9, name: "references a record released, readable until the janitor's sweep a day later") {
+            [
+                "ALTER TABLE attachment_refs ADD COLUMN released_at bigint",
+                "CREATE INDEX attachment_refs_released ON attachment_refs (released_at) WHERE released_at IS NOT NULL",
+            ]
+        },
     ]
 
     /// Applies the migrations this database lacks, and returns the secret that signs cursors;

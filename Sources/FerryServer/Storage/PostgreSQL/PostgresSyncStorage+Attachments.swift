@@ -44,9 +44,10 @@ extension PostgresSyncStorage {
     }
 
     /// Those of `digests` that `caller` may read: uploaded by them, or referenced by a live record
-    /// of theirs or of a space they are a member of. A service may read every attachment the
-    /// server knows. Each reference probes `records` by its primary key (a LATERAL with a LIMIT, which stale
-    /// statistics cannot turn into a join over `records`: the pool's sessions have no planner switches).
+    /// of theirs or of a space they are a member of, or released by one less than a day ago
+    /// (until the janitor's sweep). A service may read every attachment the server knows. Each
+    /// reference probes `records` by its primary key (a LATERAL with a LIMIT, which stale statistics
+    /// cannot turn into a join over `records`: the pool's sessions have no planner switches).
     static func readableAttachments(_ digests: [String], by caller: Caller, db: PostgresConnection, logger: Logger) async throws -> Set<String> {
         let query: PostgresQuery =
             caller.isService
@@ -59,7 +60,8 @@ extension PostgresSyncStorage {
             UNION
             SELECT a.digest FROM attachment_refs a
             CROSS JOIN LATERAL (
-                SELECT 1 FROM records r WHERE r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id AND NOT r.deleted
+                SELECT 1 FROM records r WHERE r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id
+                    AND (NOT r.deleted OR a.released_at IS NOT NULL)
                 LIMIT 1
             ) live
             WHERE a.digest = ANY(\(digests)::text[])
@@ -71,33 +73,49 @@ extension PostgresSyncStorage {
         return readable
     }
 
-    /// Forgets old uploads of unreferenced attachments (``SyncStorage/expireAttachmentUploads(before:)``).
+    /// Forgets old uploads of unreferenced attachments and references released before `cutoff`
+    /// (``SyncStorage/expireAttachmentUploads(before:)``).
     public func expireAttachmentUploads(before cutoff: Int64) async throws -> [AttachmentDigest] {
         try await withDatabase { [logger] db in
-            var digests: [AttachmentDigest] = []
-            for try await digest in try await db.query(
-                """
-                WITH expired AS (
-                    DELETE FROM attachment_uploads u WHERE uploaded_at < \(cutoff)
-                        AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = u.digest
-                            AND (r.partition = u.user_id
-                                OR r.partition IN (SELECT chr(1) || space_key::text FROM space_members m WHERE m.user_id = u.user_id)))
-                    RETURNING user_id, digest
-                )
-                SELECT DISTINCT e.digest FROM expired e
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM attachment_uploads u WHERE u.digest = e.digest
-                        AND NOT EXISTS (SELECT 1 FROM expired x WHERE x.user_id = u.user_id AND x.digest = u.digest)
-                )
-                    AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = e.digest)
-                ORDER BY e.digest
-                """,
-                logger: logger
-            ).decode(String.self) {
-                if let parsed = AttachmentDigest(digest) { digests.append(parsed) }
-            }
-            return digests
+            try await Self.transaction(db, logger: logger) { db in try await Self.expire(before: cutoff, db: db, logger: logger) }
         }
+    }
+
+    private static func expire(before cutoff: Int64, db: PostgresConnection, logger: Logger) async throws -> [AttachmentDigest] {
+        // The released references go first, by a statement of their own (a sibling CTE's
+        // NOT EXISTS would still see them): the uploads they alone kept then go with them.
+        var released: [String] = []
+        for try await digest in try await db.query("DELETE FROM attachment_refs WHERE released_at < \(cutoff) RETURNING digest", logger: logger)
+            .decode(String.self)
+        {
+            released.append(digest)
+        }
+        var candidates: Set<String> = []
+        for try await digest in try await db.query(
+            """
+            WITH expired AS (
+                DELETE FROM attachment_uploads u WHERE uploaded_at < \(cutoff)
+                    AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = u.digest
+                        AND (r.partition = u.user_id
+                            OR r.partition IN (SELECT chr(1) || space_key::text FROM space_members m WHERE m.user_id = u.user_id)))
+                RETURNING user_id, digest
+            )
+            SELECT DISTINCT e.digest FROM expired e
+            WHERE NOT EXISTS (
+                SELECT 1 FROM attachment_uploads u WHERE u.digest = e.digest
+                    AND NOT EXISTS (SELECT 1 FROM expired x WHERE x.user_id = u.user_id AND x.digest = u.digest)
+            )
+                AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = e.digest)
+            UNION
+            SELECT d FROM unnest(\(released)::text[]) d
+            WHERE NOT EXISTS (SELECT 1 FROM attachment_uploads u WHERE u.digest = d)
+                AND NOT EXISTS (SELECT 1 FROM attachment_refs r WHERE r.digest = d)
+            """,
+            logger: logger
+        ).decode(String.self) {
+            candidates.insert(digest)
+        }
+        return candidates.compactMap(AttachmentDigest.init).sorted { $0.hex < $1.hex }
     }
 
     /// Whether anyone may read the attachment (``SyncStorage/wantsAttachment(_:)``), asked under

@@ -261,10 +261,12 @@ extension PostgresSyncStorage {
         guard !plan.writes.isEmpty else { return }
         try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger)
         guard !plan.references.isEmpty else { return }
+        // What the records named until now is released, not forgotten: readable until the
+        // janitor's sweep a day later (`SQLiteSyncStorage.writeReferences`).
         let records = Array(plan.references.keys)
         try await db.query(
             """
-            DELETE FROM attachment_refs WHERE partition = \(userID)
+            UPDATE attachment_refs SET released_at = \(serverMilliseconds()) WHERE partition = \(userID) AND released_at IS NULL
                 AND (entity, entity_id) IN (SELECT * FROM unnest(\(records.map(\.entity))::text[], \(records.map(\.entityID))::text[]))
             """,
             logger: logger
@@ -275,6 +277,7 @@ extension PostgresSyncStorage {
             """
             INSERT INTO attachment_refs (partition, entity, entity_id, digest)
             SELECT \(userID), * FROM unnest(\(rows.map(\.0.entity))::text[], \(rows.map(\.0.entityID))::text[], \(rows.map(\.1))::text[])
+            ON CONFLICT (partition, entity, entity_id, digest) DO UPDATE SET released_at = NULL
             """,
             logger: logger
         )

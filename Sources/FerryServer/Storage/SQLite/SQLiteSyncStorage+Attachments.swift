@@ -43,8 +43,8 @@ extension SQLiteSyncStorage {
     }
 
     /// Those of `digests` that `caller` may read: uploaded by them, or referenced by a live record
-    /// of theirs or of a space they are a member of. A service may read every attachment the
-    /// server knows.
+    /// of theirs or of a space they are a member of, or released by one less than a day ago
+    /// (until the janitor's sweep). A service may read every attachment the server knows.
     static func readableAttachments(_ digests: [String], by caller: Caller, db: Database) throws -> Set<String> {
         let list = String(decoding: try JSONEncoder().encode(digests), as: UTF8.self)
         let sql =
@@ -57,17 +57,25 @@ extension SQLiteSyncStorage {
             SELECT digest FROM attachment_uploads WHERE user_id = ?2 AND digest IN (SELECT value FROM json_each(?1))
             UNION
             SELECT a.digest FROM attachment_refs a
-            JOIN records r ON r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id AND r.deleted = 0
+            JOIN records r ON r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id
+                AND (r.deleted = 0 OR a.released_at IS NOT NULL)
             WHERE a.digest IN (SELECT value FROM json_each(?1))
                 AND (a.partition = ?2 OR a.partition IN (SELECT char(1) || space_key FROM space_members WHERE user_id = ?2))
             """
         return Set(try String.fetchAll(db.cachedStatement(sql: sql), arguments: caller.isService ? [list] : [list, caller.userID]))
     }
 
-    /// Forgets old uploads of unreferenced attachments (``SyncStorage/expireAttachmentUploads(before:)``).
+    /// Forgets old uploads of unreferenced attachments and references released before `cutoff`
+    /// (``SyncStorage/expireAttachmentUploads(before:)``).
     public func expireAttachmentUploads(before cutoff: Int64) async throws -> [AttachmentDigest] {
         try await mapErrors {
             try await writer.write { db in
+                // The released references go first: the uploads they alone kept then go with them.
+                let released = try String.fetchAll(
+                    db,
+                    sql: "DELETE FROM attachment_refs WHERE released_at < ? RETURNING digest",
+                    arguments: [cutoff]
+                )
                 let expired = try String.fetchAll(
                     db,
                     sql: """
@@ -79,7 +87,7 @@ extension SQLiteSyncStorage {
                         """,
                     arguments: [cutoff]
                 )
-                return try Set(expired).filter { try !Self.wants($0, db: db) }.compactMap(AttachmentDigest.init).sorted { $0.hex < $1.hex }
+                return try Set(expired + released).filter { try !Self.wants($0, db: db) }.compactMap(AttachmentDigest.init).sorted { $0.hex < $1.hex }
             }
         }
     }

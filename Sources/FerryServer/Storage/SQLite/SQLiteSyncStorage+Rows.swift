@@ -100,18 +100,28 @@ extension SQLiteSyncStorage {
             }
             try statement.execute(arguments: [userID] + rows.arguments(values))
         }
-        try writeReferences(plan.references, partition: userID, db: db)
+        try writeReferences(plan.references, partition: userID, at: now, db: db)
     }
 
-    /// Replaces the attachments of each record in `references` with those it names.
-    static func writeReferences(_ references: [RecordRef: [String]], partition: String, db: Database) throws {
+    /// Replaces the attachments of each record in `references` with those it names. Those it
+    /// names no more are released at `now`, not forgotten: they stay readable to whoever could read
+    /// them until the janitor's first sweep a day later, so a screen still showing the old photo
+    /// can load it (``SyncStorage/expireAttachmentUploads(before:)``).
+    static func writeReferences(_ references: [RecordRef: [String]], partition: String, at now: Int64, db: Database) throws {
         for (record, digests) in references {
             let arguments: StatementArguments = [partition, record.entity, record.entityID]
-            try db.cachedStatement(sql: "DELETE FROM attachment_refs WHERE partition = ? AND entity = ? AND entity_id = ?")
-                .execute(arguments: arguments)
+            try db.cachedStatement(
+                sql: "UPDATE attachment_refs SET released_at = ? WHERE partition = ? AND entity = ? AND entity_id = ? AND released_at IS NULL"
+            )
+            .execute(arguments: [now] + arguments)
             for digest in digests {
-                try db.cachedStatement(sql: "INSERT INTO attachment_refs (partition, entity, entity_id, digest) VALUES (?, ?, ?, ?)")
-                    .execute(arguments: arguments + [digest])
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO attachment_refs (partition, entity, entity_id, digest) VALUES (?, ?, ?, ?)
+                        ON CONFLICT DO UPDATE SET released_at = NULL
+                        """
+                )
+                .execute(arguments: arguments + [digest])
             }
         }
     }

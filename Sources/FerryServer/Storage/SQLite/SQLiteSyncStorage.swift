@@ -241,6 +241,16 @@ public final class SQLiteSyncStorage: SyncStorage {
                     """
             )
         }
+        migrator.registerMigration("v8") { db in
+            // A reference its record no longer makes is released (when, in milliseconds), and
+            // stays readable until the janitor's sweep a day later (issue 50).
+            try db.execute(
+                sql: """
+                    ALTER TABLE attachment_refs ADD COLUMN released_at INTEGER;
+                    CREATE INDEX attachment_refs_released ON attachment_refs (released_at) WHERE released_at IS NOT NULL;
+                    """
+            )
+        }
         return migrator
     }
 
