@@ -1,4 +1,5 @@
-// The wire types FerryTesting's API speaks beyond Ferry's: what `FerryTestServer.seed` sends
-// and `records(of:)` returns.
+// The types FerryTesting's API speaks beyond Ferry's: what `FerryTestServer.seed` sends,
+// `records(of:)` returns, and `storedAttachments()` lists.
 @_exported import struct FerryProtocol.Change
 @_exported import struct FerryProtocol.Mutation
+@_exported import struct FerryServer.StoredAttachment

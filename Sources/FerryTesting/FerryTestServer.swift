@@ -171,6 +171,15 @@ public struct FerryTestServer: Sendable {
         await AttachmentJanitor(storage: storage, blobs: attachments, logger: Logger(label: "ferry.test-server.janitor")).sweepOnce(now: date)
     }
 
+    /// Every attachment the server knows, by digest: who uploaded it, which records reference it
+    /// (released ones still readable for a day), and the bytes its store holds under the digest
+    /// (`bytesStored`, `nil` once purged). What a test of photos checks the server's side against.
+    public func storedAttachments() async throws -> [StoredAttachment] {
+        var listed = try await storage.storedAttachments()
+        for index in listed.indices { listed[index].bytesStored = try await attachments.size(of: listed[index].digest) }
+        return listed
+    }
+
     /// A signed token for `user`, valid for `ttl`; with `service`, a service token (`ferry_admin`).
     public func token(for user: String, ttl: Duration = .seconds(3600), service: Bool = false) async throws -> String {
         try await authority.issue(userID: user, ttl: ttl, service: service)

@@ -77,6 +77,14 @@ struct AttachmentReferenceTests {
             )
             #expect(gone.results.map(\.status) == [.applied, .applied])
             #expect(await server.sweepAttachments(asOf: Date()) == 0)
+            let released = { (entityID: String) in
+                StoredAttachment.Reference(space: "crew", user: nil, entity: "jobs", entityID: entityID, released: true)
+            }
+            let listed = try await server.storage.storedAttachments()
+            #expect(listed.map(\.digest) == [photo, other].sorted { $0.hex < $1.hex })
+            #expect(listed.first { $0.digest == photo }?.references == [released("j1"), released("j2")])
+            #expect(listed.first { $0.digest == other }?.references == [released("j1")])
+            #expect(listed.allSatisfy { $0.uploadedBy == ["alice"] })
             for (digest, token, status) in [(photo, bob, 200), (other, bob, 200), (photo, dave, 404), (photo, carol, 404)] {
                 #expect(try await Self.read(server, digest, token: token) == status, "\(digest) within the day")
             }
@@ -85,6 +93,7 @@ struct AttachmentReferenceTests {
                 #expect(try await Self.read(server, digest, token: token) == 404, "\(digest) after the sweep")
             }
             #expect(try await server.attachments.size(of: photo) == nil)
+            #expect(try await server.storage.storedAttachments().isEmpty)
         }
     }
 

@@ -137,7 +137,9 @@ struct AppSyncTests {
         #expect(article.contains("import Ferry\nimport FerryTesting\nimport Foundation\nimport Testing\n"))
     }
 
-    @Test("a device taken offline and back, a photo's download cut mid-body, and the server's janitor a day later, with TestNetwork")
+    @Test(
+        "a device taken offline and back, a photo's download cut mid-body, the server's attachments listed, and its janitor a day later, with TestNetwork"
+    )
     func offlineCutDownloadAndJanitor() async throws {
         try await FerryTestServer.run { server in
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("app-photos-\(UUID())")
@@ -170,6 +172,18 @@ struct AppSyncTests {
             #expect(try Data(contentsOf: fetched) == bytes)
             #expect(fetched.pathExtension == "jpg")
             #expect(await server.sweepAttachments(asOf: Date().addingTimeInterval(2 * 86_400)) == 0, "a record references it")
+            let held = try await server.storedAttachments()
+            #expect(held.map(\.digest.description) == [digest])
+            #expect(held.first?.uploadedBy == ["alice"] && held.first?.contentType == "image/jpeg")
+            #expect(held.first?.size == 300_000 && held.first?.bytesStored == 300_000)
+            #expect(held.first?.references == [.init(space: nil, user: "alice", entity: "jobs", entityID: "j1", released: false)])
+
+            // The photo taken off the job: released, still on the server for the day, then gone.
+            try await phone.database.write { db in try db.execute(sql: "UPDATE jobs SET photo = NULL WHERE id = 'j1'") }
+            try await phoneClient.sync()
+            #expect(try await server.storedAttachments().first?.references.map(\.released) == [true])
+            #expect(await server.sweepAttachments(asOf: Date().addingTimeInterval(2 * 86_400)) == 1)
+            #expect(try await server.storedAttachments().isEmpty)
         }
     }
 }

@@ -59,6 +59,11 @@ public protocol SyncStorage: Sendable {
     /// Whether anyone may read the attachment: an upload of it is noted, or a record references it.
     func wantsAttachment(_ digest: AttachmentDigest) async throws -> Bool
 
+    /// Every attachment the database knows (an upload of it kept, or a record's reference), with
+    /// its uploaders and references, by digest. It reads the two tables whole: for tests and an
+    /// operator's look, not for a request's path.
+    func storedAttachments() async throws -> [StoredAttachment]
+
     /// What `userID`'s attachments take (`--attachment-quota`): the bytes of those they uploaded
     /// that the server keeps, and their uploads in progress but `excluding` (the one a request works on).
     func attachmentUse(of userID: String, excluding: UploadID?) async throws -> AttachmentUse

@@ -118,6 +118,42 @@ extension PostgresSyncStorage {
         return candidates.compactMap(AttachmentDigest.init).sorted { $0.hex < $1.hex }
     }
 
+    /// Every attachment the database knows (``SyncStorage/storedAttachments()``).
+    public func storedAttachments() async throws -> [StoredAttachment] {
+        try await withDatabase { [logger] db in
+            var uploads: [(digest: String, user: String, size: Int64, contentType: String?)] = []
+            for try await upload in try await db.query(
+                "SELECT digest, user_id, size, content_type FROM attachment_uploads",
+                logger: logger
+            ).decode((String, String, Int64, String?).self) {
+                uploads.append(upload)
+            }
+            var references: [(digest: String, reference: StoredAttachment.Reference)] = []
+            for try await (digest, space, partition, entity, entityID, released) in try await db.query(
+                """
+                SELECT a.digest, s.id, a.partition, a.entity, a.entity_id, a.released_at IS NOT NULL
+                FROM attachment_refs a LEFT JOIN spaces s ON a.partition = chr(1) || s.key::text
+                ORDER BY a.partition, a.entity, a.entity_id
+                """,
+                logger: logger
+            ).decode((String, String?, String, String, String, Bool).self) {
+                references.append(
+                    (
+                        digest,
+                        StoredAttachment.Reference(
+                            space: space,
+                            user: space == nil ? partition : nil,
+                            entity: entity,
+                            entityID: entityID,
+                            released: released
+                        )
+                    )
+                )
+            }
+            return StoredAttachment.list(uploads: uploads, references: references)
+        }
+    }
+
     /// Whether anyone may read the attachment (``SyncStorage/wantsAttachment(_:)``), asked under
     /// the attachment's lock: a push referencing it (which holds the lock shared from before it
     /// reads whether the caller may) commits first and is seen, or starts after and finds no

@@ -97,6 +97,39 @@ extension SQLiteSyncStorage {
         try await mapErrors { try await writer.read { db in try Self.wants(digest.description, db: db) } }
     }
 
+    /// Every attachment the database knows (``SyncStorage/storedAttachments()``).
+    public func storedAttachments() async throws -> [StoredAttachment] {
+        try await mapErrors {
+            try await writer.read { db in
+                let uploads = try Row.fetchAll(db, sql: "SELECT digest, user_id, size, content_type FROM attachment_uploads").map {
+                    (digest: $0[0] as String, user: $0[1] as String, size: $0[2] as Int64, contentType: $0[3] as String?)
+                }
+                let references = try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT a.digest, s.id, a.partition, a.entity, a.entity_id, a.released_at IS NOT NULL
+                        FROM attachment_refs a LEFT JOIN spaces s ON a.partition = char(1) || s.key
+                        ORDER BY a.partition, a.entity, a.entity_id
+                        """
+                )
+                .map { row in
+                    let space: String? = row[1]
+                    return (
+                        digest: row[0] as String,
+                        reference: StoredAttachment.Reference(
+                            space: space,
+                            user: space == nil ? row[2] : nil,
+                            entity: row[3],
+                            entityID: row[4],
+                            released: row[5]
+                        )
+                    )
+                }
+                return StoredAttachment.list(uploads: uploads, references: references)
+            }
+        }
+    }
+
     /// What `userID`'s attachments take (``SyncStorage/attachmentUse(of:excluding:)``).
     public func attachmentUse(of userID: String, excluding: UploadID?) async throws -> AttachmentUse {
         try await mapErrors {
