@@ -172,4 +172,40 @@ struct AttachmentControlTests {
             #expect(try Data(contentsOf: try await desk.attachment(digest)) == bytes)
         }
     }
+
+    @Test("a screen asking for a photo while the eager fetch downloads it shares that download: its bytes come once")
+    func eagerAndAskShareOneDownload() async throws {
+        try await TestServer.run { server in
+            let field = try AttachmentSyncTests.openStore()
+            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
+            let (url, bytes) = try AttachmentSyncTests.photo(300_000, seed: 82)
+            let digest = try await field.attach(fileAt: url)
+            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
+            try await worker.sync()
+
+            let (gate, gateOpen) = AsyncStream<Void>.makeStream()
+            let fromStart = LockIsolated(0)  // requests for the photo's first bytes: one per download
+            let transport = InterceptingTransport(
+                URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                stream: { request, next in
+                    if request.path.hasPrefix("/v1/attachments/"), request.headers["Range"]?.hasPrefix("bytes=0-") == true {
+                        fromStart.withValue { $0 += 1 }
+                        for await _ in gate {}
+                    }
+                    return try await next(request)
+                }
+            )
+            let office = try AttachmentSyncTests.openStore(AttachmentSyncTests.jobs(downloads: .eager))
+            let desk = ClientFixture.client(store: office, server: server, transport: transport, configuration: AttachmentSyncTests.configuration())
+            let run = Task { try await desk.sync() }
+            while fromStart.value == 0 { await Task.yield() }  // the eager fetch's download, held
+            let asked = Task { try await desk.attachment(digest) }
+            // A second download, if the ask starts one, arrives here at once; a shared one never does.
+            for _ in 0..<20_000 where fromStart.value == 1 { await Task.yield() }
+            gateOpen.finish()
+            #expect(try Data(contentsOf: try await asked.value) == bytes)
+            _ = try await run.value
+            #expect(fromStart.value == 1, "the photo was downloaded \(fromStart.value) times")
+        }
+    }
 }

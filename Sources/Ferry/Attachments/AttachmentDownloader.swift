@@ -14,11 +14,18 @@ struct AttachmentDownloader: Sendable {
     let status: StatusCenter
     /// The most bytes one request asks for, so memory holds about this much.
     let chunkBytes: Int
+    /// The downloads under way in this client, which every ask shares.
+    let shared: SharedDownloads
 
     private var folder: AttachmentFolder { store.attachmentFolder }
 
-    /// The attachment's file, downloaded first when the store does not hold it.
+    /// The attachment's file, downloaded first when the store does not hold it, by the download
+    /// under way if there is one.
     func file(of digest: AttachmentDigest) async throws -> URL {
+        try await shared.file(of: digest) { try await fetch(digest) }
+    }
+
+    private func fetch(_ digest: AttachmentDigest) async throws -> URL {
         let file = folder.file(digest)
         if folder.holds(digest) {
             // Named whole, but its row never written (a crash or a cancel just after): written now,

@@ -13,16 +13,7 @@ extension FerryClient {
     public func attachment(_ digest: String) async throws -> URL {
         guard let parsed = AttachmentDigest(digest) else { throw FerryError.attachment(AttachmentDigest.problem(with: digest)) }
         guard !stopped else { throw Self.stoppedError }
-        // Two asks for one attachment share its download; the one that started it forgets it,
-        // unless a cancel (or a newer download) replaced it meanwhile.
-        if let shared = downloads[parsed] {
-            _ = try await shared.value
-        } else {
-            let download = Task { [attachmentDownloader] in try await attachmentDownloader.file(of: parsed) }
-            downloads[parsed] = download
-            defer { if downloads[parsed] == download { downloads[parsed] = nil } }
-            _ = try await download.value
-        }
+        _ = try await attachmentDownloader.file(of: parsed)
         try await store.evictAttachments(toFit: configuration.attachmentCacheBytes, keeping: parsed)
         guard let info = try await store.attachmentInfo(digest), let file = info.localFile else {
             throw FerryError.attachment("attachment \(digest) left the store's folder as it arrived (evicted or removed meanwhile)")
@@ -33,8 +24,8 @@ extension FerryClient {
     /// Stops the download of `digest` under way, if one is: every caller of
     /// ``attachment(_:)`` waiting for it gets a `CancellationError`. The bytes that arrived stay
     /// in the store's folder, and the next ask goes on from them.
-    public func cancelDownload(_ digest: String) {
+    public func cancelDownload(_ digest: String) async {
         guard let parsed = AttachmentDigest(digest) else { return }
-        downloads.removeValue(forKey: parsed)?.cancel()  // a later ask starts a new one
+        await downloads.cancel(parsed)
     }
 }

@@ -74,26 +74,33 @@ public struct AttachmentTransfer: Sendable, Equatable, Identifiable {
 }
 
 /// A transfer's bytes as they move, told to observers a step at a time: when they moved by 1% of
-/// the transfer or 256 KiB since the last telling, whichever is more, and at its end. A 50 MB
-/// photo is about 100 updates, not 3,000 (one per 16 KiB the network delivers).
+/// the transfer or 256 KiB since the last telling, whichever is more, or by anything once a
+/// quarter of a second went by without a telling (a slow link still moves the bar a few times a
+/// second), and at its end. A 50 MB photo is about 100 updates, not 3,000 (one per 16 KiB the
+/// network delivers).
 struct TransferMeter {
     private(set) var transfer: AttachmentTransfer
-    /// The bytes done as observers last heard them.
+    /// The bytes done as observers last heard them, and when.
     private var told: Int64
+    private var toldAt: ContinuousClock.Instant
+    /// The longest a moving transfer goes untold.
+    static let patience: Duration = .milliseconds(250)
 
-    /// A meter of `transfer`, whose bytes done so far observers hear of with it.
-    init(_ transfer: AttachmentTransfer) {
-        (self.transfer, told) = (transfer, transfer.bytesDone)
+    /// A meter of `transfer`, whose bytes done so far observers hear of with it at `now`.
+    init(_ transfer: AttachmentTransfer, now: ContinuousClock.Instant = .now) {
+        (self.transfer, told, toldAt) = (transfer, transfer.bytesDone, now)
     }
 
-    /// Counts `bytes` more. When worth telling: the bytes moved since the last telling, and the
-    /// transfer as it now stands.
-    mutating func add(_ bytes: Int64) -> (moved: Int64, transfer: AttachmentTransfer)? {
+    /// Counts `bytes` more, arrived at `now`. When worth telling: the bytes moved since the last
+    /// telling, and the transfer as it now stands.
+    mutating func add(_ bytes: Int64, now: ContinuousClock.Instant = .now) -> (moved: Int64, transfer: AttachmentTransfer)? {
         transfer.bytesDone += bytes
         let done = transfer.bytesDone
         let finished = transfer.totalBytes.map { done >= $0 } ?? false
-        guard finished || done - told >= max(256 * 1024, (transfer.totalBytes ?? 0) / 100) else { return nil }
-        defer { told = done }
+        let step = done - told >= max(256 * 1024, (transfer.totalBytes ?? 0) / 100)
+        let overdue = done > told && now - toldAt >= Self.patience
+        guard finished || step || overdue else { return nil }
+        defer { (told, toldAt) = (done, now) }
         return (done - told, transfer)
     }
 

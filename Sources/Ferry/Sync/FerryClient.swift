@@ -91,8 +91,8 @@ public actor FerryClient {
     private var joiners: [UUID: [UUID: CheckedContinuation<SyncReport, any Error>]] = [:]
     /// Set by `stop()`.
     private(set) var stopped = false
-    /// The attachments being downloaded for `attachment(_:)`.
-    var downloads: [AttachmentDigest: Task<URL, any Error>] = [:]
+    /// The attachment downloads under way, shared by every ask.
+    let downloads = SharedDownloads()
 
     /// A client that syncs `store` with the server.
     ///
@@ -284,7 +284,8 @@ public actor FerryClient {
             connection: connection,
             journal: journal,
             status: statusCenter,
-            chunkBytes: configuration.attachmentChunkBytes
+            chunkBytes: configuration.attachmentChunkBytes,
+            shared: downloads
         )
     }
 
