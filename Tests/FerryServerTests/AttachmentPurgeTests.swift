@@ -21,7 +21,7 @@ struct AttachmentPurgeTests {
     }
 
     @Test(
-        "the sweep purges what no record references a day after its upload, keeps what one does, and what a deleted record did for a day",
+        "the sweep purges what no record references a day after its upload, keeps what one does, what a deleted record did for a day, and what a restored one takes back",
         arguments: StorageBackend.allCases,
         BlobBackend.allCases
     )
@@ -53,6 +53,11 @@ struct AttachmentPurgeTests {
         _ = try await storage.push(caller: alice, clientID: "c1", mutations: [IncomingMutation(.delete(id: 2, entity: "jobs", entityID: "j1"))])
         #expect(await janitor.sweepOnce() == 0, "the deleted record's photo stays readable for a day")
         #expect(try await storage.readableAttachments([kept], by: alice) == [kept])
+        // Restored by a client that names no attachments: what the deletion released is the record's again.
+        let restore = Mutation(id: 3, entity: "jobs", entityID: "j1", op: .upsert, data: ["photo": .string(kept.description)])
+        _ = try await storage.push(caller: alice, clientID: "c1", mutations: [IncomingMutation(restore)])
+        #expect(await janitor.sweepOnce(now: tomorrow) == 0, "the restored record references it")
+        _ = try await storage.push(caller: alice, clientID: "c1", mutations: [IncomingMutation(.delete(id: 4, entity: "jobs", entityID: "j1"))])
         #expect(await janitor.sweepOnce(now: tomorrow) == 1)
         #expect(try await blobs.size(of: kept) == nil)
         #expect(try await storage.readableAttachments([kept], by: alice).isEmpty)

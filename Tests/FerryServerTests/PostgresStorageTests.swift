@@ -88,7 +88,7 @@ struct PostgresStorageTests {
             }
             return versions
         }
-        #expect(versions == Array(1...8))  // 8: uploads in progress, counted in their user's quota
+        #expect(versions == Array(1...9))  // 9: references a record released
         // Cursors are shared: each storage reads the one secret the first migration stored.
         _ = try await storages[0].push(
             userID: "u",

@@ -208,4 +208,45 @@ struct AttachmentControlTests {
             #expect(fromStart.value == 1, "the photo was downloaded \(fromStart.value) times")
         }
     }
+
+    @Test(
+        "a sync cancelled while its eager fetch downloads a photo ends at once, and the download with it; a screen's ask after it starts anew",
+        .timeLimit(.minutes(1))
+    )
+    func cancelledSyncStopsItsDownload() async throws {
+        try await TestServer.run { server in
+            let field = try AttachmentSyncTests.openStore()
+            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
+            let (url, bytes) = try AttachmentSyncTests.photo(300_000, seed: 83)
+            let digest = try await field.attach(fileAt: url)
+            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
+            try await worker.sync()
+
+            let (gate, gateOpen) = AsyncStream<Void>.makeStream()  // opened only for the screen's ask
+            defer { gateOpen.finish() }
+            let held = LockIsolated(0)
+            let transport = InterceptingTransport(
+                URLSessionTransport(baseURL: URL(string: server.baseURL)!),
+                stream: { request, next in
+                    if request.path.hasPrefix("/v1/attachments/"),
+                        held.withValue({
+                            $0 += 1
+                            return $0
+                        }) == 1
+                    {
+                        for await _ in gate {}  // ends when the download is cancelled
+                        try Task.checkCancellation()
+                    }
+                    return try await next(request)
+                }
+            )
+            let office = try AttachmentSyncTests.openStore(AttachmentSyncTests.jobs(downloads: .eager))
+            let desk = ClientFixture.client(store: office, server: server, transport: transport, configuration: AttachmentSyncTests.configuration())
+            let run = Task { try await desk.sync() }
+            while held.value == 0 { await Task.yield() }
+            run.cancel()
+            _ = await run.result  // before the fix: never, the download held at the gate outlived its run
+            #expect(try Data(contentsOf: try await desk.attachment(digest)) == bytes)
+        }
+    }
 }

@@ -105,8 +105,8 @@ struct TransferMeter {
     }
 
     /// The bytes moved that observers have not heard of yet (at a request's end), now told.
-    mutating func untold() -> Int64 {
-        defer { told = transfer.bytesDone }
+    mutating func untold(now: ContinuousClock.Instant = .now) -> Int64 {
+        defer { (told, toldAt) = (transfer.bytesDone, now) }
         return transfer.bytesDone - told
     }
 }

@@ -177,6 +177,7 @@ public actor FerryClient {
             currentRun.task.cancel()  // a run the app started itself, which no scheduler stops
             _ = await currentRun.task.result
         }
+        await downloads.cancelAll()
         await connection.stop()
         await statusCenter.update { $0 = SyncStatus(phase: .signedOut) }
         await statusCenter.finishAll()

@@ -9,7 +9,7 @@ import ServiceLifecycle
 /// record released, replacing or deleting its photo, holds for a day too).
 ///
 /// The database decides and the bytes follow: an attachment is a candidate only when the purge
-/// itself deleted its last upload row, so a database restored from a backup never has bytes its
+/// itself deleted its last upload row or last released reference, so a database restored from a backup never has bytes its
 /// records still reference deleted; and the store moves the bytes aside and asks the database
 /// again before deleting them, so an upload of the same bytes completing at that moment keeps them.
 public struct AttachmentJanitor: Service {

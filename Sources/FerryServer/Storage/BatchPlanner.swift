@@ -25,6 +25,9 @@ struct BatchPlanner {
         /// The attachments each written record references now, for the records whose upserts said
         /// (`Mutation/attachments`), and none for a tombstone; the others keep theirs.
         var references: [RecordRef: [String]] = [:]
+        /// Deleted records restored by an upsert that names no attachments (a client that knows
+        /// none): the references their deletion released are theirs again.
+        var revivedReferences: [RecordRef] = []
     }
 
     /// - Parameter replays: the results kept for resent mutations; a replayed conflict reports
@@ -57,6 +60,7 @@ struct BatchPlanner {
     private var naturalKeyHolders: [NaturalKeyRef: RecordRef] = [:]
     private var lastTouch: [RecordRef: Int] = [:]
     private var references: [RecordRef: [String]] = [:]
+    private var revived: Set<RecordRef> = []
 
     /// - Parameters:
     ///   - clientID: the pushing client, recorded as the writer of what its mutations write.
@@ -102,7 +106,8 @@ struct BatchPlanner {
             response: PushResponse(lastMutationID: lastMutationID, results: results),
             writes: writes,
             releasedNaturalKeys: released,
-            references: references
+            references: references,
+            revivedReferences: revived.sorted { ($0.entity, $0.entityID) < ($1.entity, $1.entityID) }
         )
     }
 
@@ -197,7 +202,13 @@ struct BatchPlanner {
             writtenMutation: mutation.id
         )
         store(record, replacing: existing, at: index)
-        if let attachments = mutation.attachments { references[key] = Array(Set(attachments)).sorted() }
+        if let attachments = mutation.attachments {
+            references[key] = Array(Set(attachments)).sorted()
+            revived.remove(key)
+        } else if existing?.deleted == true, references.removeValue(forKey: key) == nil {
+            // Deleted before this batch: what its deletion released is the restored record's again.
+            revived.insert(key)
+        }
         if merged {
             // The mutation's own record, if the server has it live, is the same thing as the
             // key's holder: it is merged into the holder and deleted, so every device ends with

@@ -233,6 +233,11 @@ enum PostgresSchema {
             [
                 "ALTER TABLE attachment_refs ADD COLUMN released_at bigint",
                 "CREATE INDEX attachment_refs_released ON attachment_refs (released_at) WHERE released_at IS NOT NULL",
+                // A tombstone held its references until purged; now its deletion releases them.
+                """
+                UPDATE attachment_refs a SET released_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                FROM records r WHERE r.user_id = a.partition AND r.entity = a.entity AND r.entity_id = a.entity_id AND r.deleted
+                """,
             ]
         },
     ]

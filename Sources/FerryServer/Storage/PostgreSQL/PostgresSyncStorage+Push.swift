@@ -260,6 +260,23 @@ extension PostgresSyncStorage {
         try await release(plan, userID: userID, db: db, logger: logger)
         guard !plan.writes.isEmpty else { return }
         try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger)
+        if !plan.revivedReferences.isEmpty {
+            // Restored records take back the references their deletion released: their last release.
+            let revived = plan.revivedReferences
+            try await db.query(
+                """
+                UPDATE attachment_refs a SET released_at = NULL
+                FROM (
+                    SELECT entity, entity_id, max(released_at) AS last FROM attachment_refs
+                    WHERE partition = \(userID)
+                        AND (entity, entity_id) IN (SELECT * FROM unnest(\(revived.map(\.entity))::text[], \(revived.map(\.entityID))::text[]))
+                    GROUP BY entity, entity_id
+                ) r
+                WHERE a.partition = \(userID) AND a.entity = r.entity AND a.entity_id = r.entity_id AND a.released_at = r.last
+                """,
+                logger: logger
+            )
+        }
         guard !plan.references.isEmpty else { return }
         // What the records named until now is released, not forgotten: readable until the
         // janitor's sweep a day later (`SQLiteSyncStorage.writeReferences`).

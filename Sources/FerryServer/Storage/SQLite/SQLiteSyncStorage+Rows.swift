@@ -100,6 +100,16 @@ extension SQLiteSyncStorage {
             }
             try statement.execute(arguments: [userID] + rows.arguments(values))
         }
+        for record in plan.revivedReferences {
+            // The references the deletion released: the record's last release.
+            try db.cachedStatement(
+                sql: """
+                    UPDATE attachment_refs SET released_at = NULL WHERE partition = ?1 AND entity = ?2 AND entity_id = ?3
+                        AND released_at = (SELECT max(released_at) FROM attachment_refs WHERE partition = ?1 AND entity = ?2 AND entity_id = ?3)
+                    """
+            )
+            .execute(arguments: [userID, record.entity, record.entityID])
+        }
         try writeReferences(plan.references, partition: userID, at: now, db: db)
     }
 

@@ -250,6 +250,15 @@ public final class SQLiteSyncStorage: SyncStorage {
                     CREATE INDEX attachment_refs_released ON attachment_refs (released_at) WHERE released_at IS NOT NULL;
                     """
             )
+            // A tombstone held its references until purged; now its deletion releases them.
+            try db.execute(
+                sql: """
+                    UPDATE attachment_refs SET released_at = ? WHERE EXISTS (SELECT 1 FROM records r
+                        WHERE r.user_id = attachment_refs.partition AND r.entity = attachment_refs.entity
+                        AND r.entity_id = attachment_refs.entity_id AND r.deleted = 1)
+                    """,
+                arguments: [serverMilliseconds()]
+            )
         }
         return migrator
     }
