@@ -38,10 +38,11 @@ extension PostgresSyncStorage {
         }
     }
 
-    /// One push's transaction, through `PushSteps`: takes the user's lock and reads the client's
-    /// position (and, for a resend, its recent results), applies the batch, then, if it processed
-    /// new mutations, stores the client's new position and all its results. Seven round trips,
-    /// whatever the batch's size: a round trip is most of a push's cost.
+    /// One push's transaction, as `PushDriver` asks: the user's change lock and the client's row
+    /// first, each writable space's lock before the batch is judged, the referenced attachments'
+    /// shared locks before their readability, and what changed announced inside the transaction
+    /// (PostgreSQL delivers it to every process at the commit, and never without it). Seven round
+    /// trips, whatever the batch's size: a round trip is most of a push's cost.
     static func push(
         _ mutations: [IncomingMutation],
         caller: Caller,
@@ -52,50 +53,74 @@ extension PostgresSyncStorage {
         logger: Logger
     ) async throws -> PushResponse {
         let userID = caller.userID
-        var steps = PushSteps(mutations, caller: caller, clientID: clientID)
-        let (position, client) = try await lock(userID, clientID: clientID, db: db, logger: logger)
-        steps.client(client)
-        let lastMutationID = steps.lastMutationID
-        if steps.isNewClient {
-            for try await count in try await db.query("SELECT count(*) FROM clients WHERE user_id = \(userID)", logger: logger).decode(Int.self) {
-                try steps.admit(existingClients: count)
-            }
-        }
-        if steps.needsKeptResults {
-            var kept: [Data] = []
-            for try await results in try await db.query(
-                "SELECT results FROM client_results WHERE user_id = \(userID) AND client_id = \(clientID) ORDER BY slot = \(Int(steps.newerSlot))",
-                logger: logger
-            ).decode(ByteBuffer.self) {
-                kept.append(Data(results.readableBytesView))
-            }
-            try steps.replay(kept)
-        }
-        var positions = [userID: position]
-        let (groups, refused) = try await judge(&steps, positions: &positions, db: db, logger: logger)
-        var responses: [PushResponse] = []
-        for group in groups {
-            guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }
-            responses.append(
-                try await apply(
-                    group.mutations,
-                    clientID: group.writer,
-                    partition: group.partition,
-                    after: position,
-                    oneByOne: oneByOne,
-                    lastMutationID: lastMutationID,
-                    replays: steps.replays,
-                    epoch: epoch,
-                    db: db,
+        var driver = PushDriver(mutations, caller: caller, clientID: clientID, locksSpaces: true)
+        // The change position of each partition whose lock the push holds.
+        var positions: [String: Int64] = [:]
+        while let need = driver.next() {
+            switch need {
+            case .client:
+                let (position, client) = try await lock(userID, clientID: clientID, db: db, logger: logger)
+                positions[userID] = position
+                driver.client(client)
+            case .clientCount:
+                for try await count in try await db.query("SELECT count(*) FROM clients WHERE user_id = \(userID)", logger: logger).decode(Int.self) {
+                    try driver.admit(existingClients: count)
+                }
+            case .keptResults(let newerSlot):
+                var kept: [Data] = []
+                for try await results in try await db.query(
+                    "SELECT results FROM client_results WHERE user_id = \(userID) AND client_id = \(clientID) ORDER BY slot = \(Int(newerSlot))",
                     logger: logger
-                )
-            )
+                ).decode(ByteBuffer.self) {
+                    kept.append(Data(results.readableBytesView))
+                }
+                try driver.replay(kept)
+            case .spaces(let ids):
+                driver.spaces(try await targets(ids, caller: caller, db: db, logger: logger))
+            case .lockSpaces(let keys):
+                // In order of key after the user's: no two pushes wait for each other in a cycle.
+                for key in keys {
+                    positions[SpacePartition.name(key)] = try await lockChanges(of: SpacePartition.name(key), db: db, logger: logger)
+                }
+                driver.spacesLocked()
+            case .readableAttachments(let digests):
+                try await lockAttachments(digests, exclusively: false, db: db, logger: logger)
+                driver.readableAttachments(try await readableAttachments(digests, by: caller, db: db, logger: logger))
+            case .currentRecords(let refusals):
+                var states: [RecordState] = []
+                for refusal in refusals { states.append(try await currentState(of: refusal, db: db, logger: logger)) }
+                driver.currentRecords(states)
+            case .apply(let groups):
+                var responses: [PushResponse] = []
+                for group in groups {
+                    guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }
+                    responses.append(
+                        try await apply(
+                            group,
+                            after: position,
+                            oneByOne: oneByOne,
+                            lastMutationID: driver.lastMutationID,
+                            replays: driver.replays,
+                            epoch: epoch,
+                            db: db,
+                            logger: logger
+                        )
+                    )
+                }
+                driver.applied(responses)
+            case .announce(let signals):
+                try await notify(signals, db: db, logger: logger)
+                driver.announced()
+            case .keep(let keeping):
+                try await keep(keeping, userID: userID, clientID: clientID, db: db, logger: logger)
+                driver.kept()
+            }
         }
-        let response = steps.response(groups: responses, refused: refused)
-        // Announced in the transaction: PostgreSQL delivers it to every process at the commit,
-        // and never without it, so no commit goes unannounced whatever fails after it.
-        try await notify(steps.signals(for: response), db: db, logger: logger)
-        guard let keeping = steps.keeping(response) else { return response }
+        return driver.response
+    }
+
+    /// Keeps the client's new position and its results, in one statement.
+    private static func keep(_ keeping: PushDriver.Keeping, userID: String, clientID: String, db: PostgresConnection, logger: Logger) async throws {
         try await db.query(
             """
             WITH client AS (
@@ -110,66 +135,33 @@ extension PostgresSyncStorage {
             """,
             logger: logger
         )
-        return response
     }
 
-    /// Divides the batch by history (`PushSteps.judge`). The spaces' change locks are taken in
-    /// order of key after the user's (no two pushes wait for each other in a cycle), then the
-    /// memberships read again: a statement after the locks sees every deletion and membership
-    /// change that committed before them, and the whole batch is judged by that one statement. A
-    /// space that became writable between the two reads is locked and read again, so every space
-    /// the judgement lets the batch write is locked. Each refused record the caller may read is
-    /// read as it is now.
-    private static func judge(
-        _ steps: inout PushSteps,
-        positions: inout [String: Int64],
-        db: PostgresConnection,
-        logger: Logger
-    ) async throws -> (groups: [SpacedBatch.Group], refused: [Int64: PushResult]) {
-        var targets: [String: SpacedBatch.Target] = [:]
-        if !steps.spaceIDs.isEmpty {
-            targets = try await Self.targets(of: steps.batch, caller: steps.caller, db: db, logger: logger)
-            var locked: Set<Int64> = []
-            while case let unlocked = steps.toLock(targets: targets, locked: locked), !unlocked.isEmpty {
-                for key in unlocked {
-                    positions[SpacePartition.name(key)] = try await lockChanges(of: SpacePartition.name(key), db: db, logger: logger)
-                    locked.insert(key)
-                }
-                targets = try await Self.targets(of: steps.batch, caller: steps.caller, db: db, logger: logger)
-            }
+    /// A refused record the caller may read, as it is now.
+    private static func currentState(of refusal: SpacedBatch.ReadableRefusal, db: PostgresConnection, logger: Logger) async throws -> RecordState {
+        for try await (version, deleted, naturalKey, data, changedAt) in try await db.query(
+            """
+            SELECT version, deleted, natural_key, data, changed_at FROM records
+            WHERE user_id = \(refusal.partition) AND entity = \(refusal.entity) AND entity_id = \(refusal.entityID)
+            """,
+            logger: logger
+        ).decode((Int64, Bool, String?, ByteBuffer?, Int64?).self) {
+            return try StoredRecord(
+                entity: refusal.entity,
+                entityID: refusal.entityID,
+                version: version,
+                deleted: deleted,
+                naturalKey: naturalKey,
+                data: data.map { Data($0.readableBytesView) },
+                changedAt: changedAt
+            ).state()
         }
-        let digests = steps.referencedDigests
-        if !digests.isEmpty { try await lockAttachments(digests, exclusively: false, db: db, logger: logger) }
-        let readableDigests = digests.isEmpty ? [] : try await readableAttachments(digests, by: steps.caller, db: db, logger: logger)
-        let (groups, judged, readable) = steps.judge(targets: targets, readableAttachments: readableDigests)
-        var refused = judged
-        for refusal in readable {
-            var current = RecordState.absent
-            for try await (version, deleted, naturalKey, data, changedAt) in try await db.query(
-                """
-                SELECT version, deleted, natural_key, data, changed_at FROM records
-                WHERE user_id = \(refusal.partition) AND entity = \(refusal.entity) AND entity_id = \(refusal.entityID)
-                """,
-                logger: logger
-            ).decode((Int64, Bool, String?, ByteBuffer?, Int64?).self) {
-                current = try StoredRecord(
-                    entity: refusal.entity,
-                    entityID: refusal.entityID,
-                    version: version,
-                    deleted: deleted,
-                    naturalKey: naturalKey,
-                    data: data.map { Data($0.readableBytesView) },
-                    changedAt: changedAt
-                ).state()
-            }
-            refused[refusal.id]?.current = current
-        }
-        return (groups, refused)
+        return .absent
     }
 
-    /// The live spaces `batch` names, by id, with the caller's role in each.
+    /// The live spaces of `ids`, by id, with the caller's role in each.
     static func targets(
-        of batch: SpacedBatch,
+        _ ids: [String],
         caller: Caller,
         db: PostgresConnection,
         logger: Logger
@@ -178,7 +170,7 @@ extension PostgresSyncStorage {
         for try await (id, key, role) in try await db.query(
             """
             SELECT s.id, s.key, m.role FROM spaces s LEFT JOIN space_members m ON m.space_key = s.key AND m.user_id = \(caller.userID)
-            WHERE NOT s.deleted AND s.id = ANY(\(batch.spaceIDs)::text[])
+            WHERE NOT s.deleted AND s.id = ANY(\(ids)::text[])
             """,
             logger: logger
         ).decode((String, Int64, String?).self) {
@@ -190,9 +182,7 @@ extension PostgresSyncStorage {
     /// One history's mutations of a push (`SpacedBatch.Group`), written after `position`, all at
     /// once or, with `oneByOne`, each in a savepoint.
     static func apply(
-        _ mutations: [IncomingMutation],
-        clientID: String,
-        partition userID: String,
+        _ group: SpacedBatch.Group,
         after position: Int64,
         oneByOne: Bool,
         lastMutationID: Int64,
@@ -201,6 +191,7 @@ extension PostgresSyncStorage {
         db: PostgresConnection,
         logger: Logger
     ) async throws -> PushResponse {
+        let (mutations, clientID, userID) = (group.mutations, group.writer, group.partition)
         let response: PushResponse
         if oneByOne {
             // One mutation per savepoint: one whose write breaks a constraint is `rejected`
@@ -226,7 +217,7 @@ extension PostgresSyncStorage {
                     results.append(plan.response.results[0])
                 } catch let error as PSQLError where error.isRefusedWrite {
                     try await db.query("ROLLBACK TO SAVEPOINT mutation", logger: logger)
-                    results.append(PushSteps.refusedByDatabase(incoming, reason: error.serverInfo?[.message]))
+                    results.append(PushDriver.refusedByDatabase(incoming, reason: error.serverInfo?[.message]))
                 }
                 last = max(last, incoming.mutation.id)
             }

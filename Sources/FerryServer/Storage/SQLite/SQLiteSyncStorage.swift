@@ -22,7 +22,7 @@ public final class SQLiteSyncStorage: SyncStorage {
     package let interleaving = PullInterleaving()
     /// One push per user at a time reaches the writer: a user's burst of large pushes waits here,
     /// in memory, so another user's push waits behind at most one of them, not all.
-    private let pushes = UserLine()
+    let pushes = UserLine()
     /// This process's epoch (`ChangeHead`): a database restored under it shows in the cursors.
     let epoch = newEpoch()
     /// What each commit changed, for the event streams.
@@ -263,14 +263,6 @@ public final class SQLiteSyncStorage: SyncStorage {
         return migrator
     }
 
-    /// Applies the batch in one write transaction, committed with `synchronous = FULL` before it returns.
-    public func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        let (response, signals) = try await pushes.run(for: caller.userID) { try await self.write(mutations, caller: caller, clientID: clientID) }
-        // Committed: the streams of this process, the only one on the file, hear of it.
-        changes.announce(signals)
-        return response
-    }
-
     /// Calls `deliver` with what each commit changed until cancelled (see ``SyncStorage/followChanges(_:)``).
     public func followChanges(_ deliver: @escaping @Sendable ([ChangeSignal]) -> Void) async throws {
         await withTaskGroup(of: Void.self) { group in
@@ -298,186 +290,6 @@ public final class SQLiteSyncStorage: SyncStorage {
             }
             if last != version { deliver([.everything]) }
         }
-    }
-
-    /// The push's transaction; returns its answer and what it changed, for the event streams.
-    private func write(_ mutations: [IncomingMutation], caller: Caller, clientID: String) async throws -> (PushResponse, [ChangeSignal]) {
-        let epoch = epoch
-        // One mutation at a time (`applyOneByOne`) when a write broke a constraint: the planner
-        // should make that impossible; if a rule was missed, the batch (rolled back whole) still
-        // gets one result per mutation instead of a 500.
-        let attempt = { (oneByOne: Bool) in
-            try await self.writer.write { db in
-                var steps = PushSteps(mutations, caller: caller, clientID: clientID)
-                let response = try Self.push(&steps, oneByOne: oneByOne, epoch: epoch, db: db)
-                return (response, steps.signals(for: response))
-            }
-        }
-        return try await mapErrors {
-            do {
-                return try await attempt(false)
-            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                return try await attempt(true)
-            }
-        }
-    }
-
-    /// One push's transaction, through `PushSteps`: reads the client's position (and, for a
-    /// resend, its recent results), applies the batch, then, if it processed new mutations,
-    /// stores its new position and all its results. The single writer keeps the transaction from
-    /// any other push and any membership change, so it needs no lock of its own.
-    private static func push(_ steps: inout PushSteps, oneByOne: Bool, epoch: Int64, db: Database) throws -> PushResponse {
-        let (userID, clientID) = (steps.caller.userID, steps.clientID)
-        let client = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT last_mutation_id, pushes FROM clients WHERE user_id = ? AND client_id = ?"),
-            arguments: [userID, clientID]
-        )
-        steps.client(client.map { ($0[0], $0[1]) })
-        if steps.isNewClient {
-            try steps.admit(
-                existingClients: try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM clients WHERE user_id = ?"), arguments: [userID]) ?? 0
-            )
-        }
-        if steps.needsKeptResults {
-            try steps.replay(
-                try Data.fetchAll(
-                    db.cachedStatement(sql: "SELECT results FROM client_results WHERE user_id = ? AND client_id = ? ORDER BY slot = ?"),
-                    arguments: [userID, clientID, steps.newerSlot]
-                )
-            )
-        }
-        let (groups, refused) = try judge(steps, db: db)
-        let (lastMutationID, replays) = (steps.lastMutationID, steps.replays)
-        let responses = try groups.map { group in
-            oneByOne
-                ? try applyOneByOne(
-                    group.mutations,
-                    clientID: group.writer,
-                    lastMutationID: lastMutationID,
-                    replays: replays,
-                    userID: group.partition,
-                    epoch: epoch,
-                    db: db
-                )
-                : try apply(
-                    group.mutations,
-                    clientID: group.writer,
-                    lastMutationID: lastMutationID,
-                    replays: replays,
-                    userID: group.partition,
-                    epoch: epoch,
-                    db: db
-                ).response
-        }
-        let response = steps.response(groups: responses, refused: refused)
-        if let keeping = steps.keeping(response) {
-            try db.cachedStatement(
-                sql: """
-                    INSERT INTO clients (user_id, client_id, last_mutation_id, pushes, last_seen_at) VALUES (?, ?, ?, 1, ?)
-                    ON CONFLICT (user_id, client_id) DO UPDATE SET last_mutation_id = excluded.last_mutation_id, pushes = clients.pushes + 1,
-                        last_seen_at = excluded.last_seen_at
-                    """
-            ).execute(arguments: [userID, clientID, keeping.lastMutationID, serverMilliseconds()])
-            try db.cachedStatement(sql: "INSERT OR REPLACE INTO client_results (user_id, client_id, slot, results) VALUES (?, ?, ?, ?)")
-                .execute(arguments: [userID, clientID, keeping.slot, keeping.results])
-        }
-        return response
-    }
-
-    /// Divides the batch by history (`PushSteps.judge`) by the spaces it names as the push's
-    /// transaction reads them, and reads each refused record the caller may read as it is now.
-    private static func judge(_ steps: PushSteps, db: Database) throws -> (groups: [SpacedBatch.Group], refused: [Int64: PushResult]) {
-        var targets: [String: SpacedBatch.Target] = [:]
-        if !steps.spaceIDs.isEmpty {
-            let rows = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT s.id, s.key, m.role FROM spaces s LEFT JOIN space_members m ON m.space_key = s.key AND m.user_id = ?
-                    WHERE s.deleted = 0 AND s.id IN (SELECT value FROM json_each(?))
-                    """,
-                arguments: [steps.caller.userID, String(decoding: try JSONEncoder().encode(steps.spaceIDs), as: UTF8.self)]
-            )
-            for row in rows {
-                targets[row[0]] = SpacedBatch.Target(key: row[1], role: (row[2] as String?).flatMap(SpaceRole.init(rawValue:)))
-            }
-        }
-        let digests = steps.referencedDigests
-        let readableDigests = digests.isEmpty ? [] : try readableAttachments(digests, by: steps.caller, db: db)
-        let (groups, judged, readable) = steps.judge(targets: targets, readableAttachments: readableDigests)
-        var refused = judged
-        for refusal in readable {
-            let row = try Row.fetchOne(
-                db.cachedStatement(
-                    sql: "SELECT version, deleted, natural_key, data, changed_at FROM records WHERE user_id = ? AND entity = ? AND entity_id = ?"
-                ),
-                arguments: [refusal.partition, refusal.entity, refusal.entityID]
-            )
-            refused[refusal.id]?.current =
-                try row.map {
-                    try StoredRecord(
-                        entity: refusal.entity,
-                        entityID: refusal.entityID,
-                        version: $0[0],
-                        deleted: $0[1],
-                        naturalKey: $0[2],
-                        data: $0[3],
-                        changedAt: $0[4]
-                    ).state()
-                } ?? .absent
-        }
-        return (groups, refused)
-    }
-
-    /// Loads what a batch touches, decides every result and writes the records.
-    private static func apply(
-        _ mutations: [IncomingMutation],
-        clientID: String,
-        lastMutationID: Int64,
-        replays: [Int64: RecentResults.Kept],
-        userID: String,
-        epoch: Int64,
-        db: Database
-    ) throws -> BatchPlanner.BatchPlan {
-        let loaded = try load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db)
-        var planner = BatchPlanner(
-            clientID: clientID,
-            lastMutationID: lastMutationID,
-            replays: replays,
-            loaded: loaded
-        )
-        let plan = planner.plan(mutations)
-        try write(plan, userID: userID, epoch: epoch, db: db)
-        return plan
-    }
-
-    /// The batch again, one mutation per savepoint: a mutation whose write breaks a constraint
-    /// is `rejected` with the database's reason, and the others are applied as usual.
-    private static func applyOneByOne(
-        _ mutations: [IncomingMutation],
-        clientID: String,
-        lastMutationID: Int64,
-        replays: [Int64: RecentResults.Kept],
-        userID: String,
-        epoch: Int64,
-        db: Database
-    ) throws -> PushResponse {
-        var last = lastMutationID
-        var results: [PushResult] = []
-        for incoming in mutations {
-            let id = incoming.mutation.id
-            let result: PushResult
-            do {
-                result = try inSavepoint(db) {
-                    try apply([incoming], clientID: clientID, lastMutationID: last, replays: replays, userID: userID, epoch: epoch, db: db)
-                        .response.results[0]
-                }
-            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                result = PushSteps.refusedByDatabase(incoming, reason: error.message)
-            }
-            last = max(last, id)
-            results.append(result)
-        }
-        return PushResponse(lastMutationID: last, results: results)
     }
 
     /// Deletes, in one transaction, the tombstones written before `cutoff` (each user's purge
@@ -557,16 +369,6 @@ public final class SQLiteSyncStorage: SyncStorage {
                 continuation.resume(with: Result { try writer.close() })
             }
         }
-    }
-
-    /// `body` in a savepoint: rolled back alone if it throws, the transaction goes on.
-    private static func inSavepoint<T>(_ db: Database, _ body: () throws -> T) throws -> T {
-        var value: T?
-        try db.inSavepoint {
-            value = try body()
-            return .commit
-        }
-        return value!  // set: `inSavepoint` returned without an error, so `body` ran to the end
     }
 
     /// Turns SQLite failures a client should retry (busy, I/O, full disk, closed) into `StorageError.unavailable`.
