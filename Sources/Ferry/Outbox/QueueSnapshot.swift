@@ -174,8 +174,15 @@ public struct QueueSnapshot: Sendable, Equatable {
     /// sending it, what was set aside and why, how the last run ended, what the scheduler and
     /// the client do now. The answer to "why is it stuck?".
     public var explanation: [String] {
+        queueLines + setAsideLines + runLines
+    }
+
+    /// Whether the lease's holder runs and holds it still.
+    private var running: Bool { lease.map { $0.holderIsRunning && $0.expiresAt > takenAt } ?? false }
+
+    /// What waits to be sent, and who sends it.
+    private var queueLines: [String] {
         var lines: [String] = []
-        let running = lease.map { $0.holderIsRunning && $0.expiresAt > takenAt } ?? false
         if queued == 0 {
             lines.append("Nothing is waiting to be sent.")
         } else {
@@ -205,6 +212,12 @@ public struct QueueSnapshot: Sendable, Equatable {
                 lines.append("Nobody is syncing this store now: the next trigger (a write, the app becoming active, a manual sync) sends them.")
             }
         }
+        return lines
+    }
+
+    /// What was set aside, refused or waits for its attachments.
+    private var setAsideLines: [String] {
+        var lines: [String] = []
         if !deadLetters.isEmpty {
             var byReason: [String: [DeadLetter]] = [:]
             for letter in deadLetters { byReason[letter.reason.isEmpty ? "no reason recorded" : letter.reason, default: []].append(letter) }
@@ -230,6 +243,12 @@ public struct QueueSnapshot: Sendable, Equatable {
                 "Attachments waiting to upload, their records waiting for them: \(waiting.count) (\(bytes))\(failed)."
             )
         }
+        return lines
+    }
+
+    /// How the last run ended, and what runs or waits now.
+    private var runLines: [String] {
+        var lines: [String] = []
         switch lastRun {
         case let run? where run.runOutcome == "succeeded":
             let counts = [JournalDetail.pushed, .merged, .pulled].compactMap { key in run[key].map { "\(key) \($0)" } }
