@@ -2,6 +2,8 @@ import Foundation
 
 /// The paths of PROTOCOL.md's endpoints, written once for the server's routes and every client.
 package enum Endpoint {
+    /// What every path of the protocol starts with.
+    package static let prefix = "/v1/"
     package static let health = "/v1/health"
     package static let push = "/v1/push"
     package static let pull = "/v1/pull"

@@ -48,12 +48,16 @@ extension FerryClient {
 
     /// A store from before incarnations (`ferry-v13`) holds memberships without one, and a pull
     /// reports them again only once they change: their incarnations are asked for once, so that
-    /// changes made from now on are bound to the spaces the store holds.
+    /// changes made from now on are bound to the spaces the store holds. A store opened by this
+    /// version learns them at its client's first run; every membership it writes has one.
     func learnIncarnations() async throws {
         let unknown = try await store.database.read { db in
             try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_spaces WHERE incarnation IS NULL)") ?? false
         }
-        guard unknown else { return }
+        guard unknown else {
+            incarnationsKnown = true
+            return
+        }
         let memberships = try await spaces()
         try await store.database.write { db in
             for membership in memberships where membership.incarnation != nil {
@@ -65,6 +69,7 @@ extension FerryClient {
                 try SpaceMemberships.noteIncarnation(of: membership, db: db)
             }
         }
+        incarnationsKnown = true  // what the server could not say, a later pull of the space does
     }
 
     /// A path of `Endpoint`, or a `bad_request` refusal before any request.

@@ -91,6 +91,9 @@ public actor FerryClient {
     private var joiners: [UUID: [UUID: CheckedContinuation<SyncReport, any Error>]] = [:]
     /// Set by `stop()`.
     private(set) var stopped = false
+    /// Whether the store's memberships all have their incarnations (``learnIncarnations()``):
+    /// asked once per client, not at every run.
+    var incarnationsKnown = false
     /// The attachment downloads under way, shared by every ask.
     let downloads = SharedDownloads()
 
@@ -359,8 +362,8 @@ public actor FerryClient {
         let limitedBefore = await connection.rateLimitedCount
         var report = SyncReport()
         do {
-            // Best effort: a server that cannot say leaves the run to go on as before.
-            try? await learnIncarnations()
+            // Best effort, once: a server that cannot say leaves the run to go on as before.
+            if !incarnationsKnown { try? await learnIncarnations() }
             report.upload = try await upload()
             report.pull = try await Puller(
                 store: store,

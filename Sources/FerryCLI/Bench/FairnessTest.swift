@@ -170,12 +170,12 @@ struct FairnessTest {
             var request: HTTPClientRequest
             switch call {
             case .push(let push):
-                request = HTTPClientRequest(url: endpoint + "/v1/push")
+                request = HTTPClientRequest(url: endpoint + Endpoint.push)
                 request.method = .POST
                 request.headers.add(name: "Content-Type", value: "application/json")
                 request.body = .bytes(push)
             case .pull:
-                request = HTTPClientRequest(url: endpoint + "/v1/pull?limit=1000")
+                request = HTTPClientRequest(url: endpoint + Endpoint.pull + "?limit=1000")
             }
             request.headers.add(name: "Authorization", value: "Bearer \(token)")
             let response = try await http.execute(request, timeout: .seconds(120))

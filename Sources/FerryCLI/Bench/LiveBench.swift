@@ -144,7 +144,7 @@ struct LiveBench {
             let response = try await HTTPClientTransport(baseURL: endpoint).send(
                 TransportRequest(
                     method: "POST",
-                    path: "/v1/push",
+                    path: Endpoint.push,
                     headers: ["Authorization": "Bearer \(token)", "Content-Type": "application/json"],
                     body: body
                 )
@@ -229,7 +229,11 @@ struct LiveBench {
                 for index in 0..<count {
                     let token = try await authority.issue(userID: "\(run)-idle-\(index)", ttl: .seconds(7200))
                     let stream = try await transport.openStream(
-                        TransportRequest(method: "GET", path: "/v1/events", headers: ["Authorization": "Bearer \(token)", "Ferry-Client-ID": "idle"])
+                        TransportRequest(
+                            method: "GET",
+                            path: Endpoint.events,
+                            headers: ["Authorization": "Bearer \(token)", "Ferry-Client-ID": "idle"]
+                        )
                     )
                     guard stream.status == 200 else { throw CommandFailure("stream \(index) answered \(stream.status)") }
                     let (heard, feed) = AsyncStream.makeStream(of: ContinuousClock.Instant.self)

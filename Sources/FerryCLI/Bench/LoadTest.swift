@@ -64,11 +64,11 @@ struct LoadTest {
         if spaces > 0 {
             let service = try await authority.issue(userID: "load-\(run)-backend", ttl: .seconds(3600), service: true)
             for space in 0..<spaces {
-                try await Self.send("PUT", endpoints[0] + "/v1/spaces/load-\(run.lowercased())-\(space)", token: service, http: http)
+                try await Self.send("PUT", endpoints[0] + Endpoint.spaces + "/load-\(run.lowercased())-\(space)", token: service, http: http)
                 for user in tokens.indices {
                     try await Self.send(
                         "PUT",
-                        endpoints[0] + "/v1/spaces/load-\(run.lowercased())-\(space)/members/load-\(run)-\(user)",
+                        endpoints[0] + Endpoint.spaces + "/load-\(run.lowercased())-\(space)/members/load-\(run)-\(user)",
                         token: service,
                         body: #"{"role":"write"}"#,
                         http: http
@@ -175,7 +175,7 @@ struct LoadTest {
                             space: space
                         )
                     }
-                    request = HTTPClientRequest(url: endpoint + "/v1/push")
+                    request = HTTPClientRequest(url: endpoint + Endpoint.push)
                     request.method = .POST
                     request.headers.add(name: "Content-Type", value: "application/json")
                     request.body = .bytes(
@@ -183,7 +183,7 @@ struct LoadTest {
                     )
                 } else {
                     let query = "limit=500" + (cursor.map { "&cursor=\($0)" } ?? "")
-                    request = HTTPClientRequest(url: endpoint + "/v1/pull?" + query)
+                    request = HTTPClientRequest(url: endpoint + Endpoint.pull + "?" + query)
                 }
                 request.headers.add(name: "Authorization", value: "Bearer \(token)")
                 let started = ContinuousClock.now

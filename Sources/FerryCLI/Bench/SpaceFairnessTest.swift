@@ -58,9 +58,9 @@ struct SpaceFairnessTest {
         do {
             let client = SpacesBench.Client(endpoint: endpoint, http: http)
             let space = "\(run)-team"
-            try await client.send("PUT", "/v1/spaces/\(space)", token: owner)
+            try await client.send("PUT", Endpoint.spaces + "/\(space)", token: owner)
             for member in ["heavy", "other"] {
-                try await client.send("PUT", "/v1/spaces/\(space)/members/\(run)-\(member)", token: owner, body: #"{"role":"write"}"#)
+                try await client.send("PUT", Endpoint.spaces + "/\(space)/members/\(run)-\(member)", token: owner, body: #"{"role":"write"}"#)
             }
             try await seed(space, client: client, token: owner)
             let report = try await measure(space, client: client, heavy: heavy, other: other, server: server)
@@ -81,7 +81,7 @@ struct SpaceFairnessTest {
             }
             try await client.send(
                 "POST",
-                "/v1/push",
+                Endpoint.push,
                 token: token,
                 body: #"{"clientID":"owner","mutations":["# + mutations.joined(separator: ",") + "]}"
             )
@@ -97,7 +97,7 @@ struct SpaceFairnessTest {
                 // A stream refused (the member's other requests in progress, its quota) is opened
                 // again after Retry-After, as the reference client does.
                 while !Task.isCancelled {
-                    var request = HTTPClientRequest(url: client.endpoint + "/v1/events")
+                    var request = HTTPClientRequest(url: client.endpoint + Endpoint.events)
                     request.headers.add(name: "Authorization", value: "Bearer \(heavy)")
                     request.headers.add(name: "Accept", value: "text/event-stream")
                     let response = try await client.http.execute(request, timeout: .seconds(600))
@@ -204,7 +204,7 @@ struct SpaceFairnessTest {
     /// A pull's status and where the download goes on (nil unless 200). After a 429 it waits
     /// `Retry-After` (1 s), as the reference client does.
     private func pull(_ client: SpacesBench.Client, token: String, cursor: String?) async -> (Int, PageEnd?) {
-        var request = HTTPClientRequest(url: client.endpoint + "/v1/pull?limit=1000" + (cursor.map { "&cursor=\($0)" } ?? ""))
+        var request = HTTPClientRequest(url: client.endpoint + Endpoint.pull + "?limit=1000" + (cursor.map { "&cursor=\($0)" } ?? ""))
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
         guard let response = try? await client.http.execute(request, timeout: .seconds(120)),
             let body = try? await response.body.collect(upTo: 64 * 1024 * 1024)
@@ -239,7 +239,7 @@ struct SpaceFairnessTest {
             )
             nextID += 1
             var started = ContinuousClock.now
-            try await client.send("POST", "/v1/push", token: token, body: String(decoding: try JSONEncoder().encode(push), as: UTF8.self))
+            try await client.send("POST", Endpoint.push, token: token, body: String(decoding: try JSONEncoder().encode(push), as: UTF8.self))
             pushes.append(started.duration(to: .now).seconds * 1000)
             started = ContinuousClock.now
             let page = try await client.pull(token: token, cursor: cursor)

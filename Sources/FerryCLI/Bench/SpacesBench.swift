@@ -48,11 +48,11 @@ struct SpacesBench {
         // An empty pull, one space against 1,000.
         let one = try await tokens("one", false)
         let many = try await tokens("many", false)
-        try await client.send("PUT", "/v1/spaces/\(run)-single", token: service)
-        try await client.send("PUT", "/v1/spaces/\(run)-single/members/\(run)-one", token: service, body: #"{"role":"read"}"#)
+        try await client.send("PUT", Endpoint.spaces + "/\(run)-single", token: service)
+        try await client.send("PUT", Endpoint.spaces + "/\(run)-single/members/\(run)-one", token: service, body: #"{"role":"read"}"#)
         for index in 0..<ProtocolLimits.maxSpacesPerUser {
-            try await client.send("PUT", "/v1/spaces/\(run)-s\(index)", token: service)
-            try await client.send("PUT", "/v1/spaces/\(run)-s\(index)/members/\(run)-many", token: service, body: #"{"role":"read"}"#)
+            try await client.send("PUT", Endpoint.spaces + "/\(run)-s\(index)", token: service)
+            try await client.send("PUT", Endpoint.spaces + "/\(run)-s\(index)/members/\(run)-many", token: service, body: #"{"role":"read"}"#)
         }
         var cursors: [String: String] = [:]
         for (name, token) in [("one", one), ("many", many)] { cursors[name] = try await client.pullAll(token: token).cursor }
@@ -94,7 +94,7 @@ struct SpacesBench {
         }
         try await client.send(
             "POST",
-            "/v1/push",
+            Endpoint.push,
             token: service,
             body: String(decoding: try JSONEncoder().encode(PushRequest(clientID: "bench-spread", mutations: spread)), as: UTF8.self)
         )
@@ -107,9 +107,9 @@ struct SpacesBench {
     /// A first download: a space of `records` for a new member, the same size personal.
     private func firstDownload(_ client: Client, run: String, service: String, tokens: Tokens) async throws -> String {
         // A first download: a space of `records` for a new member, the same size personal.
-        try await client.send("PUT", "/v1/spaces/\(run)-big", token: service)
+        try await client.send("PUT", Endpoint.spaces + "/\(run)-big", token: service)
         try await client.push(count: records, space: "\(run)-big", token: service)
-        try await client.send("PUT", "/v1/spaces/\(run)-big/members/\(run)-joiner", token: service, body: #"{"role":"read"}"#)
+        try await client.send("PUT", Endpoint.spaces + "/\(run)-big/members/\(run)-joiner", token: service, body: #"{"role":"read"}"#)
         let solo = try await tokens("solo", false)
         try await client.push(count: records, space: nil, token: solo)
         var rates: [String: Double] = [:]
@@ -132,9 +132,9 @@ struct SpacesBench {
     private func concurrentWriters(_ client: Client, run: String, service: String, tokens: Tokens) async throws -> String {
         // Two users pushing at once: into a space each, then both into one.
         for space in ["left", "right"] {
-            try await client.send("PUT", "/v1/spaces/\(run)-\(space)", token: service)
+            try await client.send("PUT", Endpoint.spaces + "/\(run)-\(space)", token: service)
             for user in ["writer-a", "writer-b"] {
-                try await client.send("PUT", "/v1/spaces/\(run)-\(space)/members/\(run)-\(user)", token: service, body: #"{"role":"write"}"#)
+                try await client.send("PUT", Endpoint.spaces + "/\(run)-\(space)/members/\(run)-\(user)", token: service, body: #"{"role":"write"}"#)
             }
         }
         let writers = [try await tokens("writer-a", false), try await tokens("writer-b", false)]
@@ -182,7 +182,7 @@ struct SpacesBench {
         }
 
         func pull(token: String, cursor: String?) async throws -> PullResponse {
-            let body = try await send("GET", "/v1/pull?limit=1000" + (cursor.map { "&cursor=\($0)" } ?? ""), token: token)
+            let body = try await send("GET", Endpoint.pull + "?limit=1000" + (cursor.map { "&cursor=\($0)" } ?? ""), token: token)
             return try PullResponse.decode(from: Data(body.readableBytesView))
         }
 
@@ -214,7 +214,7 @@ struct SpacesBench {
                     )
                 }
                 let body = String(decoding: try JSONEncoder().encode(PushRequest(clientID: "bench-\(prefix)", mutations: mutations)), as: UTF8.self)
-                try await send("POST", "/v1/push", token: token, body: body)
+                try await send("POST", Endpoint.push, token: token, body: body)
             }
         }
     }

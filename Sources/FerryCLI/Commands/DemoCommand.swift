@@ -8,7 +8,8 @@ import Logging
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo",
-        abstract: "Play the five failures of docs/DESIGN.md on a real server and real client stores, and show Ferry getting each right.",
+        abstract:
+            "Play the five failures of docs/DESIGN.md, a team sharing spaces and photos from the field on a real server and real client stores, and show Ferry getting each right.",
         discussion: "Runs in a temporary directory with an embedded server on a free loopback port. Exits non-zero if any scenario fails."
     )
 

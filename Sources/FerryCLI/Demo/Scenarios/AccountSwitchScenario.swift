@@ -65,7 +65,7 @@ struct AccountSwitchScenario: DemoScenario {
         return ScenarioOutcome(
             metrics: [
                 "anaQueued": anaQueued, "benRecords": benRemote.count, "anaRecordsWhileBen": anaWhileBen.count,
-                "anaRecords": anaRemote.count, "pending": anaStatus.pending, "pushRequests": app.wire.count("/v1/push"),
+                "anaRecords": anaRemote.count, "pending": anaStatus.pending, "pushRequests": app.wire.count(Endpoint.push),
             ],
             checks: [
                 (

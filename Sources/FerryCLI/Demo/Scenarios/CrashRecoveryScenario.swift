@@ -28,7 +28,7 @@ struct CrashRecoveryScenario: DemoScenario {
 
         func send(_ request: TransportRequest) async throws -> TransportResponse {
             let number =
-                request.path == "/v1/push"
+                request.path == Endpoint.push
                 ? lock.withLock {
                     pushes += 1
                     return pushes
@@ -117,7 +117,7 @@ struct CrashRecoveryScenario: DemoScenario {
         let appliedTwice = remote.values.filter { $0.version > 1 }.count
         return ScenarioOutcome(
             metrics: [
-                "inFlightAtCrash": states[1] ?? 0, "pushRequests": first.wire.count("/v1/push") + second.wire.count("/v1/push"),
+                "inFlightAtCrash": states[1] ?? 0, "pushRequests": first.wire.count(Endpoint.push) + second.wire.count(Endpoint.push),
                 "pending": status.pending, "serverRecords": remote.count, "appliedTwice": appliedTwice,
             ],
             checks: [

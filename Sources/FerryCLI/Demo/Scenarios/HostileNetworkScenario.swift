@@ -54,13 +54,13 @@ struct HostileNetworkScenario: DemoScenario {
         let injected = faults.injectedFaults
         output.say("Faults injected: " + injected.sorted { $0.key < $1.key }.map { "\($0.value) × \($0.key)" }.joined(separator: ", "))
         let waits = journal.filter { $0.kind == .wait }.count
-        output.say("\(app.wire.count("/v1/")) requests, \(waits) waits (Retry-After or backoff with jitter)")
+        output.say("\(app.wire.count(Endpoint.prefix)) requests, \(waits) waits (Retry-After or backoff with jitter)")
         let remote = try await server.records(of: "kim")
         let appliedTwice = remote.values.filter { $0.version > 1 }.count
         let lost = injected["lost response", default: 0]
         return ScenarioOutcome(
             metrics: [
-                "pushRequests": app.wire.count("/v1/push"), "pullRequests": app.wire.count("/v1/pull"),
+                "pushRequests": app.wire.count(Endpoint.push), "pullRequests": app.wire.count(Endpoint.pull),
                 "rateLimited": injected["429", default: 0], "lostResponses": lost, "resets": injected["reset", default: 0],
                 "unavailable": injected["503", default: 0], "pending": status.pending, "serverRecords": remote.count,
                 "appliedTwice": appliedTwice, "runs": runs,

@@ -75,12 +75,12 @@ struct LaunchStormScenario: DemoScenario {
         let runs = history.filter { if case .startedRun = $0.1 { true } else { false } }.count
         let followUps = history.filter { if case .queuedAfterRun = $0.1 { true } else { false } }.count
         let pulled = journal.filter { $0.kind == .runFinished }.compactMap { $0[.pulled].flatMap(Int.init) }.reduce(0, +)
-        let requests = app.wire.count("/v1/")
+        let requests = app.wire.count(Endpoint.prefix)
         let skipped = startup.outcomes.filter { if case .skipped = $0.outcome { true } else { false } }.map(\.step)
         return ScenarioOutcome(
             metrics: [
-                "triggers": triggers, "runs": runs, "recordsPulled": pulled, "pullRequests": app.wire.count("/v1/pull"),
-                "pushRequests": app.wire.count("/v1/push"), "requests": requests,
+                "triggers": triggers, "runs": runs, "recordsPulled": pulled, "pullRequests": app.wire.count(Endpoint.pull),
+                "pushRequests": app.wire.count(Endpoint.push), "requests": requests,
             ],
             checks: [
                 ("\(triggers) triggers made \(runs) sync run (the app this comes from made 2 to 4)", runs == 1 && followUps == 0),

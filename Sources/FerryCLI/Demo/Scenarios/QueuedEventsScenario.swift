@@ -63,11 +63,11 @@ struct QueuedEventsScenario: DemoScenario {
         DemoTimeline.narrate(journal, since: origin, to: output)
         let merged = journal.filter { $0.kind == .runFinished }.compactMap { $0[.merged].flatMap(Int.init) }.reduce(0, +)
         let remote = try await server.records(of: "sam")
-        let pushes = app.wire.count("/v1/push")
+        let pushes = app.wire.count(Endpoint.push)
         let limited = app.wire.count(status: 429)
         return ScenarioOutcome(
             metrics: [
-                "pushRequests": pushes, "pullRequests": app.wire.count("/v1/pull"), "rateLimited": limited, "merged": merged,
+                "pushRequests": pushes, "pullRequests": app.wire.count(Endpoint.pull), "rateLimited": limited, "merged": merged,
                 "pending": status.pending, "progressUpdates": progressUpdates, "serverRecords": remote.count,
             ],
             checks: [

@@ -146,8 +146,8 @@ struct TeamSpacesScenario: DemoScenario {
         let backend = server.transport()
         let service = try await server.token(for: "backend", service: true)
         for (method, path, body) in [
-            ("PUT", "/v1/spaces/company", nil), ("PUT", "/v1/spaces/company/members/dispatcher", #"{"role":"read"}"#),
-            ("PUT", "/v1/spaces/company/members/worker", #"{"role":"read"}"#),
+            ("PUT", Endpoint.spaces + "/company", nil), ("PUT", Endpoint.spaces + "/company/members/dispatcher", #"{"role":"read"}"#),
+            ("PUT", Endpoint.spaces + "/company/members/worker", #"{"role":"read"}"#),
         ] as [(String, String, String?)] {
             let response = try await backend.send(
                 TransportRequest(method: method, path: path, headers: ["Authorization": "Bearer \(service)"], body: body.map { Data($0.utf8) })
