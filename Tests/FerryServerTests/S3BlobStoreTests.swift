@@ -100,12 +100,28 @@ struct S3BlobStoreTests {
         #expect(Self.joined(first) == 0)
     }
 
-    @Test("listing XML is read with its entities: the named ones, and the numeric quotes SeaweedFS writes around an ETag")
+    @Test("S3's XML is read by XMLCoder with its entities: the numeric quotes SeaweedFS writes around an ETag, the named ones, any order")
     func entities() {
-        #expect(S3Client.unescaped("&#34;0e51&#34;") == "\"0e51\"")
-        #expect(S3Client.unescaped("&quot;0e51&quot;") == "\"0e51\"")
-        #expect(S3Client.unescaped("&#x22;a&#x22; &lt;b&gt; c &amp; d &apos;") == "\"a\" <b> c & d '")
-        #expect(S3Client.unescaped("plain") == "plain")
-        #expect(S3Client.unescaped("a & b; &unknown; &#xZZ; &") == "a & b; &unknown; &#xZZ; &")
+        let copied = S3Answers.decode(S3Answers.CopiedPart.self, from: "<CopyPartResult><ETag>&#34;0e51&#34;</ETag></CopyPartResult>")
+        #expect(copied?.eTag == "\"0e51\"")
+        let listing = S3Answers.decode(
+            S3Answers.Listing.self,
+            from: """
+                <?xml version="1.0" encoding="UTF-8"?>
+                <ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+                  <Name>b</Name><IsTruncated>true</IsTruncated>
+                  <Contents><Size>3</Size><Key>a &amp; b</Key><ETag>&quot;x&quot;</ETag></Contents>
+                  <Contents><Key>c&#x22;d</Key><Size>4</Size></Contents>
+                  <NextContinuationToken>next</NextContinuationToken>
+                </ListBucketResult>
+                """
+        )
+        #expect(listing?.contents?.map(\.key) == ["a & b", "c\"d"] && listing?.contents?.map(\.size) == [3, 4])
+        #expect(listing?.contents?.first?.eTag == "\"x\"" && listing?.isTruncated == true && listing?.nextContinuationToken == "next")
+        let empty = S3Answers.decode(S3Answers.Listing.self, from: "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>")
+        #expect(empty != nil && empty?.contents == nil)
+        let failure = S3Answers.failure(in: "<Error><Code>SlowDown</Code><Message>Please &lt;reduce&gt;</Message></Error>")
+        #expect(failure.code == "SlowDown" && failure.message == "Please <reduce>")
+        #expect(S3Answers.failure(in: "").code == nil)
     }
 }

@@ -103,11 +103,8 @@ struct S3Client: Sendable {
             if (status >= 500 && status != 501) || status == 429 {
                 throw BlobStoreUnavailable("\(method.rawValue) answered \(status): \(plain.prefix(200))")
             }
-            throw Failure(
-                status: status,
-                code: Self.values(of: "Code", in: text).first ?? "\(status)",
-                message: Self.values(of: "Message", in: text).first ?? plain
-            )
+            let failure = S3Answers.failure(in: text)
+            throw Failure(status: status, code: failure.code ?? "\(status)", message: failure.message ?? plain)
         }
         return response
     }
@@ -150,15 +147,14 @@ struct S3Client: Sendable {
             var query = [("list-type", "2"), ("prefix", prefix)]
             if let token { query.append(("continuation-token", token)) }
             let text = String(buffer: try await send(.GET, query: query).body.collect(upTo: 16 * 1024 * 1024))
-            for entry in Self.values(of: "Contents", in: text) {
-                guard let key = Self.values(of: "Key", in: entry).first.map(Self.unescaped),
-                    let size = Self.values(of: "Size", in: entry).first.flatMap({ Int64($0) })
-                else { continue }
-                let modified = Self.values(of: "LastModified", in: entry).first.flatMap(Self.date) ?? .distantPast
-                let etag = Self.values(of: "ETag", in: entry).first.map(Self.unescaped) ?? ""
-                objects.append(Object(key: key, size: size, etag: etag, lastModified: modified))
+            guard let page = S3Answers.decode(S3Answers.Listing.self, from: text) else {
+                throw Failure(status: 200, code: "NoListing", message: "ListObjectsV2 answered no listing: \(text.prefix(200))")
             }
-            token = Self.values(of: "IsTruncated", in: text).first == "true" ? Self.values(of: "NextContinuationToken", in: text).first : nil
+            for entry in page.contents ?? [] {
+                let modified = entry.lastModified.flatMap(Self.date) ?? .distantPast
+                objects.append(Object(key: entry.key, size: entry.size, etag: entry.eTag ?? "", lastModified: modified))
+            }
+            token = page.isTruncated == true ? page.nextContinuationToken : nil
         } while token != nil
         return objects.sorted { $0.key < $1.key }
     }
@@ -167,7 +163,7 @@ struct S3Client: Sendable {
 
     func createMultipart(_ key: String) async throws -> String {
         let text = String(buffer: try await send(.POST, key: key, query: [("uploads", "")]).body.collect(upTo: 64 * 1024))
-        guard let id = Self.values(of: "UploadId", in: text).first else {
+        guard let id = S3Answers.decode(S3Answers.CreatedUpload.self, from: text)?.uploadId else {
             throw Failure(status: 200, code: "NoUploadId", message: "CreateMultipartUpload answered no UploadId")
         }
         return id
@@ -188,10 +184,10 @@ struct S3Client: Sendable {
             headers: ["x-amz-copy-source": "/\(bucket)/\(SignatureV4.encoded(source, keepingSlashes: true))"]
         )
         let text = String(buffer: try await response.body.collect(upTo: 64 * 1024))
-        guard let etag = Self.values(of: "ETag", in: text).first.map(Self.unescaped) else {
+        guard let etag = S3Answers.decode(S3Answers.CopiedPart.self, from: text)?.eTag else {
             throw Failure(
                 status: 200,
-                code: Self.values(of: "Code", in: text).first ?? "NoETag",
+                code: S3Answers.failure(in: text).code ?? "NoETag",
                 message: "UploadPartCopy answered no ETag: \(text.prefix(200))"
             )
         }
@@ -209,54 +205,13 @@ struct S3Client: Sendable {
         // S3 may answer 200 with an error in the body.
         let text = String(buffer: try await response.body.collect(upTo: 64 * 1024))
         if text.contains("<Error>") {
-            throw Failure(
-                status: 200,
-                code: Self.values(of: "Code", in: text).first ?? "",
-                message: Self.values(of: "Message", in: text).first ?? text
-            )
+            let failure = S3Answers.failure(in: text)
+            throw Failure(status: 200, code: failure.code ?? "", message: failure.message ?? text)
         }
     }
 
     func abortMultipart(_ key: String, id: String) async throws {
         _ = try await send(.DELETE, key: key, query: [("uploadId", id)], accepting: [404])
-    }
-
-    // MARK: XML
-
-    /// The texts of every `<tag>…</tag>` in `xml`, in order (the answers are flat enough for this).
-    static func values(of tag: String, in xml: String) -> [String] {
-        var values: [String] = []
-        var rest = xml[...]
-        while let open = rest.range(of: "<\(tag)>"), let close = rest.range(of: "</\(tag)>", range: open.upperBound..<rest.endIndex) {
-            values.append(String(rest[open.upperBound..<close.lowerBound]))
-            rest = rest[close.upperBound...]
-        }
-        return values
-    }
-
-    /// XML text with its entities read: the five named ones and numeric ones (`&#34;`, `&#x22;`,
-    /// which some stores write for the quotes around an ETag).
-    static func unescaped(_ text: String) -> String {
-        guard text.contains("&") else { return text }
-        let named = ["lt": "<", "gt": ">", "quot": "\"", "apos": "'", "amp": "&"]
-        var result = ""
-        var rest = text[...]
-        while let amp = rest.firstIndex(of: "&") {
-            result += rest[..<amp]
-            guard let semicolon = rest[amp...].firstIndex(of: ";"), rest.distance(from: amp, to: semicolon) <= 10 else {
-                result += rest[amp...]
-                return result
-            }
-            let name = rest[rest.index(after: amp)..<semicolon]
-            let number = name.hasPrefix("#x") ? UInt32(name.dropFirst(2), radix: 16) : name.hasPrefix("#") ? UInt32(name.dropFirst(), radix: 10) : nil
-            if let character = named[String(name)] ?? number.flatMap(Unicode.Scalar.init).map(String.init) {
-                result += character
-            } else {
-                result += rest[amp...semicolon]
-            }
-            rest = rest[rest.index(after: semicolon)...]
-        }
-        return result + rest
     }
 
     private static func date(_ text: String) -> Date? {
