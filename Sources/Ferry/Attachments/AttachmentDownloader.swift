@@ -122,7 +122,13 @@ struct AttachmentDownloader: Sendable {
                 throw CancellationError()
             } catch {
                 failures += 1
-                try await connection.pause(afterFailedAttempt: failures, reason: "the download of \(digest) was cut: \(error)")
+                let answer = error as? Retryable
+                try await connection.pause(
+                    afterFailedAttempt: failures,
+                    status: answer?.status,
+                    retryAfter: answer?.retryAfter,
+                    reason: "the download of \(digest) was cut: \(error)"
+                )
             }
         }
         let file = partial
@@ -189,7 +195,7 @@ struct AttachmentDownloader: Sendable {
                     error: FerryError(.attachment, "the server holds no attachment \(digest) this user may read: \(message)", serverCode: code)
                 )
             case 401: throw Unauthorized(message: message)  // marked refused (`openStream`): the next try asks for a new one
-            case 429, 500...: throw Retryable(message: message)
+            case 429, 500...: throw Retryable(message: message, status: stream.status, retryAfter: stream.headers["retry-after"].flatMap { Int($0) })
             default: throw FerryError(.attachment, "the download of \(digest) was refused (\(stream.status)): \(message)", serverCode: code)
             }
         }
@@ -208,6 +214,9 @@ struct AttachmentDownloader: Sendable {
     /// A download answered with a status worth trying again (5xx, 429).
     private struct Retryable: Error, CustomStringConvertible {
         var message: String
+        var status: Int
+        /// What the answer's `Retry-After` asked, in seconds.
+        var retryAfter: Int?
         var description: String { message }
     }
 

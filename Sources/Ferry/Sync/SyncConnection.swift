@@ -100,12 +100,11 @@ actor SyncConnection {
                 try await pace(after: response)
                 return response
             case 429, 503:
-                if response.status == 429 { rateLimitedCount += 1 }
-                let seconds = Self.serverWait(response.integerHeader("Retry-After").map(Double.init) ?? 1)
-                guard attempt < retry.maximumAttempts * 4 else { throw FerryError.unreachable("still \(response.status) after \(attempt) attempts") }
-                try await wait(
-                    .seconds(seconds),
-                    reason: response.status == 429 ? "rate limited (Retry-After \(seconds) s)" : "server unavailable (Retry-After \(seconds) s)"
+                try await pause(
+                    afterFailedAttempt: attempt,
+                    status: response.status,
+                    retryAfter: response.integerHeader("Retry-After"),
+                    reason: "server error \(response.status)"
                 )
             case 401 where !renewedToken:
                 // Revoked or expired early: a token from the provider gets one try, not the retry budget.
@@ -186,10 +185,19 @@ actor SyncConnection {
         return stream
     }
 
-    /// Waits before the try after failed try `attempt`, as `send` would; throws once the retry
-    /// budget is spent.
-    func pause(afterFailedAttempt attempt: Int, reason: String) async throws {
-        try await backOff(attempt: attempt, reason: reason)
+    /// Waits before the try after failed try `attempt`, the one retry policy of every loop of the
+    /// client (`send`, downloads, an upload's busy answers): after a `429` or `503`, what its
+    /// `Retry-After` asks (1 s when it says nothing), else a backoff with jitter; throws once the
+    /// retry budget is spent (four times as many tries when the server said how long to wait).
+    func pause(afterFailedAttempt attempt: Int, status: Int? = nil, retryAfter: Int? = nil, reason: String) async throws {
+        guard let status, status == 429 || status == 503 else { return try await backOff(attempt: attempt, reason: reason) }
+        if status == 429 { rateLimitedCount += 1 }
+        let seconds = Self.serverWait(retryAfter.map(Double.init) ?? 1)
+        guard attempt < retry.maximumAttempts * 4 else { throw FerryError.unreachable("still \(status) after \(attempt) attempts") }
+        try await wait(
+            .seconds(seconds),
+            reason: status == 429 ? "rate limited (Retry-After \(seconds) s)" : "server unavailable (Retry-After \(seconds) s)"
+        )
     }
 
     /// Signs `request` with the current token and names the client, as every request is sent;
