@@ -103,10 +103,15 @@ enum AttachmentTable {
         try fetch(where: "upload = 1", order: "priority DESC, used_at", db: db)
     }
 
-    /// Every attachment the store knows, for the queue snapshot.
+    /// Every attachment the store knows, for the queue snapshot (none in a store older than
+    /// attachments, which the CLI may read).
     static func all(_ db: Database) throws -> [Row] {
-        try fetch(where: "1", db: db)
+        guard try db.tableExists("ferry_attachments") else { return [] }
+        return try fetch(where: "1", db: db)
     }
+
+    /// The digests the store holds a row of, as a SQL query.
+    static let knownDigestsSQL = "SELECT digest FROM ferry_attachments"
 
     /// How many attachments wait for upload that a queued change will send, and their bytes
     /// (``AttachmentProgress/uploadsWaiting``): not one whose change became a dead letter or was

@@ -378,14 +378,11 @@ struct Outbox: Sendable {
         if let reason {
             let clientID = ClientIdentity.newClientID()
             try StoreMeta.renewClientID(clientID, db: db)
-            try db.execute(sql: "DELETE FROM ferry_answered")
+            try AnsweredWrites.forgetAll(db)
             outcome.newClientID = (current ?? batch.clientID, clientID, reason)
         } else if plan.underCurrentID, !written.isEmpty {
-            // Writes of this store's own, answered: the next pull names them, and the server
-            // leaves them out (`Puller`). Only these ids, never a ceiling: a copy of this
-            // store elsewhere may write under the same client id with ids in between.
-            try db.cachedStatement(sql: "INSERT OR IGNORE INTO ferry_answered (id) SELECT value FROM json_each(?)")
-                .execute(arguments: [OutboxTable.idList(written)])
+            // Writes of this store's own, answered: the next pull names them.
+            try AnsweredWrites.note(written, db: db)
         }
     }
 
@@ -456,9 +453,8 @@ struct Outbox: Sendable {
     /// goes at the pull that revokes it; a readable one comes with the server's `current`.)
     private static func unreadable(_ mutation: OutgoingMutation, refusedWith code: String?, db: Database) throws -> Bool {
         guard let space = mutation.space, [ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue].contains(code) else { return false }
-        let known = try Row.fetchOne(db.cachedStatement(sql: "SELECT incarnation FROM ferry_spaces WHERE space = ?"), arguments: [space])
-        guard let known else { return true }
-        return mutation.spaceIncarnation != nil && (known[0] as String?) != nil && (known[0] as String?) != mutation.spaceIncarnation
+        guard let known = try SpaceMemberships.held(space, db: db) else { return true }
+        return mutation.spaceIncarnation != nil && known.incarnation != nil && known.incarnation != mutation.spaceIncarnation
     }
 
     /// A record as the server reported it now, in the space the change named.
@@ -476,11 +472,9 @@ struct Outbox: Sendable {
         guard !states.isEmpty else { return }
         let queued = try Self.queuedRecords(among: states.map(\.record), db: db)
         var writer = RecordWriter(store: store)
-        // Checked statement by statement (a re-keying earlier in the answer defers them): a state
-        // the app's schema refuses is skipped here, not failed at the answer's commit.
-        let deferred = try Bool.fetchOne(db, sql: "PRAGMA defer_foreign_keys") ?? false
-        try db.execute(sql: "PRAGMA defer_foreign_keys = OFF")
-        defer { if deferred { try? db.execute(sql: "PRAGMA defer_foreign_keys = ON") } }
+        // A state the app's schema refuses is skipped here, not failed at the answer's commit.
+        let deferred = try RecordWriter.checkForeignKeysNow(db)
+        defer { RecordWriter.deferForeignKeys(again: deferred, db: db) }
         for server in states where !queued.contains(server.record) {
             if server.state.deleted {
                 // Through the one removal path: rows of the app's that reference it are held aside, not failing the answer.

@@ -8,7 +8,7 @@ import GRDB
 ///
 /// An entry is one local change: pending, in flight, or set aside as a dead letter; one more
 /// row, the high-water mark, keeps the highest id ever sent (`OutboxState`).
-enum OutboxTable {
+package enum OutboxTable {
     static let name = "ferry_outbox"
 
     /// A pending entry, as a batch is cut from it.
@@ -223,6 +223,17 @@ enum OutboxTable {
     // MARK: Reading the queue
 
     /// Pending and dead-lettered entry counts.
+    /// The entries waiting to be sent, not those in flight: what `ferry bench` and `ferry demo`
+    /// check of a store.
+    package static func pendingCount(_ db: Database) throws -> Int {
+        try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = ?", arguments: [OutboxState.pending.rawValue]) ?? 0
+    }
+
+    /// The entries by state (`OutboxState`'s raw values): what `ferry demo` shows of a crashed store.
+    package static func countsByState(_ db: Database) throws -> [Int: Int] {
+        try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) FROM ferry_outbox GROUP BY state").map { ($0[0], $0[1]) })
+    }
+
     static func counts(_ db: Database) throws -> (pending: Int, deadLettered: Int) {
         let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE \(OutboxState.queuedCondition)") ?? 0
         return (pending, try deadLetterCount(db))

@@ -65,7 +65,7 @@ struct OutgoingMutation: Sendable, Equatable {
         return mutation.rejectionReason(encodedDataBytes: textBytes <= ProtocolLimits.maxDataBytes / 8 ? textBytes : nil)
     }
 
-    /// A time of `ferry_outbox` (seconds since 1970) in milliseconds, within what the protocol
+    /// A time of the outbox (`OutboxTable`) (seconds since 1970) in milliseconds, within what the protocol
     /// carries: a clock set before 1970 must not make a change unsendable.
     static func milliseconds(_ seconds: Double?) -> Int64? {
         guard let seconds, seconds.isFinite else { return nil }

@@ -118,34 +118,23 @@ public struct QueueSnapshot: Sendable, Equatable {
             untimed += queued.untimed
             if let time = queued.firstSentAt { sentAt = min(sentAt ?? time, time) }
         }
-        let lease =
-            try db.tableExists("ferry_lease")
-            ? try Row.fetchOne(db, sql: "SELECT holder, pid, expires_at FROM ferry_lease WHERE id = 1").map { row in
-                Lease(
-                    holder: row[0],
-                    processID: row[1],
-                    expiresAt: Date(timeIntervalSince1970: row[2]),
-                    holderIsRunning: SyncLease.processExists(row[1])
-                )
-            } : nil
+        let lease = try SyncLease.held(db).map {
+            Lease(holder: $0.holder, processID: $0.processID, expiresAt: $0.expiresAt, holderIsRunning: SyncLease.processExists($0.processID))
+        }
         let deadLetters = try OutboxTable.deadLetters(db)
-        let setAside =
-            try db.tableExists("ferry_set_aside")
-            ? try Row.fetchAll(db, sql: "SELECT entity, entity_id, version, error FROM ferry_set_aside ORDER BY at").map {
-                SetAsideRecord(entity: $0[0], entityID: $0[1], version: $0[2], reason: $0[3])
-            } : []
-        let attachments =
-            try db.tableExists("ferry_attachments")
-            ? try AttachmentTable.all(db).map {
-                Attachment(
-                    digest: $0.digest.description,
-                    size: $0.size,
-                    waitsForUpload: $0.waitsForUpload,
-                    stored: $0.stored,
-                    attempts: $0.attempts,
-                    lastError: $0.error
-                )
-            } : []
+        let setAside = try PulledRecords.setAside(db).map {
+            SetAsideRecord(entity: $0.entity, entityID: $0.entityID, version: $0.version, reason: $0.reason)
+        }
+        let attachments = try AttachmentTable.all(db).map {
+            Attachment(
+                digest: $0.digest.description,
+                size: $0.size,
+                waitsForUpload: $0.waitsForUpload,
+                stored: $0.stored,
+                attempts: $0.attempts,
+                lastError: $0.error
+            )
+        }
         let lastSynced = try StoreMeta.lastSyncedAt(db)
         // The newest of each kind in the whole journal: a long offline spell fills it with
         // triggers, and the run that matters may be thousands of events back.

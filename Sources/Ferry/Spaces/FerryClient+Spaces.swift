@@ -51,9 +51,7 @@ extension FerryClient {
     /// changes made from now on are bound to the spaces the store holds. A store opened by this
     /// version learns them at its client's first run; every membership it writes has one.
     func learnIncarnations() async throws {
-        let unknown = try await store.database.read { db in
-            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_spaces WHERE incarnation IS NULL)") ?? false
-        }
+        let unknown = try await store.database.read { db in try SpaceMemberships.anyWithoutIncarnation(db) }
         guard unknown else {
             incarnationsKnown = true
             return
@@ -61,12 +59,7 @@ extension FerryClient {
         let memberships = try await spaces()
         try await store.database.write { db in
             for membership in memberships where membership.incarnation != nil {
-                try db.execute(
-                    sql: "UPDATE ferry_spaces SET incarnation = ? WHERE space = ? AND incarnation IS NULL",
-                    arguments: [membership.incarnation, membership.space]
-                )
-                guard db.changesCount > 0 else { continue }
-                try SpaceMemberships.noteIncarnation(of: membership, db: db)
+                _ = try SpaceMemberships.learnIncarnation(of: membership, db: db)
             }
         }
         incarnationsKnown = true  // what the server could not say, a later pull of the space does

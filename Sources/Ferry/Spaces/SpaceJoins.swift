@@ -6,6 +6,23 @@ import GRDB
 /// kept from an earlier membership): a join sends no tombstones, so what it did not bring is
 /// swept once the pull is caught up, and only what is safe to sweep.
 enum SpaceJoins {
+    /// Starts the join of `space`, ended once a pull is caught up (`finishJoins`).
+    static func begin(_ space: String, db: Database) throws {
+        try db.execute(sql: "INSERT OR IGNORE INTO ferry_joins (space) VALUES (?)", arguments: [space])
+    }
+
+    /// Whether a join is under way.
+    static func anyUnderWay(_ db: Database) throws -> Bool {
+        try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_joins)") == true
+    }
+
+    /// Forgets everything of `space`'s join (revoked).
+    static func forget(_ space: String, db: Database) throws {
+        try db.execute(sql: "DELETE FROM ferry_joins WHERE space = ?", arguments: [space])
+        try db.execute(sql: "DELETE FROM ferry_join_seen WHERE space = ?", arguments: [space])
+        try db.execute(sql: "DELETE FROM ferry_join_candidates WHERE space = ?", arguments: [space])
+    }
+
     /// Notes the records of spaces being joined that a page brought.
     static func noteJoins(_ changes: [Change], db: Database) throws {
         guard try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_joins)")) == true else { return }
@@ -44,7 +61,7 @@ enum SpaceJoins {
                     condition: """
                         \(selection.condition) AND EXISTS (SELECT 1 FROM ferry_join_candidates c WHERE c.space = \(space.sqlLiteral)
                             AND c.entity = \(entity) AND c.entity_id = \(key)
-                            AND c.version IS (SELECT v.version FROM ferry_versions v WHERE v.entity = c.entity AND v.entity_id = c.entity_id))
+                            AND c.version IS \(KnownVersions.versionSQL(entity: "c.entity", entityID: "c.entity_id")))
                         AND NOT EXISTS (SELECT 1 FROM ferry_join_seen s WHERE s.space = \(space.sqlLiteral)
                             AND s.entity = \(entity) AND s.entity_id = \(key))
                         AND NOT \(OutboxTable.hasChangesCondition(entity: entity, key: key))
@@ -86,7 +103,7 @@ enum SpaceJoins {
                 sql: """
                     INSERT OR REPLACE INTO ferry_join_candidates (space, entity, entity_id, version)
                     SELECT \(space.sqlLiteral), \(entity), \(key),
-                        (SELECT v.version FROM ferry_versions v WHERE v.entity = \(entity) AND v.entity_id = \(key))
+                        \(KnownVersions.versionSQL(entity: entity, entityID: key))
                     FROM \(table.table.quotedDatabaseIdentifier) WHERE \(condition)
                         AND NOT \(OutboxTable.hasChangesCondition(entity: entity, key: key))
                     """,

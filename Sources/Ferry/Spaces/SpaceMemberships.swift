@@ -56,7 +56,7 @@ enum SpaceMemberships {
                 // here before the join) are checked against what the join brings (`noteJoins`,
                 // `finishJoins`).
                 if try SpaceJoins.noteCandidates(of: membership.space, store: store, db: db) {
-                    try db.execute(sql: "INSERT OR IGNORE INTO ferry_joins (space) VALUES (?)", arguments: [membership.space])
+                    try SpaceJoins.begin(membership.space, db: db)
                 }
             }
         }
@@ -70,6 +70,51 @@ enum SpaceMemberships {
     /// The user's role in `space` as the latest pull read it; `nil` when the store knows none.
     static func role(in space: String, db: Database) throws -> SpaceRole? {
         try String.fetchOne(db, sql: "SELECT role FROM ferry_spaces WHERE space = ?", arguments: [space]).flatMap(SpaceRole.init(rawValue:))
+    }
+
+    /// The spaces the user may only read, as the latest pull read them, sorted.
+    static func readOnlySpaces(_ db: Database) throws -> [String] {
+        try String.fetchAll(db, sql: "SELECT space FROM ferry_spaces WHERE role = 'read' ORDER BY space")
+    }
+
+    /// Whether `space` (a SQL expression) is one the user may only read, as a SQL condition for
+    /// the capture's guard triggers.
+    static func readOnlyCondition(space: String) -> String {
+        "\(space) IN (SELECT space FROM ferry_spaces WHERE role = 'read')"
+    }
+
+    /// The last incarnation of the space the SQL expression `space` names that this store saw, as
+    /// a SQL expression (NULL for one it never saw), for the capture's triggers.
+    static func lastIncarnationSQL(space: String) -> String {
+        "(SELECT incarnation FROM ferry_space_incarnations WHERE space = \(space))"
+    }
+
+    /// A membership the store holds: of which incarnation of its space (`nil` for one from
+    /// before incarnations).
+    struct Held {
+        var incarnation: String?
+    }
+
+    /// The store's membership of `space`; `nil` when it holds none.
+    static func held(_ space: String, db: Database) throws -> Held? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT incarnation FROM ferry_spaces WHERE space = ?"), arguments: [space])
+            .map { Held(incarnation: $0[0]) }
+    }
+
+    /// Whether a membership the store holds has no incarnation (one from before `ferry-v13`).
+    static func anyWithoutIncarnation(_ db: Database) throws -> Bool {
+        try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_spaces WHERE incarnation IS NULL)") ?? false
+    }
+
+    /// Gives `membership`'s space its incarnation where the store held none; whether it did.
+    static func learnIncarnation(of membership: Membership, db: Database) throws -> Bool {
+        try db.execute(
+            sql: "UPDATE ferry_spaces SET incarnation = ? WHERE space = ? AND incarnation IS NULL",
+            arguments: [membership.incarnation, membership.space]
+        )
+        guard db.changesCount > 0 else { return false }
+        try noteIncarnation(of: membership, db: db)
+        return true
     }
 
     /// The last incarnation of `space`'s id this store saw.

@@ -36,7 +36,7 @@ enum ChangeCapture {
                 CREATE TRIGGER \("ferry_capture_\(name)_delete".quotedDatabaseIdentifier) AFTER DELETE ON \(quoted) WHEN \(capturing)
                 BEGIN
                     \(sql.delete("OLD"));
-                    DELETE FROM ferry_extras WHERE entity = \(sql.entity("OLD")) AND entity_id = OLD.\(sql.pk);
+                    \(ExtraFields.forgetSQL(entity: sql.entity("OLD"), entityID: "OLD.\(sql.pk)"));
                 END;
                 """
         )
@@ -87,7 +87,7 @@ enum ChangeCapture {
     }
 
     /// Refuses, in the app's own transaction, a write to a space the store knows it may only
-    /// read (`ferry_spaces`, the memberships of the latest pull), naming the space and role;
+    /// read (the memberships of the latest pull, `SpaceMemberships`), naming the space and role;
     /// and a change of a row's space column. Personal tables need none. SQLite's `RAISE` takes
     /// only a literal message: each read-only space known now has its own, and one made
     /// read-only before the guards are installed again gets a message without its name.
@@ -99,12 +99,12 @@ enum ChangeCapture {
         for suffix in ["guard_insert", "guard_update", "guard_delete"] {
             try db.execute(sql: "DROP TRIGGER IF EXISTS \("ferry_capture_\(name)_\(suffix)".quotedDatabaseIdentifier)")
         }
-        let readOnly = try String.fetchAll(db, sql: "SELECT space FROM ferry_spaces WHERE role = 'read' ORDER BY space")
+        let readOnly = try SpaceMemberships.readOnlySpaces(db)
         func refuse(_ row: String) -> String {
             let cases = readOnly.map { "WHEN \($0.sqlLiteral) THEN RAISE(ABORT, \(SpaceGuard.message(space: $0, role: "read").sqlLiteral))" }
             let generic = "RAISE(ABORT, \(SpaceGuard.genericMessage.sqlLiteral))"
             let refusal = cases.isEmpty ? generic : "CASE \(sql.space(row)) \(cases.joined(separator: " ")) ELSE \(generic) END"
-            return "SELECT \(refusal) WHERE \(sql.space(row)) IN (SELECT space FROM ferry_spaces WHERE role = 'read');"
+            return "SELECT \(refusal) WHERE \(SpaceMemberships.readOnlyCondition(space: sql.space(row)));"
         }
         var statements = """
             CREATE TRIGGER \("ferry_capture_\(name)_guard_insert".quotedDatabaseIdentifier) BEFORE INSERT ON \(quoted) WHEN \(capturing)
@@ -224,13 +224,13 @@ private struct Expressions {
         }
     }
 
-    /// The incarnation of the row's space the store last saw (`ferry_space_incarnations`): the
+    /// The incarnation of the row's space the store last saw (`SpaceMemberships`): the
     /// change is bound to that space, not to whichever space holds its id when it is sent. NULL
     /// for the personal space, and for a space id the store never saw (the server's current one is meant).
     func incarnation(_ row: String) -> String {
         switch table.space {
         case .personal: "NULL"
-        default: "(SELECT incarnation FROM ferry_space_incarnations WHERE space = \(space(row)))"
+        default: SpaceMemberships.lastIncarnationSQL(space: space(row))
         }
     }
 
@@ -247,7 +247,7 @@ private struct Expressions {
             let fields = dataColumns.map { "\(table.field(ofColumn: $0).sqlLiteral), \(row).\($0.quotedDatabaseIdentifier)" }
             let object = "json_object(\(fields.joined(separator: ", ")))"
             // Fields this version's columns do not hold, pulled from devices that have them
-            // (`ferry_extras`), go back with the row's change, under its columns' values.
+            // (`ExtraFields`), go back with the row's change, under its columns' values.
             // A JSON path cannot name a field with a double quote: such a table keeps its columns only.
             // A multi-entity table keeps its columns only too (`ExtraFields` folds by entity).
             guard table.entityColumn == nil, !dataColumns.contains(where: { table.field(ofColumn: $0).contains("\"") }) else { return object }
@@ -257,8 +257,7 @@ private struct Expressions {
             }
             // No kept fields (the usual case): no row, NULL, the columns alone; one lookup
             // either way, and json_set only runs for a row that has some.
-            let extras =
-                "(SELECT json_set(data\(paths.joined())) FROM ferry_extras WHERE entity = \(entity(row)) AND entity_id = \(row).\(pk))"
+            let extras = ExtraFields.mergedSQL(paths: paths.joined(), entity: entity(row), entityID: "\(row).\(pk)")
             return "coalesce(\(extras), \(object))"
         }
     }

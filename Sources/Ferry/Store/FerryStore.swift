@@ -69,7 +69,7 @@ public final class FerryStore: Sendable {
         identity = ClientIdentity(
             try database.write { db in
                 guard let clientID = try StoreMeta.clientID(db) else {
-                    throw FerryError.unreadableStore("\(path): ferry_meta holds no client id; the file is damaged")
+                    throw FerryError.unreadableStore("\(path): the store holds no client id; the file is damaged")
                 }
                 for table in tables {
                     try ChangeCapture.install(for: table, in: db)
@@ -101,12 +101,8 @@ public final class FerryStore: Sendable {
     /// Refuses, before anything is written, a file whose migrations say it is a Ferry store
     /// but that lacks what Ferry keeps in it.
     private static func checkReadable(_ db: Database, path: String) throws {
-        guard try db.tableExists("grdb_migrations"),
-            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = 'ferry-v1')") == true
-        else { return }
-        guard try db.tableExists("ferry_meta"), try db.tableExists("ferry_outbox"),
-            try String.fetchOne(db, sql: "SELECT client_id FROM ferry_meta") != nil
-        else {
+        guard try StoreSchema.isMigrated(db) else { return }
+        guard try StoreSchema.holdsTables(db), try StoreMeta.clientID(db) != nil else {
             throw FerryError.unreadableStore("\(path): Ferry's tables are missing or empty; the file is damaged, nothing in it was changed")
         }
     }
@@ -132,10 +128,8 @@ public final class FerryStore: Sendable {
     ) async throws {
         let text = try data.map { String(decoding: try ProtocolValidation.encode($0), as: UTF8.self) }
         try await database.write { db in
-            if let space, let role = try String.fetchOne(db, sql: "SELECT role FROM ferry_spaces WHERE space = ?", arguments: [space]),
-                role == SpaceRole.read.rawValue
-            {
-                throw FerryError.readOnlySpace(SpaceGuard.message(space: space, role: role))
+            if let space, try SpaceMemberships.role(in: space, db: db) == .read {
+                throw FerryError.readOnlySpace(SpaceGuard.message(space: space, role: SpaceRole.read.rawValue))
             }
             try OutboxTable.insert(
                 entity: entity,
@@ -185,10 +179,9 @@ public final class FerryStore: Sendable {
             let file = try DatabaseQueue(path: path, configuration: configuration)
             defer { try? file.close() }
             return try file.read { db in
-                guard try db.tableExists("grdb_migrations"),
-                    try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = 'ferry-v1')") == true,
-                    try db.tableExists("ferry_outbox"), try db.tableExists("ferry_meta"), try db.tableExists("ferry_journal")
-                else { throw FerryError.unreadableStore("\(path): not a Ferry store; nothing in it was changed") }
+                guard try StoreSchema.isMigrated(db), try StoreSchema.holdsTables(db) else {
+                    throw FerryError.unreadableStore("\(path): not a Ferry store; nothing in it was changed")
+                }
                 return try read(db)
             }
         } catch let error as DatabaseError {

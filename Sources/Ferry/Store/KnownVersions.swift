@@ -7,7 +7,7 @@ import GRDB
 /// Read and written a page or a batch at a time, one statement per entity for a read and one
 /// for a write, instead of one statement per record: at a million records the per-record
 /// statements were a fifth of a pull's local work.
-struct KnownVersions {
+package struct KnownVersions {
     /// Versions learned in the current transaction, not yet saved; the last for a record wins.
     private var learned: [RecordRef: Int64] = [:]
 
@@ -28,6 +28,41 @@ struct KnownVersions {
             }
         }
         return versions
+    }
+
+    /// The known version of the record `entity`/`entityID` (SQL expressions) as a SQL
+    /// expression, NULL when the server never versioned it: for a statement that reads it beside
+    /// other tables (a held row, a join candidate, the CLI's listing).
+    package static func versionSQL(entity: String, entityID: String) -> String {
+        "(SELECT v.version FROM ferry_versions v WHERE v.entity = \(entity) AND v.entity_id = \(entityID))"
+    }
+
+    /// Whether the store knows the version of any record.
+    static func anyKnown(db: Database) throws -> Bool {
+        try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_versions)")) == true
+    }
+
+    /// The records whose version is known and that `table` (of `entity, entity_id` rows, a
+    /// pull from scratch's seen records) does not hold.
+    static func records(notIn table: String, db: Database) throws -> [RecordRef] {
+        try Row.fetchAll(
+            db,
+            sql: """
+                SELECT entity, entity_id FROM ferry_versions v WHERE NOT EXISTS
+                    (SELECT 1 FROM \(table) s WHERE s.entity = v.entity AND s.entity_id = v.entity_id)
+                """
+        ).map { RecordRef(entity: $0[0], entityID: $0[1]) }
+    }
+
+    /// Forgets the versions of `records`.
+    static func forget(_ records: some Sequence<RecordRef>, db: Database) throws {
+        let forget = try db.cachedStatement(sql: "DELETE FROM ferry_versions WHERE entity = ? AND entity_id = ?")
+        for record in records { try forget.execute(arguments: [record.entity, record.entityID]) }
+    }
+
+    /// Forgets the versions of the records `query` selects (`entity, entity_id` rows).
+    static func forget(recordsIn query: String, arguments: StatementArguments = [], db: Database) throws {
+        try db.execute(sql: "DELETE FROM ferry_versions WHERE (entity, entity_id) IN (\(query))", arguments: arguments)
     }
 
     mutating func set(_ version: Int64, of record: RecordRef) {

@@ -22,7 +22,7 @@ final class QueuedChangeObserver: TransactionObserver, @unchecked Sendable {
     }
 
     func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool {
-        if case .insert(tableName: "ferry_outbox") = eventKind { return true }
+        if case .insert(tableName: OutboxTable.name) = eventKind { return true }
         return false
     }
 

@@ -14,7 +14,7 @@ struct RecordWriter {
     /// failed (it cannot run again: sqlite.org/c3ref/reset.html).
     private var upserts: [String: String] = [:]
     private var last: (table: String, columns: [String], sql: String)?
-    /// Whether `ferry_extras` may hold a row: read once, so a store that keeps no extra fields
+    /// Whether `ExtraFields` may hold a row: read once, so a store that keeps no extra fields
     /// pays no statement per record for them.
     private var extrasMayExist: Bool?
 
@@ -232,20 +232,18 @@ struct RecordWriter {
         return try db.cachedStatement(sql: sql)
     }
 
-    /// Keeps the fields of a record that no column holds beside its row (`ferry_extras`), for
+    /// Keeps the fields of a record that no column holds beside its row (`ExtraFields`), for
     /// capture to send back with the row's next change; none forgets what was kept.
     private mutating func keepExtras(_ fields: JSONObject, entity: String, entityID: String, db: Database) throws {
         if fields.isEmpty {
             if extrasMayExist == nil {
-                extrasMayExist = try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_extras)")) ?? false
+                extrasMayExist = try ExtraFields.anyKept(db)
             }
             guard extrasMayExist == true else { return }
-            try db.cachedStatement(sql: "DELETE FROM ferry_extras WHERE entity = ? AND entity_id = ?").execute(arguments: [entity, entityID])
-            return
+            return try ExtraFields.forget(entity: entity, entityID: entityID, db: db)
         }
         extrasMayExist = true
-        try db.cachedStatement(sql: "INSERT OR REPLACE INTO ferry_extras (entity, entity_id, data) VALUES (?, ?, ?)")
-            .execute(arguments: [entity, entityID, String(decoding: try ProtocolValidation.encode(fields), as: UTF8.self)])
+        try ExtraFields.keep(fields, entity: entity, entityID: entityID, db: db)
     }
 
     private mutating func dataColumns(of table: SyncedTable, db: Database) throws -> [String] {
@@ -362,13 +360,27 @@ extension RecordWriter {
             removal.removed += db.changesCount
         }
         let removed = "SELECT entity, CAST(key AS TEXT) FROM temp.ferry_removing"
-        try db.execute(sql: "DELETE FROM ferry_versions WHERE (entity, entity_id) IN (\(removed))")
-        try db.execute(sql: "DELETE FROM ferry_extras WHERE (entity, entity_id) IN (\(removed))")
+        try KnownVersions.forget(recordsIn: removed, db: db)
+        try ExtraFields.forget(recordsIn: removed, db: db)
         try db.execute(sql: "DELETE FROM temp.ferry_removing")
         // The rest of the transaction (a page's records, say) is checked as before: a pulled
         // record refused by a foreign key is set aside, not failed at commit.
         if !deferred { try db.execute(sql: "PRAGMA defer_foreign_keys = OFF") }
         return removal
+    }
+
+    /// Checks foreign keys statement by statement from here (a re-keying earlier in the
+    /// transaction defers them): a write the app's schema refuses fails at once, not at the
+    /// commit. Returns whether they were deferred, for ``deferForeignKeys(again:db:)``.
+    static func checkForeignKeysNow(_ db: Database) throws -> Bool {
+        let deferred = try Bool.fetchOne(db, sql: "PRAGMA defer_foreign_keys") ?? false
+        try db.execute(sql: "PRAGMA defer_foreign_keys = OFF")
+        return deferred
+    }
+
+    /// Defers foreign keys to the commit again, if ``checkForeignKeysNow(_:)`` found them deferred.
+    static func deferForeignKeys(again deferred: Bool, db: Database) {
+        if deferred { try? db.execute(sql: "PRAGMA defer_foreign_keys = ON") }
     }
 
     /// Puts the rows held aside by `remove` back where their parents are back, uncaptured (they
@@ -379,16 +391,15 @@ extension RecordWriter {
     mutating func restoreHeld(db: Database) throws -> Int {
         guard try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_held_rows)")) == true else { return 0 }
         // Checked now, statement by statement: a row whose parent is still missing stays held.
-        let deferred = try Bool.fetchOne(db, sql: "PRAGMA defer_foreign_keys") ?? false
-        try db.execute(sql: "PRAGMA defer_foreign_keys = OFF")
-        defer { if deferred { try? db.execute(sql: "PRAGMA defer_foreign_keys = ON") } }
+        let deferred = try Self.checkForeignKeysNow(db)
+        defer { Self.deferForeignKeys(again: deferred, db: db) }
         var restored = 0
         // Newest first: a row is held after the rows that reference it, so parents come back before their children.
         let rows = try Row.fetchAll(
             db,
             sql: """
                 SELECT h.id, h.tbl, h.cols, h.vals, h.entity IS NOT NULL AND h.version IS NOT
-                    (SELECT v.version FROM ferry_versions v WHERE v.entity = h.entity AND v.entity_id = h.entity_id)
+                    \(KnownVersions.versionSQL(entity: "h.entity", entityID: "h.entity_id"))
                 FROM ferry_held_rows h ORDER BY h.id DESC
                 """
         )
@@ -461,7 +472,7 @@ extension RecordWriter {
             synced.map { synced in
                 let entity = entityExpression(synced, row: quoted)
                 let key = "CAST(\(quoted).\(synced.primaryKey.sqlIdentifier) AS TEXT)"
-                return "\(entity), \(key), (SELECT v.version FROM ferry_versions v WHERE v.entity = \(entity) AND v.entity_id = \(key))"
+                return "\(entity), \(key), \(KnownVersions.versionSQL(entity: entity, entityID: key))"
             } ?? "NULL, NULL, NULL"
         try db.execute(
             sql: """

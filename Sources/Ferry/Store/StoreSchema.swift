@@ -4,6 +4,17 @@ import GRDB
 /// Ferry's own tables in an app's store (`ferry_*`), one migration per version, run before
 /// the app's own: a store is brought forward from whatever version it holds.
 enum StoreSchema {
+    /// Whether the file's migrations say it is a Ferry store.
+    static func isMigrated(_ db: Database) throws -> Bool {
+        try db.tableExists("grdb_migrations")
+            && Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM grdb_migrations WHERE identifier = 'ferry-v1')") == true
+    }
+
+    /// Whether the file holds the tables every Ferry store has: a damaged one may not.
+    static func holdsTables(_ db: Database) throws -> Bool {
+        try ["ferry_meta", "ferry_outbox", "ferry_journal"].allSatisfy { try db.tableExists($0) }
+    }
+
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("ferry-v1", migrate: migrateV1)

@@ -19,7 +19,7 @@ import Musl
 /// holder confirms the lease in every transaction that changes the outbox or applies a pull
 /// page, so a holder that lost it (suspended past its expiry) cannot apply a stale answer: its
 /// run stops with ``FerryError/leaseLost(_:)`` and the new holder resends its batch.
-struct SyncLease: Sendable {
+package struct SyncLease: Sendable {
     let store: FerryStore
     /// Names this holder: process id and a random suffix, one per client.
     let holder: String
@@ -30,6 +30,20 @@ struct SyncLease: Sendable {
         self.store = store
         self.duration = duration
         self.holder = "pid \(ProcessInfo.processInfo.processIdentifier) client \(UUID().uuidString.prefix(8).lowercased())"
+    }
+
+    /// The lease as the store holds it; `nil` when nobody took it (or the store is older than leases).
+    static func held(_ db: Database) throws -> (holder: String, processID: Int32, expiresAt: Date)? {
+        guard try db.tableExists("ferry_lease") else { return nil }
+        return try Row.fetchOne(db, sql: "SELECT holder, pid, expires_at FROM ferry_lease WHERE id = 1").map {
+            ($0[0], $0[1], Date(timeIntervalSince1970: $0[2]))
+        }
+    }
+
+    /// Names `processID` as the holder's process: `ferry demo` plays a crash by naming one that
+    /// has ended.
+    package static func setHolderProcess(_ processID: Int32, db: Database) throws {
+        try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [processID])
     }
 
     /// Takes the lease; returns `nil` on success, else who holds it.

@@ -133,12 +133,12 @@ public struct SyncedTable: Sendable, Hashable {
     }
 
     /// The digests this table's rows hold in their attachment columns, text only (a pulled record
-    /// may hold anything there); with `unknownToStore`, only those `ferry_attachments` has no row of.
+    /// may hold anything there); with `unknownToStore`, only those `AttachmentTable` has no row of.
     func heldDigests(unknownToStore: Bool = false, db: Database) throws -> Set<String> {
         var digests: Set<String> = []
         for column in attachments {
             let value = attachmentSQL(column)
-            let unknown = unknownToStore ? " AND \(value) NOT IN (SELECT digest FROM ferry_attachments)" : ""
+            let unknown = unknownToStore ? " AND \(value) NOT IN (\(AttachmentTable.knownDigestsSQL))" : ""
             digests.formUnion(
                 try String.fetchAll(
                     db,

@@ -95,9 +95,38 @@ struct PulledRecords {
         )
     }
 
+    /// Whether any pulled record is set aside.
+    static func anySetAside(_ db: Database) throws -> Bool {
+        try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_set_aside)")) == true
+    }
+
+    /// The records set aside, oldest first: entity, id, version and the schema's reason.
+    static func setAside(_ db: Database) throws -> [(entity: String, entityID: String, version: Int64, reason: String)] {
+        guard try db.tableExists("ferry_set_aside") else { return [] }  // a store older than set-asides, read by the CLI
+        return try Row.fetchAll(db, sql: "SELECT entity, entity_id, version, error FROM ferry_set_aside ORDER BY at").map {
+            ($0[0], $0[1], $0[2], $0[3])
+        }
+    }
+
+    /// Forgets the records set aside that `table` (`entity, entity_id` rows: a pull from
+    /// scratch's seen records) does not hold.
+    static func forgetSetAside(notIn table: String, db: Database) throws {
+        try db.execute(
+            sql: """
+                DELETE FROM ferry_set_aside WHERE NOT EXISTS
+                    (SELECT 1 FROM \(table) s WHERE s.entity = ferry_set_aside.entity AND s.entity_id = ferry_set_aside.entity_id)
+                """
+        )
+    }
+
+    /// Forgets the records set aside of `space` (revoked).
+    static func forgetSetAside(inSpace space: String, db: Database) throws {
+        try db.execute(sql: "DELETE FROM ferry_set_aside WHERE space = ?", arguments: [space])
+    }
+
     /// Keeps what `outcome` set aside and forgets what it wrote.
     static func save(_ outcome: Outcome, db: Database) throws {
-        if try Bool.fetchOne(db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM ferry_set_aside)")) == true {
+        if try anySetAside(db) {
             let forget = try db.cachedStatement(sql: "DELETE FROM ferry_set_aside WHERE entity = ? AND entity_id = ?")
             for record in outcome.written { try forget.execute(arguments: [record.ref.entity, record.ref.entityID]) }
         }

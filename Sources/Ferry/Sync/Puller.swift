@@ -61,7 +61,7 @@ struct Puller: Sendable {
             (
                 try StoreMeta.pullPosition(db),
                 try StoreMeta.clientID(db),
-                try Int64.fetchAll(db, sql: "SELECT id FROM ferry_answered ORDER BY id")
+                try AnsweredWrites.all(db)
             )
         }
         let (savedCursor, savedScratch) = position
@@ -117,7 +117,7 @@ struct Puller: Sendable {
             try await finishJoins()
             if let last = answered.last {
                 // Caught up: the cursor is past every write named, so they are named no more.
-                try await store.database.write { db in try db.execute(sql: "DELETE FROM ferry_answered WHERE id <= ?", arguments: [last]) }
+                try await store.database.write { db in try AnsweredWrites.forget(through: last, db: db) }
             }
             let retried = try await retrySetAside()
             summary.applied += retried.applied
@@ -250,7 +250,7 @@ struct Puller: Sendable {
         let sweeping = try await store.database.write { [store, lease] db in
             try lease.confirm(db)
             let holds =
-                try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_versions) OR EXISTS (SELECT 1 FROM ferry_set_aside)") == true
+                try KnownVersions.anyKnown(db: db) || PulledRecords.anySetAside(db)
                 || store.tables.contains { table in
                     try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM \(table.table.quotedDatabaseIdentifier))") == true
                 }
@@ -300,28 +300,14 @@ struct Puller: Sendable {
                 )
                 unseen += rows.map { RecordRef(entity: $0[0], entityID: $0[1]) }
             }
-            let unseenVersions = try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT entity, entity_id FROM ferry_versions v WHERE NOT EXISTS
-                        (SELECT 1 FROM ferry_scratch_seen s WHERE s.entity = v.entity AND s.entity_id = v.entity_id)
-                    """
-            ).map { RecordRef(entity: $0[0], entityID: $0[1]) }
+            let unseenVersions = try KnownVersions.records(notIn: "ferry_scratch_seen", db: db)
             // Changes queued, in flight or set aside as dead letters: the record stays with them.
             let queued = try OutboxTable.recordsWithChanges(db)
             let gone = unseen.filter { !queued.contains($0) }
             var writer = RecordWriter(store: store)
             _ = try FerryStore.withoutCapture(db) { try writer.remove(try RecordWriter.Selection.records(gone, in: store), db: db) }
-            let forget = try db.cachedStatement(sql: "DELETE FROM ferry_versions WHERE entity = ? AND entity_id = ?")
-            for record in Set(gone + unseenVersions) where !queued.contains(record) {
-                try forget.execute(arguments: [record.entity, record.entityID])
-            }
-            try db.execute(
-                sql: """
-                    DELETE FROM ferry_set_aside WHERE NOT EXISTS
-                        (SELECT 1 FROM ferry_scratch_seen s WHERE s.entity = ferry_set_aside.entity AND s.entity_id = ferry_set_aside.entity_id)
-                    """
-            )
+            try KnownVersions.forget(Set(gone + unseenVersions).filter { !queued.contains($0) }, db: db)
+            try PulledRecords.forgetSetAside(notIn: "ferry_scratch_seen", db: db)
             try db.execute(sql: "DELETE FROM ferry_scratch_seen")
             try StoreMeta.endFromScratch(db)
             return (gone.count, unseen.count - gone.count)
@@ -338,8 +324,7 @@ struct Puller: Sendable {
 
     /// Ends the joins of spaces this store held rows of, once the pull is caught up (`SpaceJoins.finishJoins`).
     private func finishJoins() async throws {
-        let joining = try await store.database.read { db in try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ferry_joins)") }
-        guard joining == true else { return }
+        guard try await store.database.read({ db in try SpaceJoins.anyUnderWay(db) }) else { return }
         let removed = try await store.database.write { [store, lease] db in
             try lease.confirm(db)
             return try SpaceJoins.finishJoins(store: store, db: db)

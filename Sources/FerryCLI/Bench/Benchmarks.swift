@@ -87,7 +87,7 @@ struct Benchmarks {
                     return (nil, nil)
                 }
             )
-            let queued = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 0") ?? 0 }
+            let queued = try await store.database.read { db in try OutboxTable.pendingCount(db) }
             guard queued == records else { throw CommandFailure("capture queued \(queued) of \(records) writes") }
             try await store.close()
             let database = try DatabasePool(path: folder.appendingPathComponent("plain.sqlite").path)

@@ -77,7 +77,7 @@ struct DemoApp: Sendable {
 
     /// Entries waiting in the signed-in user's outbox, read from the file itself.
     func pendingInStore() async throws -> Int {
-        try await engine().store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 0") ?? 0 }
+        try await engine().store.database.read { db in try OutboxTable.pendingCount(db) }
     }
 
     /// The user's journal since `since`, oldest first.

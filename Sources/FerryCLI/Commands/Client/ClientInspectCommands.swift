@@ -66,8 +66,7 @@ struct ClientListCommand: AsyncParsableCommand {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT r.id, r.data, r.natural_key, v.version, r.space FROM records r
-                    LEFT JOIN ferry_versions v ON v.entity = r.entity AND v.entity_id = r.id
+                    SELECT r.id, r.data, r.natural_key, \(KnownVersions.versionSQL(entity: "r.entity", entityID: "r.id")), r.space FROM records r
                     WHERE r.entity = ? AND (?2 IS NULL OR r.space = ?2) ORDER BY r.id
                     """,
                 arguments: [entity, space]

@@ -88,12 +88,8 @@ struct CrashRecoveryScenario: DemoScenario {
         configuration.busyMode = .timeout(10)
         let states = try await DatabaseQueue(path: file, configuration: configuration).write { db in
             // The process is gone: no process has the id its hold on the store's sync names.
-            try db.execute(sql: "UPDATE ferry_lease SET pid = ?", arguments: [try Self.endedProcessID()])
-            return try Dictionary(
-                uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) AS n FROM ferry_outbox GROUP BY state").map {
-                    ($0["state"] as Int, $0["n"] as Int)
-                }
-            )
+            try SyncLease.setHolderProcess(try Self.endedProcessID(), db: db)
+            return try OutboxTable.countsByState(db)
         }
         let committedBeforeCrash = try await server.records(of: "lee").count
         output.say(
