@@ -112,11 +112,12 @@ struct S3BlobStoreTests {
                   <Name>b</Name><IsTruncated>true</IsTruncated>
                   <Contents><Size>3</Size><Key>a &amp; b</Key><ETag>&quot;x&quot;</ETag></Contents>
                   <Contents><Key>c&#x22;d</Key><Size>4</Size></Contents>
+                  <Contents><Key> spaced </Key><Size>5</Size></Contents>
                   <NextContinuationToken>next</NextContinuationToken>
                 </ListBucketResult>
                 """
         )
-        #expect(listing?.contents?.map(\.key) == ["a & b", "c\"d"] && listing?.contents?.map(\.size) == [3, 4])
+        #expect(listing?.contents?.map(\.key) == ["a & b", "c\"d", " spaced "] && listing?.contents?.map(\.size) == [3, 4, 5])
         #expect(listing?.contents?.first?.eTag == "\"x\"" && listing?.isTruncated == true && listing?.nextContinuationToken == "next")
         let empty = S3Answers.decode(S3Answers.Listing.self, from: "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>")
         #expect(empty != nil && empty?.contents == nil)

@@ -195,7 +195,8 @@ struct AttachmentDownloader: Sendable {
                     error: FerryError(.attachment, "the server holds no attachment \(digest) this user may read: \(message)", serverCode: code)
                 )
             case 401: throw Unauthorized(message: message)  // marked refused (`openStream`): the next try asks for a new one
-            case 429, 500...: throw Retryable(message: message, status: stream.status, retryAfter: stream.headers["retry-after"].flatMap { Int($0) })
+            case 429, 500...:
+                throw Retryable(message: message, status: stream.status, retryAfter: TransportResponse.integer(stream.headers["retry-after"]))
             default: throw FerryError(.attachment, "the download of \(digest) was refused (\(stream.status)): \(message)", serverCode: code)
             }
         }

@@ -222,7 +222,6 @@ package enum OutboxTable {
 
     // MARK: Reading the queue
 
-    /// Pending and dead-lettered entry counts.
     /// The entries waiting to be sent, not those in flight: what `ferry bench` and `ferry demo`
     /// check of a store.
     package static func pendingCount(_ db: Database) throws -> Int {
@@ -234,6 +233,7 @@ package enum OutboxTable {
         try Dictionary(uniqueKeysWithValues: Row.fetchAll(db, sql: "SELECT state, COUNT(*) FROM ferry_outbox GROUP BY state").map { ($0[0], $0[1]) })
     }
 
+    /// Pending and dead-lettered entry counts.
     static func counts(_ db: Database) throws -> (pending: Int, deadLettered: Int) {
         let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE \(OutboxState.queuedCondition)") ?? 0
         return (pending, try deadLetterCount(db))

@@ -46,7 +46,13 @@ public struct TransportResponse: Sendable, Equatable {
     }
 
     func integerHeader(_ name: String) -> Int? {
-        headers[name.lowercased()].flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        Self.integer(headers[name.lowercased()])
+    }
+
+    /// A header's whole number, spaces around it allowed; `nil` for anything else. Every answer's
+    /// headers are read by this one rule, a streamed one's too.
+    static func integer(_ value: String?) -> Int? {
+        value.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
     }
 }
 

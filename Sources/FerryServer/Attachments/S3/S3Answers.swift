@@ -38,7 +38,8 @@ enum S3Answers {
 
     /// `text` decoded as `T`; `nil` when it is not one (an empty body, another answer).
     static func decode<T: Decodable>(_ type: T.Type, from text: String) -> T? {
-        let decoder = XMLDecoder()
+        // Values as the store wrote them: a key may begin or end with a space.
+        let decoder = XMLDecoder(trimValueWhitespaces: false)
         decoder.keyDecodingStrategy = .convertFromCapitalized
         return try? decoder.decode(T.self, from: Data(text.utf8))
     }
