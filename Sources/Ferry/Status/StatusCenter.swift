@@ -5,7 +5,7 @@ actor StatusCenter {
     private(set) var status = SyncStatus()
     private let observers = Broadcast<SyncStatus>()
     private let memberships = Broadcast<MembershipChange>()
-    /// The newest `FerryStore.outboxCommits` the counts in `status` reflect: counts read from
+    /// The newest `FerryStore.commits` the counts in `status` reflect: counts read from
     /// an outbox older than that are dropped.
     private var countedAtCommit = -1
     /// Whether the counts were read from the outbox, not worked out (an upload's progress).

@@ -21,8 +21,8 @@ public final class FerryStore: Sendable {
     public let tables: [SyncedTable]
     /// The store's file.
     public let path: String
-    /// Moves with every committed transaction of this process that changed the outbox.
-    let outboxCommits = OutboxCommitCounter()
+    /// This process's commits to the store, counted, and told to who listens for queued changes.
+    let commits = StoreCommits()
 
     /// Opens or creates the store at `path`.
     ///
@@ -78,7 +78,7 @@ public final class FerryStore: Sendable {
                 return clientID
             }
         )
-        database.add(transactionObserver: outboxCommits)
+        database.add(transactionObserver: commits)
     }
 
     /// Applies Ferry's missing migrations. GRDB's migrator reads which are applied before it

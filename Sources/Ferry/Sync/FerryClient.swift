@@ -152,7 +152,7 @@ public actor FerryClient {
     /// (an app extension) wrote are counted at the next run.
     public var status: SyncStatus {
         get async {
-            guard !stopped, await !statusCenter.countsAreExact(at: store.outboxCommits.count) else { return await statusCenter.status }
+            guard !stopped, await !statusCenter.countsAreExact(at: store.commits.count) else { return await statusCenter.status }
             if let counted = await refreshCounts() { return counted }
             return await statusCenter.status
         }
@@ -417,7 +417,7 @@ public actor FerryClient {
     /// the status they went into (`nil` if the outbox could not be read).
     @discardableResult
     func refreshCounts() async -> SyncStatus? {
-        let commits = store.outboxCommits.count  // read first: a commit during the count is counted again next time
+        let commits = store.commits.count  // read first: a commit during the count is counted again next time
         guard let counts = try? await Outbox.counts(in: store), let spaces = try? await store.database.read(SpaceMemberships.read),
             let attachments = try? await store.database.read(AttachmentTable.waitingCount)
         else {

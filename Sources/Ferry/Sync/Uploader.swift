@@ -33,7 +33,7 @@ struct Uploader: Sendable {
 
     /// Uploads everything pending; returns what happened.
     func drain() async throws -> UploadSummary {
-        let commits = outbox.store.outboxCommits.count
+        let commits = outbox.store.commits.count
         var progress = Progress(
             batchSize: maximumBatchSize,
             total: try await Outbox.counts(in: outbox.store).pending,
@@ -301,7 +301,7 @@ struct Uploader: Sendable {
     /// queue's count, not an estimate a moment later corrects.
     private func report(_ progress: inout Progress) async throws {
         let done = progress.summary.acknowledged + progress.summary.deadLettered
-        let commits = outbox.store.outboxCommits.count
+        let commits = outbox.store.commits.count
         let (added, newest) = try await Outbox.queuedEntries(after: progress.counted, in: outbox.store)
         progress.counted = newest
         progress.total = max(progress.total + added, done)
