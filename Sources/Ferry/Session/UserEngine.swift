@@ -107,10 +107,11 @@ actor UserEngine {
     /// client and the relay of its statuses (nothing of this user's comes after). `close()` then
     /// closes the store.
     func stop() async {
-        guard case .running(let running) = state else { return }
-        state = .stopping  // the observer goes with the running state: no more localChange
+        guard case .running(var running) = state else { return }
+        state = .stopping
         for task in running.feeds + running.readers { task.cancel() }
         for reader in running.readers { await reader.value }
+        running.observer = nil  // its last holder: no more localChange while the parts stop
         await parts.live?.stop()
         await parts.scheduler.stop()
         await parts.client.stop()
