@@ -138,12 +138,7 @@ struct AttachmentControlTests {
     @Test("a download stopped by cancelDownload throws CancellationError to its caller; the next ask downloads it anew")
     func cancelThenAskAgain() async throws {
         try await TestServer.run { server in
-            let field = try AttachmentSyncTests.openStore()
-            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
-            let (url, bytes) = try AttachmentSyncTests.photo(300_000, seed: 81)
-            let digest = try await field.attach(fileAt: url)
-            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
-            try await worker.sync()
+            let (digest, bytes) = try await AttachmentSyncTests.syncedPhoto(300_000, seed: 81, server: server)
 
             let (entered, enter) = AsyncStream<Void>.makeStream()
             let (gate, gateOpen) = AsyncStream<Void>.makeStream()  // never opened: a held request ends only by cancellation
@@ -176,12 +171,7 @@ struct AttachmentControlTests {
     @Test("a screen asking for a photo while the eager fetch downloads it shares that download: its bytes come once")
     func eagerAndAskShareOneDownload() async throws {
         try await TestServer.run { server in
-            let field = try AttachmentSyncTests.openStore()
-            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
-            let (url, bytes) = try AttachmentSyncTests.photo(300_000, seed: 82)
-            let digest = try await field.attach(fileAt: url)
-            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
-            try await worker.sync()
+            let (digest, bytes) = try await AttachmentSyncTests.syncedPhoto(300_000, seed: 82, server: server)
 
             let (gate, gateOpen) = AsyncStream<Void>.makeStream()
             let fromStart = LockIsolated(0)  // requests for the photo's first bytes: one per download
@@ -215,12 +205,7 @@ struct AttachmentControlTests {
     )
     func cancelledSyncStopsItsDownload() async throws {
         try await TestServer.run { server in
-            let field = try AttachmentSyncTests.openStore()
-            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
-            let (url, bytes) = try AttachmentSyncTests.photo(300_000, seed: 83)
-            let digest = try await field.attach(fileAt: url)
-            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
-            try await worker.sync()
+            let (digest, bytes) = try await AttachmentSyncTests.syncedPhoto(300_000, seed: 83, server: server)
 
             let (gate, gateOpen) = AsyncStream<Void>.makeStream()  // opened only for the screen's ask
             defer { gateOpen.finish() }

@@ -44,6 +44,18 @@ struct AttachmentSyncTests {
         return (url, bytes)
     }
 
+    /// A photo of `size` bytes that a first device attached to job `j1` and synced: on the server
+    /// with its record, for another device to download.
+    static func syncedPhoto(_ size: Int, seed: UInt8, server: TestServer) async throws -> (digest: String, bytes: Data) {
+        let field = try openStore()
+        let worker = ClientFixture.client(store: field, server: server, configuration: configuration())
+        let (url, bytes) = try photo(size, seed: seed)
+        let digest = try await field.attach(fileAt: url)
+        try await insertJob("j1", photo: digest, in: field)
+        try await worker.sync()
+        return (digest, bytes)
+    }
+
     static func insertJob(_ id: String, photo: String?, team: String? = nil, in store: FerryStore) async throws {
         try await store.database.write { db in
             try db.execute(sql: "INSERT INTO jobs (id, title, photo, team) VALUES (?, ?, ?, ?)", arguments: [id, "job \(id)", photo, team])

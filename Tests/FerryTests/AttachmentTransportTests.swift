@@ -18,12 +18,7 @@ struct AttachmentTransportTests {
     @Test("a photo uploaded by one device downloads on another whose transport only sends, a chunk a request, byte for byte")
     func downloadThroughSend() async throws {
         try await TestServer.run { server in
-            let field = try AttachmentSyncTests.openStore()
-            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
-            let (url, bytes) = try AttachmentSyncTests.photo(700_000, seed: 31)
-            let digest = try await field.attach(fileAt: url)
-            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
-            try await worker.sync()
+            let (digest, bytes) = try await AttachmentSyncTests.syncedPhoto(700_000, seed: 31, server: server)
 
             let office = try AttachmentSyncTests.openStore()
             let transport = SendOnlyTransport(base: URLSessionTransport(baseURL: URL(string: server.baseURL)!))
@@ -44,12 +39,7 @@ struct AttachmentTransportTests {
     @Test("a download answered 429 or 503 waits what its Retry-After asks, as every request of the client does, then goes on")
     func downloadWaitsRetryAfter() async throws {
         try await TestServer.run { server in
-            let field = try AttachmentSyncTests.openStore()
-            let worker = ClientFixture.client(store: field, server: server, configuration: AttachmentSyncTests.configuration())
-            let (url, bytes) = try AttachmentSyncTests.photo(300_000, seed: 32)
-            let digest = try await field.attach(fileAt: url)
-            try await AttachmentSyncTests.insertJob("j1", photo: digest, in: field)
-            try await worker.sync()
+            let (digest, bytes) = try await AttachmentSyncTests.syncedPhoto(300_000, seed: 32, server: server)
 
             let answered = LockIsolated(0)
             let transport = InterceptingTransport(
