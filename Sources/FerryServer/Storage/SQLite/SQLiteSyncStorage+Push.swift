@@ -101,15 +101,7 @@ extension SQLiteSyncStorage {
         db: Database
     ) throws -> PushResponse {
         oneByOne
-            ? try applyOneByOne(
-                group.mutations,
-                clientID: group.writer,
-                lastMutationID: lastMutationID,
-                replays: replays,
-                userID: group.partition,
-                epoch: epoch,
-                db: db
-            )
+            ? try applyOneByOne(group, lastMutationID: lastMutationID, replays: replays, epoch: epoch, db: db)
             : try apply(
                 group.mutations,
                 clientID: group.writer,
@@ -195,17 +187,16 @@ extension SQLiteSyncStorage {
     /// The batch again, one mutation per savepoint: a mutation whose write breaks a constraint
     /// is `rejected` with the database's reason, and the others are applied as usual.
     private static func applyOneByOne(
-        _ mutations: [IncomingMutation],
-        clientID: String,
+        _ group: SpacedBatch.Group,
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
-        userID: String,
         epoch: Int64,
         db: Database
     ) throws -> PushResponse {
+        let (clientID, userID) = (group.writer, group.partition)
         var last = lastMutationID
         var results: [PushResult] = []
-        for incoming in mutations {
+        for incoming in group.mutations {
             let id = incoming.mutation.id
             let result: PushResult
             do {
