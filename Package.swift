@@ -37,10 +37,13 @@ let package = Package(
     ],
     targets: [
         .target(name: "FerryProtocol"),
+        // Opening and migrating a SQLite file other processes share, for the store and the server.
+        .target(name: "FerrySQLite", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
         .target(
             name: "Ferry",
             dependencies: [
                 "FerryProtocol",
+                "FerrySQLite",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 // SHA-256 for store file names: CryptoKit on Apple platforms, swift-crypto elsewhere.
@@ -50,6 +53,7 @@ let package = Package(
         .target(
             name: "FerryServer",
             dependencies: [
+                "FerrySQLite",
                 "FerryProtocol",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "XMLCoder", package: "XMLCoder"),

@@ -175,6 +175,22 @@ struct RobustnessTests {
         }
     }
 
+    /// Two `ferry serve` started at once on a new file both create it, turn on WAL and migrate
+    /// it: neither may fail on the other's locks. SQLite's locks hold between the connections of
+    /// one process as between processes, so four storages opened at once stand for four processes.
+    @Test("several storages opening one new SQLite file at once all open it, twenty times over")
+    func concurrentOpenOfNewFile() async throws {
+        for _ in 0..<20 {
+            let path = TestServer.temporaryDatabasePath()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<4 {
+                    group.addTask { _ = try SQLiteSyncStorage(path: path) }
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+
     @Test("an unreadable database path is refused with a clear error")
     func unreadablePath() {
         #expect(throws: StorageError.self) { _ = try SQLiteSyncStorage(path: "/nonexistent-dir/ferry.sqlite") }

@@ -227,6 +227,26 @@ struct StoreTests {
         }
     }
 
+    @Test("four processes creating one new store at once (an app and its extensions at first launch): all open it, twenty times over")
+    func concurrentCreation() async throws {
+        for _ in 0..<20 {
+            let path = ClientFixture.storePath()
+            let opened = await withTaskGroup(of: Result<FerryStore, any Error>.self) { group in
+                for _ in 0..<4 {
+                    group.addTask {
+                        await withCheckedContinuation { continuation in
+                            Thread.detachNewThread { continuation.resume(returning: Result { try ClientFixture.openStore(at: path) }) }
+                        }
+                    }
+                }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+            let stores = try opened.map { try $0.get() }
+            #expect(Set(stores.map(\.clientID)).count == 1)
+            for store in stores { try await store.close() }
+        }
+    }
+
     @Test("the journal keeps its newest events, up to its capacity")
     func boundedJournal() async throws {
         let store = try ClientFixture.openStore(at: ClientFixture.storePath())

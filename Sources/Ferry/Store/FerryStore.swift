@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerrySQLite
 import Foundation
 import GRDB
 
@@ -55,8 +56,8 @@ public final class FerryStore: Sendable {
                 try probe.read { db in try Self.checkReadable(db, path: path) }
                 try probe.close()
             }
-            database = try DatabasePool(path: path, configuration: configuration)
-            try Self.migrate(database)
+            database = try DatabasePool.openShared(path: path, configuration: configuration)
+            try StoreSchema.migrator.migrateShared(database)
         } catch let error as DatabaseError {
             throw FerryError.unreadableStore("\(path): \(error.message ?? "\(error.resultCode)"); nothing in it was changed", underlying: error)
         }
@@ -79,23 +80,6 @@ public final class FerryStore: Sendable {
             }
         )
         database.add(transactionObserver: commits)
-    }
-
-    /// Applies Ferry's missing migrations. GRDB's migrator reads which are applied before it
-    /// takes the write lock, so two processes opening an older store at once (an app and its
-    /// extension) may both start the same one: the second fails on what the first created, and
-    /// finds the migration applied on its next pass.
-    private static func migrate(_ database: DatabasePool) throws {
-        while true {
-            let before = try database.read { db in try StoreSchema.migrator.appliedIdentifiers(db) }
-            do {
-                return try StoreSchema.migrator.migrate(database)
-            } catch {
-                let after = try database.read { db in try StoreSchema.migrator.appliedIdentifiers(db) }
-                // Another process made progress: try again. No progress means the error is ours.
-                guard after.isStrictSuperset(of: before) else { throw error }
-            }
-        }
     }
 
     /// Refuses, before anything is written, a file whose migrations say it is a Ferry store

@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerrySQLite
 import Foundation
 import GRDB
 import NIOConcurrencyHelpers
@@ -45,7 +46,7 @@ public final class SQLiteSyncStorage: SyncStorage {
         }
         do {
             if let path {
-                writer = try DatabasePool(path: path, configuration: configuration)
+                writer = try DatabasePool.openShared(path: path, configuration: configuration)
             } else {
                 writer = try DatabaseQueue(configuration: configuration)
             }
@@ -53,7 +54,7 @@ public final class SQLiteSyncStorage: SyncStorage {
             // the commit must survive a power cut. GRDB sets WAL's usual NORMAL on the writer,
             // with which a commit may roll back; FULL syncs the log at every commit.
             try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
-            try Self.migrate(writer)
+            try SQLiteSchema.migrator.migrateShared(writer)
             let secret = try writer.read { db in
                 try Data.fetchOne(db, sql: "SELECT value FROM server_meta WHERE key = 'cursor_secret'")
             }
@@ -63,23 +64,6 @@ public final class SQLiteSyncStorage: SyncStorage {
             dataVersion = NIOLockedValueBox(try writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA data_version") })
         } catch let error as DatabaseError {
             throw StorageError.unavailable("cannot open SQLite database at \(path ?? ":memory:"): \(error.message ?? "\(error)")")
-        }
-    }
-
-    /// Applies missing migrations. GRDB's migrator reads which are applied before it takes the
-    /// write lock, so two processes opening a new file at once may both start the same one: the
-    /// second fails on the first one's tables, and finds the migration applied on its next pass.
-    private static func migrate(_ writer: any DatabaseWriter) throws {
-        let migrator = SQLiteSchema.migrator
-        while true {
-            let before = try writer.read { db in try migrator.appliedIdentifiers(db) }
-            do {
-                return try migrator.migrate(writer)
-            } catch {
-                let after = try writer.read { db in try migrator.appliedIdentifiers(db) }
-                // Another process made progress: try again. No progress means the error is ours.
-                guard after.isStrictSuperset(of: before) else { throw error }
-            }
         }
     }
 
