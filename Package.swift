@@ -91,6 +91,7 @@ let package = Package(
             name: "FerryServeCommand",
             dependencies: [
                 "CMallocArenas",
+                "FerryProtocol",
                 "FerryServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -55,6 +55,9 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     case `internal`
     /// 503: the server cannot serve now (storage down, shutting down); retry after `Retry-After`.
     case unavailable
+    /// 426: the server serves no client below its minimum protocol, app or schema version; the
+    /// envelope's `minimum` says which. The client stops sending until the app is updated.
+    case updateRequired = "update_required"
 
     /// The HTTP status that always accompanies this code.
     public var httpStatus: Int {
@@ -74,6 +77,7 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
         case .internal: 500
         case .quotaExceeded: 507
         case .unavailable: 503
+        case .updateRequired: 426
         }
     }
 }
@@ -86,16 +90,36 @@ public struct ErrorEnvelope: Sendable, Codable, Equatable {
         public var code: String
         /// What went wrong, written for a person.
         public var message: String
+        /// Only with `update_required`: the versions the server requires.
+        public var minimum: UpdateRequirement?
     }
 
     /// The code and message the envelope carries.
     public var error: Detail
 
     /// An envelope with `code` and `message`.
-    public init(code: ErrorCode, message: String) {
-        self.error = Detail(code: code.rawValue, message: message)
+    public init(code: ErrorCode, message: String, minimum: UpdateRequirement? = nil) {
+        self.error = Detail(code: code.rawValue, message: message, minimum: minimum)
     }
 
     /// The code as an `ErrorCode`; `nil` for a code this version does not know.
     public var code: ErrorCode? { ErrorCode(rawValue: error.code) }
+}
+
+/// What an `update_required` answer requires: the fields the client fell short of. An app
+/// shows `message` and sends nothing more until it is updated.
+public struct UpdateRequirement: Sendable, Codable, Hashable {
+    /// The least protocol version the server serves, `1.1`.
+    public var `protocol`: String?
+    /// The least app version the server serves on the client's platform, `2.3.0`.
+    public var appVersion: String?
+    /// The least schema version of the app the server serves.
+    public var schemaVersion: Int?
+
+    /// A requirement from its fields.
+    public init(protocol: String? = nil, appVersion: String? = nil, schemaVersion: Int? = nil) {
+        self.protocol = `protocol`
+        self.appVersion = appVersion
+        self.schemaVersion = schemaVersion
+    }
 }

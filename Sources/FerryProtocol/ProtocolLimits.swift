@@ -42,4 +42,15 @@ public enum ProtocolHeaders {
     public static let rateLimitReset = "RateLimit-Reset"
     /// On a 429 or 503: whole seconds to wait before the next request.
     public static let retryAfter = "Retry-After"
+    /// On every request and the event stream: the protocol version the client speaks, `1.1`
+    /// (``ProtocolVersion``); a request without it speaks ``ProtocolVersion/first``.
+    public static let protocolVersion = "Ferry-Protocol"
+    /// On every request, when the app says: its version, `2.10.1` (``VersionNumber``).
+    public static let appVersion = "Ferry-App-Version"
+    /// On every request, when the app says: the version of its own schema, a whole number.
+    public static let schemaVersion = "Ferry-Schema-Version"
+    /// On every request, when the app says: the platform it runs on (`ios`, `macos`, `android`, …),
+    /// lowercase letters, digits and `-`, at most 32; a server may require a different app
+    /// version on each.
+    public static let platform = "Ferry-Platform"
 }

@@ -69,10 +69,46 @@ public struct PullResponse: Sendable, Codable, Hashable {
     }
 }
 
-/// `GET /v1/health` response body.
+/// `GET /v1/health` response body: whether the server can serve, and what it can do.
 public struct HealthResponse: Sendable, Codable, Hashable {
     /// `ok`: the server can reach its database (otherwise it answers 503 with an error envelope).
     public var status: String
-    /// A health response with `status`.
-    public init(status: String) { self.status = status }
+    /// The protocol versions the server speaks, lowest and highest; `nil` from a server from
+    /// before versions (it speaks `1.0`).
+    public var `protocol`: VersionRange?
+    /// What the server offers, by name (``Feature``): a client detects a feature here rather
+    /// than compares version numbers. Names it does not know it ignores.
+    public var features: [String]?
+    /// The least versions the server serves, when it requires any (`update_required`).
+    public var minimum: UpdateRequirement?
+
+    /// The lowest and highest protocol versions a server speaks, `"1.0"` and `"1.1"`.
+    public struct VersionRange: Sendable, Codable, Hashable {
+        public var min: String
+        public var max: String
+        public init(min: String, max: String) {
+            self.min = min
+            self.max = max
+        }
+    }
+
+    /// The features a server names in `features`.
+    public enum Feature {
+        /// Spaces a team shares (`/v1/spaces`).
+        public static let spaces = "spaces"
+        /// The event stream (`/v1/events`).
+        public static let live = "live"
+        /// Attachments (`/v1/attachments`): absent when the server keeps none.
+        public static let attachments = "attachments"
+        /// `update_required` answers below a minimum version.
+        public static let updateRequired = "update_required"
+    }
+
+    /// A health response with `status` and what the server can do.
+    public init(status: String, protocol: VersionRange? = nil, features: [String]? = nil, minimum: UpdateRequirement? = nil) {
+        self.status = status
+        self.protocol = `protocol`
+        self.features = features
+        self.minimum = minimum
+    }
 }

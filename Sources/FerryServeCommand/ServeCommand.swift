@@ -1,4 +1,5 @@
 import ArgumentParser
+import FerryProtocol
 import FerryServer
 import Foundation
 import Hummingbird
@@ -74,9 +75,27 @@ public struct ServeCommand: AsyncParsableCommand {
     @Option(help: "The most uploads in progress one user may have at once (1 to 10000); past it a new one is answered 507 quota_exceeded.")
     var maxOpenUploads = ServerConfiguration.defaultMaxOpenUploads
 
+    @Option(help: "The least protocol version served, like 1.1; an older client is answered 426 update_required.")
+    var minimumProtocol: String?
+
+    @Option(
+        help: """
+            The least app version served, like 2.3.0, or PLATFORM=VERSION (ios=2.3.0) for one platform; repeat for several. \
+            An app below it, or one that does not say its version, is answered 426 update_required.
+            """
+    )
+    var minimumAppVersion: [String] = []
+
+    @Option(help: "The least schema version of the app served; an app below it, or one that does not say, is answered 426 update_required.")
+    var minimumSchemaVersion: Int?
+
+    @Option(help: "What an app below a minimum shows its user (by default a sentence naming what is too old).")
+    var updateMessage: String?
+
     public init() {}
 
     public func validate() throws {
+        _ = try updatePolicy()
         guard (1...(1 << 40)).contains(maxAttachmentBytes) else {
             throw ValidationError("--max-attachment-bytes must be from 1 to 1099511627776, got \(maxAttachmentBytes)")
         }
@@ -117,6 +136,36 @@ public struct ServeCommand: AsyncParsableCommand {
         case .postgres:
             if let poolSize, !(1...1000).contains(poolSize) { throw ValidationError("--pool-size must be from 1 to 1000, got \(poolSize)") }
         }
+    }
+
+    /// `--minimum-protocol`, `--minimum-app-version`, `--minimum-schema-version` and `--update-message`.
+    private func updatePolicy() throws -> UpdatePolicy {
+        var policy = UpdatePolicy(schemaVersion: minimumSchemaVersion, message: updateMessage)
+        if let minimumProtocol {
+            guard let version = ProtocolVersion(minimumProtocol), version.major == ProtocolVersion.current.major, version <= .current else {
+                throw ValidationError(
+                    "--minimum-protocol must be a version this server speaks, from \(ProtocolVersion.first) to \(ProtocolVersion.current); got '\(minimumProtocol)'"
+                )
+            }
+            policy.protocolVersion = version
+        }
+        for entry in minimumAppVersion {
+            let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
+            let platform = parts.count == 2 ? UpdatePolicy.platform(parts[0]) : nil
+            guard let version = VersionNumber(parts[parts.count - 1]), parts.count == 1 || platform != nil else {
+                throw ValidationError(
+                    "--minimum-app-version must be a version like 2.3.0, or PLATFORM=VERSION like ios=2.3.0 (platform: lowercase letters, digits, '-'); got '\(entry)'"
+                )
+            }
+            if let platform { policy.appVersionByPlatform[platform] = version } else { policy.appVersion = version }
+        }
+        if let minimumSchemaVersion, minimumSchemaVersion < 0 {
+            throw ValidationError("--minimum-schema-version must be a whole number from 0, got \(minimumSchemaVersion)")
+        }
+        if let updateMessage, updateMessage.isEmpty || updateMessage.utf8.count > 1000 {
+            throw ValidationError("--update-message must be 1 to 1000 bytes of text")
+        }
+        return policy
     }
 
     /// `--jwt-secret`, else `FERRY_JWT_SECRET`; `nil` when neither is set (a secret is generated).
@@ -201,6 +250,7 @@ public struct ServeCommand: AsyncParsableCommand {
         configuration.maxAttachmentBytes = maxAttachmentBytes
         configuration.attachmentQuota = attachmentQuota
         configuration.maxOpenUploads = maxOpenUploads
+        configuration.updatePolicy = try updatePolicy()
         let store = try attachmentStore(for: location)
         do {
             configuration.attachments = try await store.open()

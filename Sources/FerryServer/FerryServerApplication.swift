@@ -50,6 +50,9 @@ public struct ServerConfiguration: Sendable {
     public var maxOpenUploads = ServerConfiguration.defaultMaxOpenUploads
     /// The default of `maxOpenUploads`: a phone uploads a few at a time.
     public static let defaultMaxOpenUploads = 32
+    /// The least client versions served; below them a client is answered `426 update_required`.
+    /// None by default.
+    public var updatePolicy = UpdatePolicy()
 
     /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit,
     /// 30-second idle and body timeouts, at most 4 requests of a user at once, and a retention of
@@ -95,6 +98,7 @@ public enum FerryServerApplication {
         authority: TokenAuthority,
         limiter: (any RateLimiter)?,
         maxRequestsPerUser: Int = ServerConfiguration(jwtSecret: "").maxRequestsPerUser,
+        updatePolicy: UpdatePolicy = UpdatePolicy(),
         metrics: ServerMetrics,
         logger: Logger
     ) -> Router<FerryRequestContext> {
@@ -106,7 +110,9 @@ public enum FerryServerApplication {
         router.add(middleware: ErrorEnvelopeMiddleware(routes: routes))
         router.get("\(Endpoint.health)", use: controller.health)
         router.get("/metrics", use: controller.metricsText)
-        let authenticated = router.group().add(middleware: AuthMiddleware(authority: authority, metrics: metrics))
+        let authenticated = router.group()
+            .add(middleware: ClientVersionMiddleware(policy: updatePolicy))
+            .add(middleware: AuthMiddleware(authority: authority, metrics: metrics))
         // Before the quota: a request refused for this costs none of it, nor a database round trip.
         authenticated.add(middleware: UserConcurrencyMiddleware(limit: maxRequestsPerUser, metrics: metrics))
         if let limiter {
@@ -152,7 +158,8 @@ public enum FerryServerApplication {
             metrics: metrics,
             bodyTimeout: configuration.bodyTimeout,
             bodies: BodyBudget(limit: configuration.maxBodyBytesInFlight),
-            attachments: configuration.attachments != nil
+            attachments: configuration.attachments != nil,
+            updatePolicy: configuration.updatePolicy
         )
         let live = LiveChanges(configuration: configuration.live)
 
@@ -173,6 +180,7 @@ public enum FerryServerApplication {
             authority: authority,
             limiter: limiter,
             maxRequestsPerUser: configuration.maxRequestsPerUser,
+            updatePolicy: configuration.updatePolicy,
             metrics: metrics,
             logger: logger
         )

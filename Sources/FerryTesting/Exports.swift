@@ -3,3 +3,6 @@
 @_exported import struct FerryProtocol.Change
 @_exported import struct FerryProtocol.Mutation
 @_exported import struct FerryServer.StoredAttachment
+@_exported import struct FerryServer.UpdatePolicy
+@_exported import struct FerryProtocol.VersionNumber
+@_exported import struct FerryProtocol.ProtocolVersion

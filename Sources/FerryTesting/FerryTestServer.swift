@@ -26,7 +26,7 @@ public struct FerryTestServer: Sendable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:_:)``,
+    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:updatePolicy:_:)``,
     /// which stops it however the test ends.
     ///
     /// - Parameters:
@@ -40,6 +40,7 @@ public struct FerryTestServer: Sendable {
     ///   - live: The event streams' limits and pacing.
     ///   - attachmentQuota: The most bytes one user's uploaded attachments may hold; `nil`: no limit.
     ///   - attachments: Where attachments' bytes live; `nil`: a temporary folder.
+    ///   - updatePolicy: The least client versions served (`426 update_required` below them); none by default.
     public static func start(
         storage: (any SyncStorage)? = nil,
         secret: String? = nil,
@@ -50,7 +51,8 @@ public struct FerryTestServer: Sendable {
         idleTimeout: Duration = .seconds(30),
         live: LiveChanges.Configuration = LiveChanges.Configuration(),
         attachmentQuota: Int64? = nil,
-        attachments: (any BlobStore)? = nil
+        attachments: (any BlobStore)? = nil,
+        updatePolicy: UpdatePolicy = UpdatePolicy()
     ) async throws -> FerryTestServer {
         let secret = secret ?? TokenAuthority.randomSecret()
         let storage = try storage ?? SQLiteSyncStorage(path: nil)
@@ -91,6 +93,7 @@ public struct FerryTestServer: Sendable {
                 configuration.live = live
                 configuration.attachments = attachments
                 configuration.attachmentQuota = attachmentQuota
+                configuration.updatePolicy = updatePolicy
                 return configuration
             }(),
             storage: storage,
@@ -120,7 +123,7 @@ public struct FerryTestServer: Sendable {
     }
 
     /// Runs `body` against a server started for it, and stops the server however `body` ends.
-    /// The parameters are those of ``start(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:)``.
+    /// The parameters are those of ``start(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:updatePolicy:)``.
     public static func run<T: Sendable>(
         storage: (any SyncStorage)? = nil,
         secret: String? = nil,
@@ -132,6 +135,7 @@ public struct FerryTestServer: Sendable {
         live: LiveChanges.Configuration = LiveChanges.Configuration(),
         attachmentQuota: Int64? = nil,
         attachments: (any BlobStore)? = nil,
+        updatePolicy: UpdatePolicy = UpdatePolicy(),
         _ body: (FerryTestServer) async throws -> T
     ) async throws -> T {
         let server = try await start(
@@ -144,7 +148,8 @@ public struct FerryTestServer: Sendable {
             idleTimeout: idleTimeout,
             live: live,
             attachmentQuota: attachmentQuota,
-            attachments: attachments
+            attachments: attachments,
+            updatePolicy: updatePolicy
         )
         do {
             let result = try await body(server)

@@ -64,6 +64,7 @@ public struct TestServer: HTTPServerEndpoint {
         attachmentQuota: Int64? = nil,
         blobs: BlobBackend = .file,
         attachments: (any BlobStore)? = nil,
+        updatePolicy: UpdatePolicy = UpdatePolicy(),
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
         let database = if let database { database } else { try await TestDatabase.make(backend) }
@@ -80,7 +81,8 @@ public struct TestServer: HTTPServerEndpoint {
             idleTimeout: idleTimeout,
             live: live,
             attachmentQuota: attachmentQuota,
-            attachments: attachments
+            attachments: attachments,
+            updatePolicy: updatePolicy
         ) { server in
             try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage, attachments: attachments))
         }

@@ -66,6 +66,11 @@ extension JournalEvent {
         public static let spaceRoleChanged = Kind(rawValue: "space.roleChanged")
         /// A pulled record the app's schema refused was set aside.
         public static let pullSetAside = Kind(rawValue: "pull.setAside")
+        /// The server required a newer version of the app (`426 update_required`); nothing more is sent.
+        public static let updateRequired = Kind(rawValue: "updateRequired")
+        /// The server answered a value this version does not know (a result's status, a
+        /// change's op, a space's role): that one result was held, the rest of the answer used.
+        public static let unrecognized = Kind(rawValue: "unrecognized")
         /// The store took a new client id: another store holds its old one.
         public static let clientRenewed = Kind(rawValue: "client.renewed")
         /// The server's event stream opened (`status`), failed, or ended (`LiveUpdates`).

@@ -104,6 +104,9 @@ actor LiveUpdates {
                 logger.debug("the transport cannot stream; live changes are off")
                 await scheduler.liveStreamClosed()
                 return
+            } catch FerryError.Code.updateRequired {
+                await scheduler.liveStreamClosed()  // nothing is sent until the app is updated
+                return
             } catch {
                 if Task.isCancelled {
                     await scheduler.liveStreamClosed()

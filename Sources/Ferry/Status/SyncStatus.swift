@@ -36,6 +36,10 @@ public struct SyncStatus: Sendable, Equatable {
     /// Attachments waiting to upload (idle and offline too) and to download in this run, with
     /// their bytes, the bytes moved in this run, and each transfer under way.
     public var attachments = AttachmentProgress()
+    /// Set when the server required a newer version of the app (`426 update_required`): show
+    /// its message and ask the user to update. Nothing is sent meanwhile; the store and its
+    /// queue stay as they are, and go once the updated app syncs.
+    public var updateRequired: UpdateRequired?
 
     /// The status before anything is known: `phase` (idle by default), nothing pending, never synced.
     public init(phase: Phase = .idle) {
@@ -47,6 +51,7 @@ public struct SyncStatus: Sendable, Equatable {
     public var progressText: String {
         let files = attachments.uploadsWaiting
         let filesText = "\(files.formatted()) \(files == 1 ? "file" : "files") (\(Self.size(attachments.uploadBytes)))"
+        if let updateRequired, phase != .signedOut { return "Update required: \(updateRequired.message)" }
         return switch phase {
         case .idle where pending > 0 && files > 0: "\(pending.formatted()) \(pending == 1 ? "change" : "changes") and \(filesText) waiting"
         case .idle where files > 0: "\(filesText) waiting"

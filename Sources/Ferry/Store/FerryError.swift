@@ -62,6 +62,11 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         /// Something Ferry does not name went wrong during a run (the store's disk full, an
         /// error of the app's own schema); ``FerryError/underlying`` holds it.
         public static let unexpected = Code(rawValue: "unexpected")
+        /// The server serves no client of this app's version (`426 update_required`): nothing
+        /// more is sent until the app is updated, every change stays queued, the store stays
+        /// usable. The message is the server's, for the user; ``SyncStatus/updateRequired`` holds
+        /// the minimum too.
+        public static let updateRequired = Code(rawValue: "updateRequired")
 
         /// The code's name.
         public var description: String { rawValue }
@@ -134,6 +139,10 @@ public struct FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func readOnlySpace(_ message: String) -> FerryError { FerryError(.readOnlySpace, message) }
     /// An ``Code/attachment`` error saying `message`.
     public static func attachment(_ message: String) -> FerryError { FerryError(.attachment, message) }
+    /// An ``Code/updateRequired`` error with the server's message.
+    public static func updateRequired(_ refusal: UpdateRequired) -> FerryError {
+        FerryError(.updateRequired, refusal.message, serverCode: ErrorCode.updateRequired.rawValue)
+    }
     /// `error` as a `FerryError`: itself if it is one, else ``Code/unexpected`` holding it.
     public init(wrapping error: any Error) {
         self = error as? FerryError ?? FerryError(.unexpected, "\(error)", underlying: error)

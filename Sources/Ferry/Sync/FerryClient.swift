@@ -31,6 +31,9 @@ public struct SyncConfiguration: Sendable {
     /// smallest part (5 MiB), so a server on an object store has the store join the chunks
     /// without reading them back.
     public var attachmentChunkBytes = 8 << 20
+    /// Who the app is, said with every request so a server can ask an app too old to sync to
+    /// update (``SyncStatus/updateRequired``): the bundle's version and this platform by default.
+    public var app = AppIdentity()
 
     /// The default tuning.
     public init() {}
@@ -143,6 +146,7 @@ public actor FerryClient {
             journal: journal,
             status: statusCenter,
             random: jitterSeed.map { JitterGenerator(seed: $0) } ?? JitterGenerator(),
+            app: configuration.app,
             clientID: { [identity = store.identity] in identity.clientID }
         )
     }
@@ -354,6 +358,8 @@ public actor FerryClient {
     }
 
     private func leasedSync(full: Bool) async throws -> SyncReport {
+        // Said once, by the answer that required it: a run after it sends nothing and writes no journal line.
+        if let refusal = await connection.updateRequired { throw FerryError.updateRequired(refusal) }
         if full {
             try await store.database.write { db in try StoreMeta.setCursor(nil, db: db) }
         }

@@ -25,6 +25,11 @@ actor SyncConnection {
     /// Requests answered 429 so far, for reports.
     private(set) var rateLimitedCount = 0
     private(set) var requestCount = 0
+    /// What every request says of the protocol and the app.
+    private let appHeaders: [String: String]
+    /// Set by the server's `426 update_required`: from then on nothing is sent, for the life of
+    /// this client (the updated app is a new one).
+    private(set) var updateRequired: UpdateRequired?
 
     init(
         transport: any SyncTransport,
@@ -34,8 +39,10 @@ actor SyncConnection {
         journal: Journal,
         status: StatusCenter,
         random: JitterGenerator = JitterGenerator(),
+        app: AppIdentity = AppIdentity(),
         clientID: @escaping @Sendable () -> String
     ) {
+        self.appHeaders = app.headers
         self.clientID = clientID
         self.transport = transport
         self.tokens = tokens
@@ -114,6 +121,8 @@ actor SyncConnection {
             case 401:
                 await tokens.refused(token)  // the next run starts with a new one
                 throw FerryError.unauthorized(Self.message(in: response))
+            case 426:
+                throw await refuseFromNowOn(response.body)
             case 400..<500, 507:
                 return response  // 507: over the attachment quota, which waiting does not end
             default:
@@ -147,6 +156,7 @@ actor SyncConnection {
             )
         )
         if stream.status == 401 { await tokens.refused(token) }
+        if stream.status == 426 { throw await refuseFromNowOn(try await Self.collect(stream, upTo: 64 * 1024)) }
         return stream
     }
 
@@ -182,6 +192,7 @@ actor SyncConnection {
             )
         )
         if stream.status == 401 { await tokens.refused(token) }
+        if stream.status == 426 { throw await refuseFromNowOn(try await Self.collect(stream, upTo: 64 * 1024)) }
         return stream
     }
 
@@ -200,13 +211,45 @@ actor SyncConnection {
         )
     }
 
-    /// Signs `request` with the current token and names the client, as every request is sent;
-    /// returns the token, which a 401 marks refused.
+    /// Signs `request` with the current token and names the client and the app, as every
+    /// request is sent; returns the token, which a 401 marks refused. Once the server required
+    /// an update, throws instead: nothing more is sent.
     private func authorize(_ request: inout TransportRequest) async throws -> String {
+        if let updateRequired { throw FerryError.updateRequired(updateRequired) }
         let token = try await tokens.token()
         request.headers["Authorization"] = "Bearer \(token)"
         request.headers["Ferry-Client-ID"] = clientID()
+        request.headers.merge(appHeaders) { _, app in app }
         return token
+    }
+
+    /// The server answered `426 update_required`: stop sending, say so in the status and the
+    /// journal once, and return the error every request of this client throws from now on.
+    private func refuseFromNowOn(_ body: Data) async -> FerryError {
+        let envelope = try? JSONDecoder().decode(ErrorEnvelope.self, from: body)
+        let refusal = UpdateRequired(
+            message: envelope?.error.message ?? "the server requires a newer version of this app",
+            minimum: envelope?.error.minimum ?? UpdateRequirement()
+        )
+        if updateRequired == nil {
+            updateRequired = refusal
+            logger.warning("the server requires an update; nothing more is sent", metadata: ["message": "\(refusal.message)"])
+            await journal.record(
+                JournalEvent(kind: .updateRequired, message: "the server requires an update, nothing more is sent until the app is updated: \(refusal.message)")
+            )
+            await status.update { $0.updateRequired = refusal }
+        }
+        return FerryError.updateRequired(refusal)
+    }
+
+    /// The first `limit` bytes of a streamed answer's body (an error envelope).
+    private static func collect(_ stream: TransportStream, upTo limit: Int) async throws -> Data {
+        var body = Data()
+        for try await chunk in stream.body {
+            body.append(chunk.prefix(limit - body.count))
+            if body.count >= limit { break }
+        }
+        return body
     }
 
     /// The user signed out: a token request in progress is abandoned.

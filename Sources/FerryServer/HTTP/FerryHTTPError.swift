@@ -15,6 +15,8 @@ struct FerryHTTPError: Error, HTTPResponseError {
     /// revealed): `ErrorEnvelopeMiddleware` tells 404 from 405 for these only. It survives the
     /// middlewares that classify an error on its way out (`RateLimitMiddleware`).
     var noRoute = false
+    /// With `update_required`: what the server requires.
+    var minimum: UpdateRequirement?
 
     init(_ code: ErrorCode, _ message: String) {
         self.code = code
@@ -63,7 +65,7 @@ struct FerryHTTPError: Error, HTTPResponseError {
     var status: HTTPResponse.Status { HTTPResponse.Status(code: code.httpStatus) }
 
     func response(from request: Request, context: some RequestContext) throws -> Response {
-        try JSONResponse.make(ErrorEnvelope(code: code, message: message), status: status, headers: headers)
+        try JSONResponse.make(ErrorEnvelope(code: code, message: message, minimum: minimum), status: status, headers: headers)
     }
 }
 

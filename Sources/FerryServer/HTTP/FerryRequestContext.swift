@@ -13,6 +13,9 @@ public struct FerryRequestContext: RequestContext {
     public var isService = false
     /// When the request's token expires (its `exp`), set by `AuthMiddleware`: an event stream ends then.
     public var tokenExpiry: Date?
+    /// The protocol version the client speaks, set by `ClientVersionMiddleware` (its
+    /// `Ferry-Protocol`, else ``ProtocolVersion/first``): what an answer may hold for it.
+    public var protocolVersion = ProtocolVersion.first
     /// Shared by every copy of this context, for the access log.
     let facts = RequestFacts()
     /// The connection: a handler closes its input when a body is too slow (`SyncController`).

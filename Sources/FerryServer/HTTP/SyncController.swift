@@ -15,10 +15,22 @@ struct SyncController: Sendable {
     let pulls = UserLine()
     /// Whether this server keeps attachments (`ServerConfiguration/attachments`).
     var attachments = true
+    /// The least client versions served, which `/v1/health` publishes.
+    var updatePolicy = UpdatePolicy()
 
+    /// `ok` when the database answers, with what this server can do: its protocol versions,
+    /// its features and the minimum it requires (PROTOCOL.md, "Versions").
     func health(_ request: Request, context: FerryRequestContext) async throws -> Response {
         try await storage.checkHealth()
-        return try JSONResponse.make(HealthResponse(status: "ok"))
+        typealias Feature = HealthResponse.Feature
+        return try JSONResponse.make(
+            HealthResponse(
+                status: "ok",
+                protocol: .init(min: ProtocolVersion.first.description, max: ProtocolVersion.current.description),
+                features: [Feature.spaces, Feature.live] + (attachments ? [Feature.attachments] : []) + [Feature.updateRequired],
+                minimum: updatePolicy.published
+            )
+        )
     }
 
     func push(_ request: Request, context: FerryRequestContext) async throws -> Response {

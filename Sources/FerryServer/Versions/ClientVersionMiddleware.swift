@@ -1,0 +1,70 @@
+import FerryProtocol
+import HTTPTypes
+import Hummingbird
+
+/// Reads who the client is (`Ferry-Protocol`, `Ferry-App-Version`, `Ferry-Schema-Version`,
+/// `Ferry-Platform`), refuses a malformed header with `400`, a client below the server's
+/// ``UpdatePolicy`` with `426 update_required`, and notes the protocol version in the context,
+/// so a handler answers only what that version knows. Before authentication: a phone too old
+/// to sync is told so whatever its token.
+struct ClientVersionMiddleware: RouterMiddleware {
+    typealias Context = FerryRequestContext
+    let policy: UpdatePolicy
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        let client = try Self.client(request.headers)
+        if let (message, minimum) = policy.refusal(of: client) {
+            var error = FerryHTTPError(.updateRequired, message)
+            error.minimum = minimum
+            throw error
+        }
+        var context = context
+        context.protocolVersion = client.protocolVersion
+        return try await next(request, context)
+    }
+
+    /// The client its headers describe; a header that is present but malformed is a `bad_request`.
+    static func client(_ headers: HTTPFields) throws -> UpdatePolicy.Client {
+        var client = UpdatePolicy.Client()
+        if let text = headers[HTTPField.Name(ProtocolHeaders.protocolVersion)!] {
+            guard let version = ProtocolVersion(text) else {
+                throw FerryHTTPError(.badRequest, "\(ProtocolHeaders.protocolVersion) must be a version like 1.1, got '\(text.prefix(40))'")
+            }
+            guard version.major == ProtocolVersion.current.major else {
+                throw FerryHTTPError(
+                    .badRequest,
+                    "this server speaks protocol \(ProtocolVersion.first) to \(ProtocolVersion.current); the client speaks \(version), which it cannot serve"
+                )
+            }
+            client.protocolVersion = version
+        }
+        if let text = headers[HTTPField.Name(ProtocolHeaders.appVersion)!] {
+            guard let version = VersionNumber(text) else {
+                throw FerryHTTPError(.badRequest, "\(ProtocolHeaders.appVersion) must be one to four dotted whole numbers like 2.10.1, got '\(text.prefix(40))'")
+            }
+            client.appVersion = version
+        }
+        if let text = headers[HTTPField.Name(ProtocolHeaders.schemaVersion)!] {
+            guard (1...9).contains(text.count), text.allSatisfy({ $0.isASCII && $0.isNumber }), let version = Int(text) else {
+                throw FerryHTTPError(.badRequest, "\(ProtocolHeaders.schemaVersion) must be a whole number from 0, got '\(text.prefix(40))'")
+            }
+            client.schemaVersion = version
+        }
+        if let text = headers[HTTPField.Name(ProtocolHeaders.platform)!] {
+            guard let platform = UpdatePolicy.platform(text) else {
+                throw FerryHTTPError(.badRequest, "\(ProtocolHeaders.platform) must be 1 to 32 lowercase letters, digits or '-', like ios, got '\(text.prefix(40))'")
+            }
+            client.platform = platform
+        }
+        return client
+    }
+}
+
+extension UpdatePolicy {
+    /// `text` as a platform name: 1 to 32 of `a-z 0-9 -`; `nil` for anything else.
+    public static func platform(_ text: String) -> String? {
+        guard (1...32).contains(text.utf8.count), text.utf8.allSatisfy({ (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D })
+        else { return nil }
+        return text
+    }
+}
