@@ -7,9 +7,9 @@
 // clash with a name of the app's, and GRDB, whose `Database` an app writes its synced tables with.
 @_exported import enum FerryProtocol.JSONValue
 @_exported import struct FerryProtocol.Membership
-@_exported import struct FerryProtocol.UpdateRequirement
 @_exported import enum FerryProtocol.MutationOp
 @_exported import enum FerryProtocol.ProtocolLimits
 @_exported import struct FerryProtocol.RecordState
 @_exported import struct FerryProtocol.SpaceMember
 @_exported import enum FerryProtocol.SpaceRole
+@_exported import struct FerryProtocol.UpdateRequirement

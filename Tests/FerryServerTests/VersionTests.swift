@@ -15,7 +15,8 @@ struct VersionTests {
         schemaVersion: 4
     )
 
-    static func headers(protocol version: String? = "1.1", app: String? = "2.0", schema: String? = "4", platform: String? = nil) -> [(String, String)] {
+    static func headers(protocol version: String? = "1.1", app: String? = "2.0", schema: String? = "4", platform: String? = nil) -> [(String, String)]
+    {
         [
             version.map { (ProtocolHeaders.protocolVersion, $0) }, app.map { (ProtocolHeaders.appVersion, $0) },
             schema.map { (ProtocolHeaders.schemaVersion, $0) }, platform.map { (ProtocolHeaders.platform, $0) },

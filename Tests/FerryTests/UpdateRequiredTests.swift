@@ -92,7 +92,9 @@ struct UpdateRequiredTests {
         }
     }
 
-    @Test("a session below the minimum, its event stream on and periodic runs every 5 s, makes no request after the first answers through an hour of its clock")
+    @Test(
+        "a session below the minimum, its event stream on and periodic runs every 5 s, makes no request after the first answers through an hour of its clock"
+    )
     func noRetryLoop() async throws {
         try await TestServer.run(updatePolicy: Self.policy) { server in
             let clock = TestClock()

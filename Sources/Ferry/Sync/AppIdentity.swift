@@ -33,23 +33,23 @@ public struct AppIdentity: Sendable, Equatable {
     /// The platform this build runs on.
     public static var currentPlatform: String {
         #if os(iOS)
-            "ios"
+        "ios"
         #elseif os(macOS)
-            "macos"
+        "macos"
         #elseif os(watchOS)
-            "watchos"
+        "watchos"
         #elseif os(tvOS)
-            "tvos"
+        "tvos"
         #elseif os(visionOS)
-            "visionos"
+        "visionos"
         #elseif os(Android)
-            "android"
+        "android"
         #elseif os(Linux)
-            "linux"
+        "linux"
         #elseif os(Windows)
-            "windows"
+        "windows"
         #else
-            "other"
+        "other"
         #endif
     }
 
@@ -58,7 +58,9 @@ public struct AppIdentity: Sendable, Equatable {
         var headers = [ProtocolHeaders.protocolVersion: ProtocolVersion.current.description]
         if let version = version.flatMap(VersionNumber.init) { headers[ProtocolHeaders.appVersion] = version.description }
         if let schemaVersion, schemaVersion >= 0 { headers[ProtocolHeaders.schemaVersion] = "\(schemaVersion)" }
-        if let platform = platform?.lowercased(), platform.utf8.count <= 32, platform.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) {
+        if let platform = platform?.lowercased(), platform.utf8.count <= 32,
+            platform.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") })
+        {
             headers[ProtocolHeaders.platform] = platform
         }
         return headers

@@ -235,7 +235,10 @@ actor SyncConnection {
             updateRequired = refusal
             logger.warning("the server requires an update; nothing more is sent", metadata: ["message": "\(refusal.message)"])
             await journal.record(
-                JournalEvent(kind: .updateRequired, message: "the server requires an update, nothing more is sent until the app is updated: \(refusal.message)")
+                JournalEvent(
+                    kind: .updateRequired,
+                    message: "the server requires an update, nothing more is sent until the app is updated: \(refusal.message)"
+                )
             )
             await status.update { $0.updateRequired = refusal }
         }

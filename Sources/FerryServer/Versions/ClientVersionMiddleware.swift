@@ -40,7 +40,10 @@ struct ClientVersionMiddleware: RouterMiddleware {
         }
         if let text = headers[HTTPField.Name(ProtocolHeaders.appVersion)!] {
             guard let version = VersionNumber(text) else {
-                throw FerryHTTPError(.badRequest, "\(ProtocolHeaders.appVersion) must be one to four dotted whole numbers like 2.10.1, got '\(text.prefix(40))'")
+                throw FerryHTTPError(
+                    .badRequest,
+                    "\(ProtocolHeaders.appVersion) must be one to four dotted whole numbers like 2.10.1, got '\(text.prefix(40))'"
+                )
             }
             client.appVersion = version
         }
@@ -52,7 +55,10 @@ struct ClientVersionMiddleware: RouterMiddleware {
         }
         if let text = headers[HTTPField.Name(ProtocolHeaders.platform)!] {
             guard let platform = UpdatePolicy.platform(text) else {
-                throw FerryHTTPError(.badRequest, "\(ProtocolHeaders.platform) must be 1 to 32 lowercase letters, digits or '-', like ios, got '\(text.prefix(40))'")
+                throw FerryHTTPError(
+                    .badRequest,
+                    "\(ProtocolHeaders.platform) must be 1 to 32 lowercase letters, digits or '-', like ios, got '\(text.prefix(40))'"
+                )
             }
             client.platform = platform
         }
