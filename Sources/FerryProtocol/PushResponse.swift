@@ -75,6 +75,9 @@ public struct PushResult: Sendable, Codable, Hashable {
     /// The `code` of a mutation whose id this client id already used for another change: the
     /// store was copied to another device or restored from a backup.
     public static let mutationIDReused = "mutation_id_reused"
+    /// The `code` a client gives a result whose status it does not know (a later server's): it
+    /// keeps the change as a dead letter, since it cannot tell what the server did.
+    public static let unrecognizedStatus = "unrecognized_status"
 
     /// A result from its fields.
     public init(

@@ -7,6 +7,12 @@ public enum SpaceRole: String, Sendable, Codable, Hashable, CaseIterable, Compar
     /// Write, and manage the space's members.
     case admin
 
+    /// `raw` as a role; one this version does not know (a later server's) is `read`, the least:
+    /// the server enforces what the role allows, the client only guards its own writes.
+    public init(tolerating raw: String) {
+        self = SpaceRole(rawValue: raw) ?? .read
+    }
+
     /// Whether a member with this role may push to the space.
     public var canWrite: Bool { self != .read }
 
@@ -38,6 +44,14 @@ public struct Membership: Sendable, Codable, Hashable {
         self.role = role
         self.incarnation = incarnation
     }
+
+    /// Reads a role this version does not know as `read` (``SpaceRole/init(tolerating:)``).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        space = try container.decode(String.self, forKey: .space)
+        role = SpaceRole(tolerating: try container.decode(String.self, forKey: .role))
+        incarnation = try container.decodeIfPresent(String.self, forKey: .incarnation)
+    }
 }
 
 /// One member of a space: an entry of `GET /v1/spaces/{space}/members`.
@@ -51,6 +65,13 @@ public struct SpaceMember: Sendable, Codable, Hashable {
     public init(user: String, role: SpaceRole) {
         self.user = user
         self.role = role
+    }
+
+    /// Reads a role this version does not know as `read` (``SpaceRole/init(tolerating:)``).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        user = try container.decode(String.self, forKey: .user)
+        role = SpaceRole(tolerating: try container.decode(String.self, forKey: .role))
     }
 }
 

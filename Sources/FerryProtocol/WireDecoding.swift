@@ -25,16 +25,32 @@ extension PushResponse {
         let fields = try JSONFields.root(body)
         return PushResponse(
             lastMutationID: try fields.required("lastMutationID", JSONFields.integer),
-            results: try fields.elements("results", PushResult.init)
+            results: try fields.elements("results", PushResult.tolerating)
         )
     }
 }
 
 extension PullResponse {
     package static func decode(from body: Data) throws(JSONShapeError) -> PullResponse {
+        var unrecognized: [String] = []
+        return try decode(from: body, unrecognized: &unrecognized)
+    }
+
+    /// Decodes a page as this version knows it: a change whose `op` it does not know (a later
+    /// server's) is left out and described in `unrecognized`, the rest of the page used.
+    package static func decode(from body: Data, unrecognized: inout [String]) throws(JSONShapeError) -> PullResponse {
         let fields = try JSONFields.root(body)
+        var changes: [Change] = []
+        for change in try fields.elements("changes", { $0 }) {
+            if let op = change.fields["op"].flatMap(JSONFields.string), MutationOp(rawValue: op) == nil {
+                let record = ["entity", "entityID"].compactMap { change.fields[$0].flatMap(JSONFields.string) }.joined(separator: "/")
+                unrecognized.append("\(change.objectPath) (\(record)): op \(ProtocolValidation.quoted(op))")
+                continue
+            }
+            changes.append(try Change(change))
+        }
         return PullResponse(
-            changes: try fields.elements("changes", Change.init),
+            changes: changes,
             cursor: try fields.required("cursor", JSONFields.string),
             hasMore: try fields.required("hasMore", JSONFields.bool),
             spaces: fields.fields["spaces"].map { $0 == .null } ?? true ? nil : try fields.elements("spaces", Membership.init),
@@ -73,6 +89,23 @@ extension PushResult {
             code: try fields.optional("code", JSONFields.string)
         )
     }
+
+    /// Reads a result; one whose `status` this version does not know (a later server's) reads
+    /// as `rejected` with ``PushResult/unrecognizedStatus``: the change is kept as a dead letter
+    /// with its payload, the rest of the answer used.
+    static func tolerating(_ fields: JSONFields) throws(JSONShapeError) -> PushResult {
+        guard let status = fields.fields["status"].flatMap(JSONFields.string), MutationStatus(rawValue: status) == nil else {
+            return try PushResult(fields)
+        }
+        return PushResult(
+            id: try fields.required("id", JSONFields.integer),
+            status: .rejected,
+            entityID: nil,
+            version: nil,
+            error: "the server answered \(ProtocolValidation.quoted(status)), a status this version of the app does not know; the change is kept",
+            code: PushResult.unrecognizedStatus
+        )
+    }
 }
 
 extension RecordState {
@@ -105,7 +138,7 @@ extension Membership {
     init(_ fields: JSONFields) throws(JSONShapeError) {
         self.init(
             space: try fields.required("space", JSONFields.string),
-            role: try fields.required("role", JSONFields.enumeration(SpaceRole.self)),
+            role: SpaceRole(tolerating: try fields.required("role", JSONFields.string)),
             incarnation: try fields.optional("incarnation", JSONFields.string)
         )
     }

@@ -187,7 +187,14 @@ struct Puller: Sendable {
             throw FerryError.protocolViolation("pull answered \(response.status): \(SyncConnection.message(in: response))")
         }
         do {
-            return .page(try PullResponse.decode(from: response.body))
+            var unrecognized: [String] = []
+            let page = try PullResponse.decode(from: response.body, unrecognized: &unrecognized)
+            for change in unrecognized {
+                await connection.journal.record(
+                    JournalEvent(kind: .unrecognized, message: "a pulled change this version does not know was left out: \(change)")
+                )
+            }
+            return .page(page)
         } catch {
             throw FerryError.protocolViolation("pull response is not valid: \(error)", underlying: error)
         }

@@ -1,0 +1,99 @@
+import ConcurrencyExtras
+import FerryProtocol
+import FerryTestSupport
+import Foundation
+import GRDB
+import Testing
+
+@testable import Ferry
+
+/// PROTOCOL.md, "Versions": a later server may add statuses, ops and roles within the major
+/// version; a value this client does not know affects that one result, never the whole answer.
+@Suite("A later server's values", .timeLimit(.minutes(1)))
+struct TolerantDecodingTests {
+    /// Rewrites the JSON of every answer to `path` with `rewrite`.
+    static func rewriting(_ server: TestServer, _ path: String, _ rewrite: @escaping @Sendable (inout [String: Any]) -> Void) -> InterceptingTransport
+    {
+        InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+            var response = try await next(request)
+            guard request.path.hasPrefix(path), response.status == 200,
+                var object = try JSONSerialization.jsonObject(with: response.body) as? [String: Any]
+            else { return response }
+            rewrite(&object)
+            response.body = try JSONSerialization.data(withJSONObject: object)
+            return response
+        }
+    }
+
+    @Test("a result with a status this version does not know is a dead letter with its payload; the batch's other results are used")
+    func unknownStatus() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await store.database.write { db in
+                for id in ["a", "b", "c"] { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, 7)", arguments: [id]) }
+            }
+            let transport = Self.rewriting(server, Endpoint.push) { object in
+                guard var results = object["results"] as? [[String: Any]] else { return }
+                results[1]["status"] = "deferred"
+                results[1]["reason"] = "a field of a later version"
+                object["results"] = results
+            }
+            let client = ClientFixture.client(store: store, server: server, transport: transport)
+            let report = try await client.sync()
+            #expect(report.upload.acknowledged == 2)
+            let dead = try await client.deadLetters()
+            #expect(dead.map(\.entityID) == ["b"])
+            #expect(dead.first?.reason.contains("\"deferred\"") == true)
+            #expect(await client.status.pending == 0)
+            // The row stays as the app wrote it.
+            #expect(try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT value FROM events WHERE id = 'b'") } == 7)
+            await client.stop()
+            try await store.close()
+        }
+    }
+
+    @Test("a pulled change with an op this version does not know is left out and journaled; the page's other changes are written")
+    func unknownOp() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "other",
+                    mutations: (1...3).map { .upsert(id: Int64($0), entity: "events", entityID: "e\($0)", data: ["value": .integer(Int64($0))]) }
+                ),
+                token: token
+            )
+            let transport = Self.rewriting(server, Endpoint.pull) { object in
+                guard var changes = object["changes"] as? [[String: Any]], changes.count == 3 else { return }
+                changes[0]["op"] = "archive"
+                object["changes"] = changes
+            }
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let client = ClientFixture.client(store: store, server: server, transport: transport)
+            let report = try await client.sync()
+            #expect(report.pull.received == 2)
+            let ids = try await store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM events ORDER BY id") }
+            #expect(ids == ["e2", "e3"])
+            let lines = try await client.journal.events().filter { $0.kind == .unrecognized }
+            #expect(lines.count == 1)
+            #expect(lines.first?.message.contains("events/e1") == true)
+            #expect(lines.first?.message.contains("\"archive\"") == true)
+            await client.stop()
+            try await store.close()
+        }
+    }
+
+    @Test("a role this version does not know reads as read, in a pull's memberships and in the space list")
+    func unknownRole() async throws {
+        let page = Data(#"{"changes":[],"cursor":"c","hasMore":false,"spaces":[{"space":"team","role":"commenter"}],"revoked":[]}"#.utf8)
+        #expect(try PullResponse.decode(from: page).spaces == [Membership(space: "team", role: .read)])
+        let list = Data(#"{"spaces":[{"space":"team","role":"commenter","incarnation":"i"},{"space":"mine","role":"admin"}]}"#.utf8)
+        #expect(
+            try JSONDecoder().decode(SpaceList.self, from: list).spaces == [
+                Membership(space: "team", role: .read, incarnation: "i"), Membership(space: "mine", role: .admin),
+            ]
+        )
+        let members = Data(#"{"members":[{"user":"bob","role":"owner"}]}"#.utf8)
+        #expect(try JSONDecoder().decode(MemberList.self, from: members).members == [SpaceMember(user: "bob", role: .read)])
+    }
+}
