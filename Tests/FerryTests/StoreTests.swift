@@ -227,9 +227,9 @@ struct StoreTests {
         }
     }
 
-    @Test("four processes creating one new store at once (an app and its extensions at first launch): all open it, twenty times over")
+    @Test("four processes creating one new store at once (an app and its extensions at first launch): all open it, ten times over")
     func concurrentCreation() async throws {
-        for _ in 0..<20 {
+        for _ in 0..<10 {
             let path = ClientFixture.storePath()
             let opened = await withTaskGroup(of: Result<FerryStore, any Error>.self) { group in
                 for _ in 0..<4 {

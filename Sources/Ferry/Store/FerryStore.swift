@@ -65,7 +65,8 @@ public final class FerryStore: Sendable {
         self.path = path
         if let schema, try !database.read(schema.hasCompletedMigrations) {
             try database.write(ChangeCapture.uninstallAll)
-            try schema.migrate(database)
+            // An app and its extension at first launch may both run the app's migrations.
+            try schema.migrateShared(database)
         }
         identity = ClientIdentity(
             try database.write { db in
