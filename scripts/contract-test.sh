@@ -140,6 +140,20 @@ def _not_its_digest(case):
     return data is not None and "sha256:" + hashlib.sha256(data).hexdigest() != digest
 
 
+VERSION_HEADERS = {
+    "ferry-protocol": r"1\.[0-9]{1,9}",
+    "ferry-app-version": r"[0-9]{1,9}(\.[0-9]{1,9}){0,3}",
+    "ferry-schema-version": r"[0-9]{1,9}",
+    "ferry-platform": r"[a-z0-9-]{1,32}",
+}
+
+
+def _version_header_malformed(case):
+    # The coverage phase sends header values its patterns forbid and calls them valid.
+    headers = {k.lower(): v for k, v in (case.headers or {}).items()}
+    return any(name in headers and not re.fullmatch(pattern, str(headers[name])) for name, pattern in VERSION_HEADERS.items())
+
+
 def _past_attachment_limit(case):
     # The server's largest attachment (--max-attachment-bytes, 5 GiB by default) is its own
     # setting: an announced length, or an append's offset, past it.
@@ -185,6 +199,8 @@ UNEXPRESSIBLE = [
     # The same, refused before the body (its Content-Length says so) or as the bytes pass it.
     ("bad_request", re.compile(r"^Content-Length [0-9]+ from offset [0-9]+ goes past the [0-9]+ bytes this upload announced"), _length_not_the_bytes),
     ("bad_request", re.compile(r"^the body goes past the [0-9]+ bytes this upload announced"), _length_not_the_bytes),
+    # Who the client is (PROTOCOL.md, "Versions"): a header the pattern forbids is named.
+    ("bad_request", re.compile(r"^(Ferry-(Protocol|App-Version|Schema-Version|Platform) must be|this server speaks protocol)"), _version_header_malformed),
 ]
 
 

@@ -2,7 +2,9 @@
 /// (PROTOCOL.md, "Versions"): a server speaks every minor version of its major one, and sends a
 /// client only what the version it announced knows.
 public struct ProtocolVersion: Sendable, Hashable, Comparable, LosslessStringConvertible {
+    /// Changes only with a change old clients cannot follow.
     public var major: Int
+    /// Rises with each additive change.
     public var minor: Int
 
     /// The version this build speaks; every request carries it as `Ferry-Protocol`.
@@ -11,6 +13,7 @@ public struct ProtocolVersion: Sendable, Hashable, Comparable, LosslessStringCon
     /// without `Ferry-Protocol` speaks it. The first frozen contract (`Tests/Contract/1.0`).
     public static let first = ProtocolVersion(major: 1, minor: 0)
 
+    /// The version `major.minor`.
     public init(major: Int, minor: Int) {
         self.major = major
         self.minor = minor
@@ -23,14 +26,17 @@ public struct ProtocolVersion: Sendable, Hashable, Comparable, LosslessStringCon
         self.init(major: major, minor: minor)
     }
 
+    /// `1.1`, as `Ferry-Protocol` carries it.
     public var description: String { "\(major).\(minor)" }
 
+    /// Older first: by major version, then minor.
     public static func < (a: Self, b: Self) -> Bool { (a.major, a.minor) < (b.major, b.minor) }
 }
 
 /// An app's version as people write it, `2.10.1`: one to four whole numbers with dots between,
 /// compared number by number (`2.10` is after `2.9`; `2.1` and `2.1.0` are equal).
 public struct VersionNumber: Sendable, Hashable, Comparable, LosslessStringConvertible {
+    /// The numbers, most significant first.
     public let components: [Int]
 
     /// `nil` for anything but one to four dotted whole numbers of at most nine digits each.
@@ -45,16 +51,20 @@ public struct VersionNumber: Sendable, Hashable, Comparable, LosslessStringConve
         self.components = components
     }
 
+    /// The numbers with dots between, without leading zeros: `2.10.1`.
     public var description: String { components.map(String.init).joined(separator: ".") }
 
+    /// Equal when no number differs, missing numbers counting as 0: `2.1` equals `2.1.0`.
     public static func == (a: Self, b: Self) -> Bool { !(a < b) && !(b < a) }
 
+    /// Hashes the numbers without trailing zeros, as equality compares them.
     public func hash(into hasher: inout Hasher) {
         var trimmed = components
         while trimmed.last == 0 { trimmed.removeLast() }
         hasher.combine(trimmed)
     }
 
+    /// Older first, number by number.
     public static func < (a: Self, b: Self) -> Bool {
         for index in 0..<max(a.components.count, b.components.count) {
             let left = index < a.components.count ? a.components[index] : 0

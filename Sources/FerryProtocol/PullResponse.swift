@@ -84,8 +84,11 @@ public struct HealthResponse: Sendable, Codable, Hashable {
 
     /// The lowest and highest protocol versions a server speaks, `"1.0"` and `"1.1"`.
     public struct VersionRange: Sendable, Codable, Hashable {
+        /// The lowest version spoken.
         public var min: String
+        /// The highest version spoken.
         public var max: String
+        /// A range from its ends.
         public init(min: String, max: String) {
             self.min = min
             self.max = max

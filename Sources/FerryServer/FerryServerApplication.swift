@@ -111,8 +111,8 @@ public enum FerryServerApplication {
         router.get("\(Endpoint.health)", use: controller.health)
         router.get("/metrics", use: controller.metricsText)
         let authenticated = router.group()
-            .add(middleware: ClientVersionMiddleware(policy: updatePolicy))
             .add(middleware: AuthMiddleware(authority: authority, metrics: metrics))
+            .add(middleware: ClientVersionMiddleware(policy: updatePolicy))
         // Before the quota: a request refused for this costs none of it, nor a database round trip.
         authenticated.add(middleware: UserConcurrencyMiddleware(limit: maxRequestsPerUser, metrics: metrics))
         if let limiter {

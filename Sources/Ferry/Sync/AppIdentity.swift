@@ -73,6 +73,6 @@ public struct AppIdentity: Sendable, Equatable {
 public struct UpdateRequired: Sendable, Equatable {
     /// What to tell the user, from the server.
     public var message: String
-    /// The versions the server requires (``UpdateRequirement``).
+    /// The versions the server requires (`UpdateRequirement`).
     public var minimum: UpdateRequirement
 }

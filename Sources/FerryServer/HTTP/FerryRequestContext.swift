@@ -14,7 +14,7 @@ public struct FerryRequestContext: RequestContext {
     /// When the request's token expires (its `exp`), set by `AuthMiddleware`: an event stream ends then.
     public var tokenExpiry: Date?
     /// The protocol version the client speaks, set by `ClientVersionMiddleware` (its
-    /// `Ferry-Protocol`, else ``ProtocolVersion/first``): what an answer may hold for it.
+    /// `Ferry-Protocol`, else `ProtocolVersion.first`): what an answer may hold for it.
     public var protocolVersion = ProtocolVersion.first
     /// Shared by every copy of this context, for the access log.
     let facts = RequestFacts()

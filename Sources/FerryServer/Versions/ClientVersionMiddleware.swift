@@ -5,8 +5,8 @@ import Hummingbird
 /// Reads who the client is (`Ferry-Protocol`, `Ferry-App-Version`, `Ferry-Schema-Version`,
 /// `Ferry-Platform`), refuses a malformed header with `400`, a client below the server's
 /// ``UpdatePolicy`` with `426 update_required`, and notes the protocol version in the context,
-/// so a handler answers only what that version knows. Before authentication: a phone too old
-/// to sync is told so whatever its token.
+/// so a handler answers only what that version knows. After authentication, as every answer
+/// but a `401` is for a signed-in user; before the quota, which a refused client spends nothing of.
 struct ClientVersionMiddleware: RouterMiddleware {
     typealias Context = FerryRequestContext
     let policy: UpdatePolicy
