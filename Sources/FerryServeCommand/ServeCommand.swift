@@ -159,8 +159,8 @@ public struct ServeCommand: AsyncParsableCommand {
             }
             if let platform { policy.appVersionByPlatform[platform] = version } else { policy.appVersion = version }
         }
-        if let minimumSchemaVersion, minimumSchemaVersion < 0 {
-            throw ValidationError("--minimum-schema-version must be a whole number from 0, got \(minimumSchemaVersion)")
+        if let minimumSchemaVersion, !(0...999_999_999).contains(minimumSchemaVersion) {
+            throw ValidationError("--minimum-schema-version must be a whole number from 0 to 999999999, got \(minimumSchemaVersion)")
         }
         if let updateMessage, updateMessage.isEmpty || updateMessage.utf8.count > 1000 {
             throw ValidationError("--update-message must be 1 to 1000 bytes of text")

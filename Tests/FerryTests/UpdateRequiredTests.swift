@@ -93,6 +93,23 @@ struct UpdateRequiredTests {
     }
 
     @Test(
+        "what the app says of itself that the server would refuse is not sent: a date as schema version, an empty platform; nothing is dead-lettered"
+    )
+    func unsendableIdentity() async throws {
+        try await TestServer.run { server in
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await Self.write((0..<5).map { "e-\($0)" }, in: store)
+            var configuration = SyncConfiguration()
+            configuration.app = AppIdentity(version: "3.0", schemaVersion: 2_024_061_501, platform: "")
+            let client = ClientFixture.client(store: store, server: server, configuration: configuration)
+            #expect(try await client.sync().upload.acknowledged == 5)
+            #expect(try await client.deadLetters().isEmpty)
+            await client.stop()
+            try await store.close()
+        }
+    }
+
+    @Test(
         "a session below the minimum, its event stream on and periodic runs every 5 s, makes no request after the first answers through an hour of its clock"
     )
     func noRetryLoop() async throws {

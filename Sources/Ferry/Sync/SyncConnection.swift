@@ -121,7 +121,7 @@ actor SyncConnection {
             case 401:
                 await tokens.refused(token)  // the next run starts with a new one
                 throw FerryError.unauthorized(Self.message(in: response))
-            case 426:
+            case 426 where Self.requiresUpdate(response.body):
                 throw await refuseFromNowOn(response.body)
             case 400..<500, 507:
                 return response  // 507: over the attachment quota, which waiting does not end
@@ -156,7 +156,12 @@ actor SyncConnection {
             )
         )
         if stream.status == 401 { await tokens.refused(token) }
-        if stream.status == 426 { throw await refuseFromNowOn(try await Self.collect(stream, upTo: 64 * 1024)) }
+        if stream.status == 426 {
+            // Read for its envelope: a proxy's own 426 is handled as any refusal, by the caller.
+            let body = (try? await Self.collect(stream, upTo: 64 * 1024)) ?? Data()
+            if Self.requiresUpdate(body) { throw await refuseFromNowOn(body) }
+            return TransportStream(status: stream.status, headers: stream.headers, body: AsyncThrowingStream { $0.finish() })
+        }
         return stream
     }
 
@@ -192,7 +197,12 @@ actor SyncConnection {
             )
         )
         if stream.status == 401 { await tokens.refused(token) }
-        if stream.status == 426 { throw await refuseFromNowOn(try await Self.collect(stream, upTo: 64 * 1024)) }
+        if stream.status == 426 {
+            // Read for its envelope: a proxy's own 426 is handled as any refusal, by the caller.
+            let body = (try? await Self.collect(stream, upTo: 64 * 1024)) ?? Data()
+            if Self.requiresUpdate(body) { throw await refuseFromNowOn(body) }
+            return TransportStream(status: stream.status, headers: stream.headers, body: AsyncThrowingStream { $0.finish() })
+        }
         return stream
     }
 
@@ -217,6 +227,8 @@ actor SyncConnection {
     private func authorize(_ request: inout TransportRequest) async throws -> String {
         if let updateRequired { throw FerryError.updateRequired(updateRequired) }
         let token = try await tokens.token()
+        // A 426 may have come while the token provider was asked.
+        if let updateRequired { throw FerryError.updateRequired(updateRequired) }
         request.headers["Authorization"] = "Bearer \(token)"
         request.headers["Ferry-Client-ID"] = clientID()
         request.headers.merge(appHeaders) { _, app in app }
@@ -243,6 +255,11 @@ actor SyncConnection {
             await status.update { $0.updateRequired = refusal }
         }
         return FerryError.updateRequired(refusal)
+    }
+
+    /// Whether a `426` is the server's `update_required`, not a proxy's demand to upgrade.
+    private static func requiresUpdate(_ body: Data) -> Bool {
+        (try? JSONDecoder().decode(ErrorEnvelope.self, from: body))?.code == .updateRequired
     }
 
     /// The first `limit` bytes of a streamed answer's body (an error envelope).
