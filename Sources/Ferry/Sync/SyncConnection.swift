@@ -156,13 +156,7 @@ actor SyncConnection {
             )
         )
         if stream.status == 401 { await tokens.refused(token) }
-        if stream.status == 426 {
-            // Read for its envelope: a proxy's own 426 is handled as any refusal, by the caller.
-            let body = (try? await Self.collect(stream, upTo: 64 * 1024)) ?? Data()
-            if Self.requiresUpdate(body) { throw await refuseFromNowOn(body) }
-            return TransportStream(status: stream.status, headers: stream.headers, body: AsyncThrowingStream { $0.finish() })
-        }
-        return stream
+        return try await refusingIfUpdateRequired(stream)
     }
 
     /// Opens a streamed exchange, authenticated as `send`'s, once: resuming after a failure is
@@ -197,13 +191,7 @@ actor SyncConnection {
             )
         )
         if stream.status == 401 { await tokens.refused(token) }
-        if stream.status == 426 {
-            // Read for its envelope: a proxy's own 426 is handled as any refusal, by the caller.
-            let body = (try? await Self.collect(stream, upTo: 64 * 1024)) ?? Data()
-            if Self.requiresUpdate(body) { throw await refuseFromNowOn(body) }
-            return TransportStream(status: stream.status, headers: stream.headers, body: AsyncThrowingStream { $0.finish() })
-        }
-        return stream
+        return try await refusingIfUpdateRequired(stream)
     }
 
     /// Waits before the try after failed try `attempt`, the one retry policy of every loop of the
@@ -255,6 +243,15 @@ actor SyncConnection {
             await status.update { $0.updateRequired = refusal }
         }
         return FerryError.updateRequired(refusal)
+    }
+
+    /// `stream`, unless it is the server's `426 update_required` (thrown, and nothing more is
+    /// sent). A proxy's own 426 is handled as any refusal, by the caller; its body was read.
+    private func refusingIfUpdateRequired(_ stream: TransportStream) async throws -> TransportStream {
+        guard stream.status == 426 else { return stream }
+        let body = (try? await Self.collect(stream, upTo: 64 * 1024)) ?? Data()
+        if Self.requiresUpdate(body) { throw await refuseFromNowOn(body) }
+        return TransportStream(status: stream.status, headers: stream.headers, body: AsyncThrowingStream { $0.finish() })
     }
 
     /// Whether a `426` is the server's `update_required`, not a proxy's demand to upgrade.
