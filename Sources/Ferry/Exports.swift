@@ -11,5 +11,5 @@
 @_exported import enum FerryProtocol.ProtocolLimits
 @_exported import struct FerryProtocol.RecordState
 @_exported import struct FerryProtocol.SpaceMember
-@_exported import enum FerryProtocol.SpaceRole
+@_exported import struct FerryProtocol.SpaceRole
 @_exported import struct FerryProtocol.UpdateRequirement

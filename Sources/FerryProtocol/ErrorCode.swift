@@ -115,11 +115,15 @@ public struct UpdateRequirement: Sendable, Codable, Hashable {
     public var appVersion: String?
     /// The least schema version of the app the server serves.
     public var schemaVersion: Int?
+    /// In `/v1/health` only: the least app version on each platform that has one of its own,
+    /// over ``appVersion`` (`{"ios": "2.3.0"}`).
+    public var appVersionByPlatform: [String: String]?
 
     /// A requirement from its fields.
-    public init(protocol: String? = nil, appVersion: String? = nil, schemaVersion: Int? = nil) {
+    public init(protocol: String? = nil, appVersion: String? = nil, schemaVersion: Int? = nil, appVersionByPlatform: [String: String]? = nil) {
         self.protocol = `protocol`
         self.appVersion = appVersion
         self.schemaVersion = schemaVersion
+        self.appVersionByPlatform = appVersionByPlatform
     }
 }

@@ -53,4 +53,20 @@ public enum ProtocolHeaders {
     /// lowercase letters, digits and `-`, at most 32; a server may require a different app
     /// version on each.
     public static let platform = "Ferry-Platform"
+
+    /// `text` as `Ferry-Platform` carries it: 1 to 32 of `a-z 0-9 -`; `nil` for anything else.
+    public static func platformName(_ text: String) -> String? {
+        guard (1...32).contains(text.utf8.count), text.utf8.allSatisfy({ (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D })
+        else { return nil }
+        return text
+    }
+
+    /// `text` as `Ferry-Schema-Version` carries it: a whole number of one to nine digits.
+    public static func schemaVersionNumber(_ text: String) -> Int? {
+        guard (1...9).contains(text.utf8.count), text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
+        return Int(text)
+    }
+
+    /// The schema versions `Ferry-Schema-Version` can carry.
+    public static let schemaVersions = 0...999_999_999
 }

@@ -1,31 +1,39 @@
 /// What a member of a space may do (PROTOCOL.md, "Spaces").
-public enum SpaceRole: String, Sendable, Codable, Hashable, CaseIterable, Comparable {
+///
+/// An open set: a later server may name a role this version does not know. Such a role is
+/// kept as the server spelled it (``isKnown`` is false), so that it survives an app update
+/// unchanged; the server, which enforces every role, decides what it allows.
+public struct SpaceRole: RawRepresentable, Sendable, Codable, Hashable, CaseIterable {
+    /// The role as the wire spells it.
+    public let rawValue: String
+
     /// Pull the space's records.
-    case read
+    public static let read = SpaceRole(tolerating: "read")
     /// Pull and push.
-    case write
+    public static let write = SpaceRole(tolerating: "write")
     /// Write, and manage the space's members.
-    case admin
+    public static let admin = SpaceRole(tolerating: "admin")
 
-    /// `raw` as a role; one this version does not know (a later server's) is `read`, the least:
-    /// the server enforces what the role allows, the client only guards its own writes.
+    /// The roles this version knows.
+    public static let allCases: [SpaceRole] = [.read, .write, .admin]
+
+    /// One of the roles this version knows; `nil` for any other name.
+    public init?(rawValue: String) {
+        guard Self.allCases.contains(where: { $0.rawValue == rawValue }) else { return nil }
+        self.rawValue = rawValue
+    }
+
+    /// `raw` as a role, known or not (a later server's): what a client reads from the server.
     public init(tolerating raw: String) {
-        self = SpaceRole(rawValue: raw) ?? .read
+        rawValue = raw
     }
 
-    /// Whether a member with this role may push to the space.
+    /// Whether this version knows the role.
+    public var isKnown: Bool { Self.allCases.contains(self) }
+
+    /// Whether a member with this role may push to the space. Only `read` is known to refuse;
+    /// a role this version does not know is left to the server, which answers each write.
     public var canWrite: Bool { self != .read }
-
-    /// Roles order by what they allow: `read` < `write` < `admin`.
-    public static func < (a: Self, b: Self) -> Bool { a.rank < b.rank }
-
-    private var rank: Int {
-        switch self {
-        case .read: 0
-        case .write: 1
-        case .admin: 2
-        }
-    }
 }
 
 /// One space a user belongs to, with their role in it: an entry of `GET /v1/spaces` and of a pull's `spaces`.
@@ -45,7 +53,7 @@ public struct Membership: Sendable, Codable, Hashable {
         self.incarnation = incarnation
     }
 
-    /// Reads a role this version does not know as `read` (``SpaceRole/init(tolerating:)``).
+    /// Keeps a role this version does not know as the server spelled it (``SpaceRole/init(tolerating:)``).
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         space = try container.decode(String.self, forKey: .space)
@@ -67,7 +75,7 @@ public struct SpaceMember: Sendable, Codable, Hashable {
         self.role = role
     }
 
-    /// Reads a role this version does not know as `read` (``SpaceRole/init(tolerating:)``).
+    /// Keeps a role this version does not know as the server spelled it (``SpaceRole/init(tolerating:)``).
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         user = try container.decode(String.self, forKey: .user)

@@ -79,9 +79,13 @@ extension Mutation {
 
 extension PushResult {
     init(_ fields: JSONFields) throws(JSONShapeError) {
+        try self.init(fields, status: fields.required("status", JSONFields.enumeration(MutationStatus.self)))
+    }
+
+    private init(_ fields: JSONFields, status: MutationStatus) throws(JSONShapeError) {
         self.init(
             id: try fields.required("id", JSONFields.integer),
-            status: try fields.required("status", JSONFields.enumeration(MutationStatus.self)),
+            status: status,
             entityID: try fields.optional("entityID", JSONFields.string),
             version: try fields.optional("version", JSONFields.integer),
             current: try fields.optionalObject("current", RecordState.init),
@@ -91,20 +95,17 @@ extension PushResult {
     }
 
     /// Reads a result; one whose `status` this version does not know (a later server's) reads
-    /// as `rejected` with ``PushResult/unrecognizedStatus``: the change is kept as a dead letter
-    /// with its payload, the rest of the answer used.
+    /// as `rejected` with ``PushResult/unrecognizedStatus``, every other field as sent (the
+    /// server's `current` comes back to the row): the change is kept as a dead letter with its
+    /// payload, the rest of the answer used.
     static func tolerating(_ fields: JSONFields) throws(JSONShapeError) -> PushResult {
         guard let status = fields.fields["status"].flatMap(JSONFields.string), MutationStatus(rawValue: status) == nil else {
             return try PushResult(fields)
         }
-        return PushResult(
-            id: try fields.required("id", JSONFields.integer),
-            status: .rejected,
-            entityID: nil,
-            version: nil,
-            error: "the server answered \(ProtocolValidation.quoted(status)), a status this version of the app does not know; the change is kept",
-            code: PushResult.unrecognizedStatus
-        )
+        var result = try PushResult(fields, status: .rejected)
+        result.error = "the server answered \(ProtocolValidation.quoted(status)), a status this version of the app does not know; the change is kept"
+        result.code = PushResult.unrecognizedStatus
+        return result
     }
 }
 

@@ -151,7 +151,7 @@ public struct ServeCommand: AsyncParsableCommand {
         }
         for entry in minimumAppVersion {
             let parts = entry.split(separator: "=", maxSplits: 1).map(String.init)
-            let platform = parts.count == 2 ? UpdatePolicy.platform(parts[0]) : nil
+            let platform = parts.count == 2 ? ProtocolHeaders.platformName(String(parts[0])) : nil
             guard let version = VersionNumber(parts[parts.count - 1]), parts.count == 1 || platform != nil else {
                 throw ValidationError(
                     "--minimum-app-version must be a version like 2.3.0, or PLATFORM=VERSION like ios=2.3.0 (platform: lowercase letters, digits, '-'); got '\(entry)'"
@@ -159,8 +159,10 @@ public struct ServeCommand: AsyncParsableCommand {
             }
             if let platform { policy.appVersionByPlatform[platform] = version } else { policy.appVersion = version }
         }
-        if let minimumSchemaVersion, !(0...999_999_999).contains(minimumSchemaVersion) {
-            throw ValidationError("--minimum-schema-version must be a whole number from 0 to 999999999, got \(minimumSchemaVersion)")
+        if let minimumSchemaVersion, !ProtocolHeaders.schemaVersions.contains(minimumSchemaVersion) {
+            throw ValidationError(
+                "--minimum-schema-version must be a whole number from 0 to \(ProtocolHeaders.schemaVersions.upperBound), got \(minimumSchemaVersion)"
+            )
         }
         if let updateMessage, updateMessage.isEmpty || updateMessage.utf8.count > 1000 {
             throw ValidationError("--update-message must be 1 to 1000 bytes of text")

@@ -8,7 +8,9 @@ import Testing
 /// The server's hand-written push answer (`PushResponse+Body.swift`), read back by the client's reader.
 @Suite("Push answer bodies", .timeLimit(.minutes(1)))
 struct PushResponseBodyTests {
-    @Test("push answers as the server writes them read back equal, every status and field included; a bad status is named")
+    @Test(
+        "push answers as the server writes them read back equal, every status and field included; a later status is one rejection, a malformed one is named"
+    )
     func pushResponses() throws {
         let response = PushResponse(
             lastMutationID: 10,
@@ -33,10 +35,23 @@ struct PushResponseBodyTests {
             try PushResponse.decode(from: body).results[3].current?.data?["weight"] == .number(8000.0),
             "a REAL's 8000.0 stays a number with a fraction, not the integer 8000"
         )
+        // A later server's status is that one result's problem (PROTOCOL.md, "Versions"): a
+        // rejection that names it, every other field kept; a status that is not text is still a
+        // malformed answer.
+        let later = try PushResponse.decode(
+            from: Data(
+                #"{"lastMutationID":1,"results":[{"id":1,"status":"done","entityID":"a","version":4,"current":{"version":4,"deleted":false}}]}"#.utf8
+            )
+        )
+        #expect(later.results.map(\.status) == [.rejected])
+        #expect(later.results.first?.code == PushResult.unrecognizedStatus)
+        #expect(later.results.first?.error?.contains(#""done""#) == true)
+        #expect(later.results.first?.entityID == "a" && later.results.first?.version == 4)
+        #expect(later.results.first?.current == RecordState(version: 4, deleted: false, data: nil))
         #expect {
-            try PushResponse.decode(from: Data(#"{"lastMutationID":1,"results":[{"id":1,"status":"done"}]}"#.utf8))
+            try PushResponse.decode(from: Data(#"{"lastMutationID":1,"results":[{"id":1,"status":7}]}"#.utf8))
         } throws: { error in
-            "\(error)" == #"results[0].status: expected one of "applied", "merged", "duplicate", "conflict", "rejected", got "done""#
+            "\(error)" == #"results[0].status: expected one of "applied", "merged", "duplicate", "conflict", "rejected", got 7"#
         }
     }
 }

@@ -15,8 +15,12 @@ struct VersionTests {
         schemaVersion: 4
     )
 
-    static func headers(protocol version: String? = "1.1", app: String? = "2.0", schema: String? = "4", platform: String? = nil) -> [(String, String)]
-    {
+    static func headers(
+        protocol version: String? = "1.1",
+        app: String? = "2.0",
+        schema: String? = "4",
+        platform: String? = "android"
+    ) -> [(String, String)] {
         [
             version.map { (ProtocolHeaders.protocolVersion, $0) }, app.map { (ProtocolHeaders.appVersion, $0) },
             schema.map { (ProtocolHeaders.schemaVersion, $0) }, platform.map { (ProtocolHeaders.platform, $0) },
@@ -31,7 +35,7 @@ struct VersionTests {
             let health = try reply.decode(HealthResponse.self)
             #expect(health.protocol == .init(min: "1.0", max: ProtocolVersion.current.description))
             #expect(Set(health.features ?? []) == ["spaces", "live", "attachments", "update_required"])
-            #expect(health.minimum == UpdateRequirement(protocol: "1.1", appVersion: "2.0", schemaVersion: 4))
+            #expect(health.minimum == UpdateRequirement(protocol: "1.1", appVersion: "2.0", schemaVersion: 4, appVersionByPlatform: ["ios": "2.3.0"]))
         }
         try await TestServer.run { server in
             let health = try await server.send(.GET, "/v1/health").decode(HealthResponse.self)
@@ -47,6 +51,8 @@ struct VersionTests {
             (headers(app: "1.9.9"), UpdateRequirement(appVersion: "2.0")),
             (headers(app: nil), UpdateRequirement(appVersion: "2.0")),
             (headers(app: "2.2", platform: "ios"), UpdateRequirement(appVersion: "2.3.0")),
+            // A client that names no platform may be on any: it must meet each one's minimum.
+            (headers(app: "2.2", platform: nil), UpdateRequirement(appVersion: "2.3.0")),
             (headers(schema: "3"), UpdateRequirement(schemaVersion: 4)),
             (headers(schema: nil), UpdateRequirement(schemaVersion: 4)),
             (headers(protocol: "1.0", app: "1.0", schema: "0"), UpdateRequirement(protocol: "1.1", appVersion: "2.0", schemaVersion: 4)),
@@ -76,13 +82,15 @@ struct VersionTests {
         }
     }
 
-    @Test("a client at or above every minimum is served; a higher minor version too, and another platform takes the general minimum")
+    @Test(
+        "a client at or above every minimum is served; a higher minor version too; another platform takes the general minimum, no platform the highest"
+    )
     func served() async throws {
         try await TestServer.run(updatePolicy: Self.policy) { server in
             let token = try await TestServer.token(for: "alice")
             for headers in [
                 Self.headers(), Self.headers(protocol: "1.7", app: "2.0.0.0", schema: "12"), Self.headers(app: "2.3", platform: "ios"),
-                Self.headers(app: "2.0", platform: "android"),
+                Self.headers(app: "2.0", platform: "android"), Self.headers(app: "2.3", platform: nil),
             ] {
                 let reply = try await server.send(.GET, "/v1/pull", token: token, headers: headers)
                 #expect(reply.status == 200, "\(headers)")

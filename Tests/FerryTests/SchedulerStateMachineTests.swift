@@ -121,6 +121,27 @@ struct SchedulerStateMachineTests {
         #expect(machine.wait(UUID(), for: .manual, kind: nil, joiningRun: false, now: .seconds(2)).count == 1)
     }
 
+    @Test("update required closes the gate: the failing run's callers get its error, later triggers are dropped unrecorded, later callers hear why")
+    func updateRequired() {
+        var machine = Self.machine { $0.periodicInterval = .seconds(5) }
+        _ = machine.setActive(true, now: .zero)
+        let running = UUID()
+        let next = UUID()
+        _ = machine.wait(running, for: .manual, kind: nil, joiningRun: false, now: .zero)
+        _ = machine.wait(next, for: .manual, kind: nil, joiningRun: false, now: .zero)
+        let closing = machine.updateRequired()
+        #expect(closing.contains(.resume([next], .updateRequired)) && closing.contains(.stopPeriodic))
+        #expect(machine.runFinished(succeeded: false, errorIsFerryError: true, now: .seconds(1)).contains(.resume([running], .runFailed)))
+        #expect(machine.trigger(.localChange, kind: nil, now: .seconds(2)).isEmpty)
+        #expect(machine.connectivityChanged(online: true, now: .seconds(2)).isEmpty)
+        #expect(machine.setActive(true, now: .seconds(2)) == [.stopPeriodic])
+        let later = UUID()
+        #expect(machine.wait(later, for: .manual, kind: nil, joiningRun: false, now: .seconds(3)) == [.resume([later], .updateRequired)])
+        #expect(machine.state(now: .seconds(3), wallNow: Date()) == .updateRequired)
+        #expect(machine.stop().isEmpty == false)
+        #expect(machine.state(now: .seconds(3), wallNow: Date()) == .stopped, "a sign-out after it stops as ever")
+    }
+
     @Test("periodic runs only while active, at least a second apart")
     func periodic() {
         var machine = Self.machine { $0.periodicInterval = .milliseconds(10) }

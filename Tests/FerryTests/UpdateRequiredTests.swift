@@ -124,28 +124,42 @@ struct UpdateRequiredTests {
             configuration.sync = Self.configuration(app: "1.0")
             configuration.scheduler.periodicInterval = .seconds(5)
             configuration.liveUpdates = true
+            let transport = Self.counting(server, exchanges)
             let session = SyncSession(
                 configuration: configuration,
-                transport: Self.counting(server, exchanges),
+                transport: transport,
                 token: { user in try await TestServer.token(for: user) },
+                connectivity: HealthProbeMonitor(transport: transport, clock: clock, interval: .seconds(30)),
                 clock: clock
             )
             try await session.signIn("alice")
             let store = try #require(await session.engine?.store)
             try await Self.write((0..<10).map { "e-\($0)" }, in: store)
             await session.setActive(true)
-            while await session.status.updateRequired == nil {
+            // Until a run has met the refusal (the stream may meet it first), and the scheduler,
+            // which writes its lines after the fact, has written that run's end.
+            let journal = try #require(await session.engine?.client.journal)
+            while true {
+                let closed = await session.engine?.scheduler.state == .updateRequired
+                let ended = try await journal.events().contains { $0.kind == .schedulerRun && $0[.outcome] == "failed" }
+                if closed && ended { break }
                 await clock.advance(by: .seconds(1))
                 await Task.megaYield()
             }
+            await Task.megaYield()
             let afterRefusal = exchanges.value
-            #expect(afterRefusal <= 2, "a run's request and the stream's opening at most")
+            #expect(afterRefusal <= 3, "a health probe, a run's request and the stream's opening at most")
+            let linesAfterRefusal = try await journal.events()
             for _ in 0..<120 {
                 try await Self.write(["tick-\(UUID())"], in: store)
                 await clock.advance(by: .seconds(30))
             }
             await Task.megaYield()
-            #expect(exchanges.value == afterRefusal, "no request after the refusal")
+            #expect(exchanges.value == afterRefusal, "no request after the refusal, not even a health probe")
+            await #expect(throws: FerryError.self) { try await session.sync() }
+            let added = try await journal.events().dropFirst(linesAfterRefusal.count)
+            #expect(added.isEmpty, "no run, no lease, no trigger's line: the refusal was said once; added: \(added.map(\.message))")
+            #expect(await session.engine?.scheduler.state == .updateRequired)
             #expect(await session.status.updateRequired != nil)
             #expect(await session.status.pending >= 10)
             try await session.signOut()

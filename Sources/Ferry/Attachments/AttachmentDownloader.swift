@@ -60,6 +60,8 @@ struct AttachmentDownloader: Sendable {
             do {
                 _ = try await file(of: digest)
                 fetched += 1
+            } catch FerryError.Code.updateRequired {
+                break  // said once, by the answer that required it; nothing more is asked
             } catch {
                 await journal.record(
                     JournalEvent(

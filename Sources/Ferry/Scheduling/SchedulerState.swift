@@ -19,6 +19,9 @@ public enum SchedulerState: Sendable, Equatable {
     case held(triggers: Int)
     /// The scheduler was stopped (its user signed out).
     case stopped
+    /// The server requires an app update (``SyncStatus/updateRequired``): no run starts until
+    /// the app is updated.
+    case updateRequired
 
     /// The state in a sentence for people.
     public var explanation: String {
@@ -35,6 +38,7 @@ public enum SchedulerState: Sendable, Equatable {
         case .held(let triggers):
             "Runs are held since a background task's time ran out; \(triggers == 0 ? "the next run starts" : Self.triggers(triggers) + ", and the run starts") when the app is active again."
         case .stopped: "The scheduler is stopped: nobody is signed in."
+        case .updateRequired: "The server requires an update of the app: nothing is sent until it is updated; every change stays queued."
         }
     }
 

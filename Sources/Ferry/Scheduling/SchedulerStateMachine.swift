@@ -37,6 +37,8 @@ struct SchedulerStateMachine {
         case held
         /// The scheduler stopped before serving it.
         case stopped
+        /// The server requires an app update: no run serves it in this process.
+        case updateRequired
     }
 
     /// Triggers waiting for the next run.
@@ -56,6 +58,9 @@ struct SchedulerStateMachine {
         case held(Hold)
         /// For good (the user signed out): no run starts, no trigger is kept.
         case stopped
+        /// The server requires an app update (`426 update_required`): no run starts in this
+        /// process, no trigger is kept; the updated app is a new process.
+        case updateRequired
     }
 
     enum Hold: Equatable {
@@ -99,12 +104,14 @@ struct SchedulerStateMachine {
     }
 
     private var stopped: Bool { gate == .stopped }
+    /// No run starts again: stopped, or an update is required.
+    private var closed: Bool { gate == .stopped || gate == .updateRequired }
 
     // MARK: - Events
 
     /// A trigger asks for a run.
     mutating func trigger(_ trigger: SyncTrigger, kind: SyncKind?, now: Duration) -> [Action] {
-        guard !stopped else { return [] }
+        guard !closed else { return [] }
         var actions: [Action] = [.emit(.triggerReceived(trigger))]
         let kind = kind ?? trigger.defaultKind
         let due = now + settleWindow(of: trigger)
@@ -127,7 +134,7 @@ struct SchedulerStateMachine {
     /// A caller waits for a run: the next one (`joiningRun` false, its trigger asks for it), or
     /// the one in progress if any (`initialSync`).
     mutating func wait(_ id: UUID, for trigger: SyncTrigger, kind: SyncKind?, joiningRun: Bool, now: Duration) -> [Action] {
-        guard !stopped else { return [.resume([id], .stopped)] }
+        guard !closed else { return [.resume([id], stopped ? .stopped : .updateRequired)] }
         var actions: [Action] = []
         // A person waiting, or a new background task: the app runs (the trigger below evaluates).
         if trigger.isForeground || trigger == .backgroundTask { releaseHold(&actions) }
@@ -144,7 +151,7 @@ struct SchedulerStateMachine {
     /// have been pulled. A run already pending pulls after this; otherwise a `serverChange`
     /// asks for one.
     mutating func liveStreamOpened(now: Duration) -> [Action] {
-        guard !stopped else { return [] }
+        guard !closed else { return [] }
         let waited = streamOpening != nil
         streamOpening = nil
         guard pending == nil else {
@@ -174,7 +181,7 @@ struct SchedulerStateMachine {
 
     /// A connectivity monitor's report. The first one is a baseline; only offline → online triggers.
     mutating func connectivityChanged(online isOnline: Bool, now: Duration) -> [Action] {
-        guard !stopped else { return [] }
+        guard !closed else { return [] }
         let previous = online
         online = isOnline
         var actions: [Action] = []
@@ -258,10 +265,20 @@ struct SchedulerStateMachine {
     /// The scheduler stops: no new runs, and the callers no run will serve are told. The run in
     /// progress, if any, still reports its end (its callers learn `stopped` then).
     mutating func stop() -> [Action] {
-        gate = .stopped
+        close(.stopped)
+    }
+
+    /// The server requires an app update: as `stop()`, but the callers no run will serve learn
+    /// why, and so does every caller after. Reported before the run that heard it ends.
+    mutating func updateRequired() -> [Action] {
+        stopped ? [] : close(.updateRequired)
+    }
+
+    private mutating func close(_ gate: Gate) -> [Action] {
+        self.gate = gate
         pending = nil
         var actions: [Action] = [.cancelTimer, .stopPeriodic]
-        if !waitingForNextRun.isEmpty { actions.append(.resume(waitingForNextRun, .stopped)) }
+        if !waitingForNextRun.isEmpty { actions.append(.resume(waitingForNextRun, gate == .stopped ? .stopped : .updateRequired)) }
         waitingForNextRun = []
         return actions
     }
@@ -271,6 +288,7 @@ struct SchedulerStateMachine {
     /// What the scheduler is doing about the triggers it holds, and until when (`wallNow` is the date at `now`).
     func state(now: Duration, wallNow: Date) -> SchedulerState {
         if stopped { return .stopped }
+        if gate == .updateRequired { return .updateRequired }
         if run != nil { return .running(queued: pending?.triggers.count ?? 0) }
         if case .held = gate { return .held(triggers: pending?.triggers.count ?? 0) }
         guard let pending else { return .idle }
@@ -328,7 +346,7 @@ struct SchedulerStateMachine {
     /// the caller evaluates.
     private mutating func releaseHold(_ actions: inout [Action]) {
         switch gate {
-        case .open, .stopped:
+        case .open, .stopped, .updateRequired:
             return
         case .held(.stoppingRun):
             gate = .held(.stoppingRun(releaseAfterwards: true))
@@ -340,7 +358,7 @@ struct SchedulerStateMachine {
 
     private var periodicAction: Action {
         // A second at least: a zero or negative interval would trigger in a hot loop.
-        guard active, !stopped, let interval = configuration.periodicInterval else { return .stopPeriodic }
+        guard active, !closed, let interval = configuration.periodicInterval else { return .stopPeriodic }
         return .startPeriodic(every: max(interval, .seconds(1)))
     }
 

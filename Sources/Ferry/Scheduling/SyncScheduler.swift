@@ -75,6 +75,8 @@ public actor SyncScheduler {
     private var running: Task<Void, Never>?
     /// The error of the run that just failed, for its callers.
     private var runError: (any Error)?
+    /// The server's `update_required`, once a run met it: every caller after gets it.
+    private var updateRequired: FerryError?
     private var timer: Task<Void, Never>?
     private var periodic: Task<Void, Never>?
     /// Callers of `run(for:kind:)` and `initialSync()`, until their run has ended.
@@ -248,6 +250,10 @@ public actor SyncScheduler {
     private func finished(_ error: (any Error)?) {
         running = nil
         runError = error
+        if let error = error as? FerryError, error.code == .updateRequired {
+            updateRequired = error
+            perform(machine.updateRequired())
+        }
         perform(machine.runFinished(succeeded: error == nil, errorIsFerryError: error is FerryError, now: elapsed()))
         runError = nil
     }
@@ -259,6 +265,7 @@ public actor SyncScheduler {
         case .offline: .failure(Self.offlineError)
         case .held: .failure(Self.heldError)
         case .stopped: .failure(Self.stoppedError)
+        case .updateRequired: .failure(updateRequired ?? Self.stoppedError)
         }
     }
 

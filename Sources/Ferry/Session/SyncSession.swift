@@ -352,7 +352,10 @@ public actor SyncSession {
         publish(await client.status)  // the new user's, before signIn returns
         let statuses = await client.statusUpdates()
         let relay = Task { [weak self] in
-            for await status in statuses { await self?.publish(status) }
+            for await status in statuses {
+                await self?.publish(status)
+                if status.updateRequired != nil { await user.updateRequired() }
+            }
         }
         var readers: [Task<Void, Never>] = []
         if let interval = configuration.otherProcessCheckInterval {

@@ -59,6 +59,16 @@ actor UserEngine {
         state = .running(running)
     }
 
+    /// The server requires an app update: nothing of this user's talks to it again in this
+    /// process. The scheduler closed its gate on the run that heard it, and the stream ends
+    /// itself; the feeds (a monitor probing the server) stop here.
+    func updateRequired() {
+        guard case .running(var running) = state else { return }
+        for task in running.feeds { task.cancel() }
+        running.feeds = []
+        state = .running(running)
+    }
+
     /// The running engine's conditions; `nil` once it stops.
     private var conditions: (active: Bool, online: Bool)? {
         guard case .running(let running) = state else { return nil }

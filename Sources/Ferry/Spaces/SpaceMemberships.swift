@@ -15,7 +15,7 @@ enum SpaceMemberships {
     /// The memberships the store last saw, sorted by space.
     static func read(_ db: Database) throws -> [Membership] {
         try Row.fetchAll(db, sql: "SELECT space, role, incarnation FROM ferry_spaces ORDER BY space").map {
-            Membership(space: $0[0], role: SpaceRole(rawValue: $0[1]) ?? .read, incarnation: $0[2])
+            Membership(space: $0[0], role: SpaceRole(tolerating: $0[1]), incarnation: $0[2])
         }
     }
 
@@ -69,7 +69,7 @@ enum SpaceMemberships {
 
     /// The user's role in `space` as the latest pull read it; `nil` when the store knows none.
     static func role(in space: String, db: Database) throws -> SpaceRole? {
-        try String.fetchOne(db, sql: "SELECT role FROM ferry_spaces WHERE space = ?", arguments: [space]).flatMap(SpaceRole.init(rawValue:))
+        try String.fetchOne(db, sql: "SELECT role FROM ferry_spaces WHERE space = ?", arguments: [space]).map(SpaceRole.init(tolerating:))
     }
 
     /// The spaces the user may only read, as the latest pull read them, sorted.

@@ -64,7 +64,12 @@ public final class FerryStore: Sendable {
         self.tables = tables
         self.path = path
         if let schema, try !database.read(schema.hasCompletedMigrations) {
-            try database.write(ChangeCapture.uninstallAll)
+            // The app's migrations write with capture off. Asked again in the transaction that
+            // drops the triggers: another process (an app's extension) may have migrated and
+            // installed capture since, and be writing through it.
+            try database.write { db in
+                if try !schema.hasCompletedMigrations(db) { try ChangeCapture.uninstallAll(db) }
+            }
             // An app and its extension at first launch may both run the app's migrations.
             try schema.migrateShared(database)
         }

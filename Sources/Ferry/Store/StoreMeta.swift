@@ -1,3 +1,4 @@
+import FerryProtocol
 import Foundation
 import GRDB
 
@@ -40,6 +41,17 @@ enum StoreMeta {
     /// check against what it brings.
     static func beginFromScratch(sweeps: Bool, db: Database) throws {
         try db.execute(sql: "UPDATE ferry_meta SET cursor = NULL, scratch = ?", arguments: [sweeps])
+    }
+
+    /// The protocol version that left out pulled changes it did not know (a later server's),
+    /// `nil` when none was: the cursor moved past them, so a later version pulls from scratch.
+    static func leftOutBy(_ db: Database) throws -> ProtocolVersion? {
+        try String.fetchOne(db, sql: "SELECT left_out_by FROM ferry_meta").flatMap { ProtocolVersion($0) }
+    }
+
+    /// Notes, in the transaction that moves the cursor past them, that `version` left out changes.
+    static func setLeftOut(by version: ProtocolVersion?, db: Database) throws {
+        try db.execute(sql: "UPDATE ferry_meta SET left_out_by = ?", arguments: [version?.description])
     }
 
     /// The pull from scratch swept what it did not bring.

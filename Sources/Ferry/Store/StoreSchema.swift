@@ -32,6 +32,7 @@ enum StoreSchema {
         migrator.registerMigration("ferry-v13", migrate: migrateV13)
         migrator.registerMigration("ferry-v14", migrate: migrateV14)
         migrator.registerMigration("ferry-v15", migrate: migrateV15)
+        migrator.registerMigration("ferry-v16", migrate: migrateV16)
         return migrator
     }
 
@@ -296,5 +297,10 @@ enum StoreSchema {
     private static func migrateV15(_ db: Database) throws {
         // Uploads go in the order the app asks (`AttachmentPriority`).
         try db.execute(sql: AttachmentTable.addPrioritySQL)
+    }
+
+    private static func migrateV16(_ db: Database) throws {
+        // The protocol version that left out pulled changes it did not know (`StoreMeta.leftOut`).
+        try db.execute(sql: "ALTER TABLE ferry_meta ADD COLUMN left_out_by TEXT")
     }
 }

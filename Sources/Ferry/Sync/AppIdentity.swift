@@ -58,12 +58,10 @@ public struct AppIdentity: Sendable, Equatable {
         var headers = [ProtocolHeaders.protocolVersion: ProtocolVersion.current.description]
         if let version = version.flatMap(VersionNumber.init) { headers[ProtocolHeaders.appVersion] = version.description }
         // Only what the server takes: a header it refuses would fail every request with a 400.
-        if let schemaVersion, (0...999_999_999).contains(schemaVersion) { headers[ProtocolHeaders.schemaVersion] = "\(schemaVersion)" }
-        if let platform = platform?.lowercased(), (1...32).contains(platform.utf8.count),
-            platform.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") })
-        {
-            headers[ProtocolHeaders.platform] = platform
+        if let schemaVersion, ProtocolHeaders.schemaVersions.contains(schemaVersion) {
+            headers[ProtocolHeaders.schemaVersion] = "\(schemaVersion)"
         }
+        if let platform = platform.flatMap({ ProtocolHeaders.platformName($0.lowercased()) }) { headers[ProtocolHeaders.platform] = platform }
         return headers
     }
 }

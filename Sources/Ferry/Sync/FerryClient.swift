@@ -331,6 +331,9 @@ public actor FerryClient {
     }
 
     private func performSync(full: Bool) async throws -> SyncReport {
+        // Said once, by the answer that required it: a run after it takes no lease, sends nothing
+        // and writes no journal line.
+        if let refusal = await connection.updateRequired { throw FerryError.updateRequired(refusal) }
         do {
             let report = try await holdingLease { try await self.leasedSync(full: full) }
             // The records are in the store: eager tables' attachments follow, outside the lease
@@ -358,8 +361,6 @@ public actor FerryClient {
     }
 
     private func leasedSync(full: Bool) async throws -> SyncReport {
-        // Said once, by the answer that required it: a run after it sends nothing and writes no journal line.
-        if let refusal = await connection.updateRequired { throw FerryError.updateRequired(refusal) }
         if full {
             try await store.database.write { db in try StoreMeta.setCursor(nil, db: db) }
         }

@@ -57,24 +57,16 @@ struct Puller: Sendable {
         // client's own writes"): the pull names them, under the client id they were answered
         // to, read with them (another process on the store may have taken a new one). A pull
         // from scratch names none: it brings everything.
-        let (position, clientID, answered) = try await store.database.read { db in
+        let (position, clientID, answered, leftOutBy) = try await store.database.read { db in
             (
                 try StoreMeta.pullPosition(db),
                 try StoreMeta.clientID(db),
-                try AnsweredWrites.all(db)
+                try AnsweredWrites.all(db),
+                try StoreMeta.leftOutBy(db)
             )
         }
-        let (savedCursor, savedScratch) = position
-        var cursor = savedCursor
         if let clientID { store.identity.clientID = clientID }
-        // A pull from scratch under way (this run's, or one a relaunch interrupted) goes on as one.
-        // A store's first pull names the writes the server answered it, and gets the tombstones
-        // that may delete them; without any, it notes what it gets and sweeps what it did not
-        // (it may hold records otherwise: a copy, rows written with capture off).
-        var scratch = savedScratch
-        if cursor == nil && !scratch && (fromScratch || answered.isEmpty) {
-            scratch = try await beginFromScratch(reason: fromScratch ? "full" : nil)
-        }
+        var (cursor, scratch) = try await start(at: position, answered: answered, leftOutBy: leftOutBy)
         var ranges = scratch || fromScratch ? "" : Self.ranges(answered)
         // While one page is written locally, the next is fetched and decoded, so the network,
         // the server and the local database work at the same time. Pages are still written
@@ -87,15 +79,15 @@ struct Puller: Sendable {
                 summary.requests += 1
                 if let written = try await writing?.value { await count(written, into: &summary) }
                 writing = nil
-                guard case .page(let page) = fetched else {
+                guard case .page(let page, let leftOut) = fetched else {
                     // The server no longer knows our position, or no longer has what it needs to go
                     // on from it: start over from scratch; pages are idempotent.
-                    if case .refused(let reason) = fetched { scratch = try await beginFromScratch(reason: reason) }
+                    if case .refused(let reason) = fetched { scratch = try await beginFromScratch(.refused(reason)) }
                     cursor = nil
                     ranges = ""
                     continue
                 }
-                writing = Task { [scratch] in try await apply(page, fromScratch: scratch) }
+                writing = Task { [scratch] in try await apply(page, fromScratch: scratch, leftOut: leftOut) }
                 summary.received += page.changes.count
                 if let spaces = page.spaces, spaces != summary.spaces {
                     summary.spaces = spaces
@@ -167,9 +159,41 @@ struct Puller: Sendable {
     }
 
     /// A page, or the server's refusal of the cursor (unknown to it, or expired) with its words.
+    /// Where the pull starts from `position`, the cursor and pull from scratch the store saved.
+    private func start(
+        at position: (cursor: String?, fromScratch: Bool),
+        answered: [Int64],
+        leftOutBy: ProtocolVersion?
+    ) async throws -> (cursor: String?, scratch: Bool) {
+        // A pull from scratch under way (this run's, or one a relaunch interrupted) goes on as one.
+        // A store's first pull names the writes the server answered it, and gets the tombstones
+        // that may delete them; without any, it notes what it gets and sweeps what it did not
+        // (it may hold records otherwise: a copy, rows written with capture off).
+        if position.cursor == nil && !position.fromScratch && (fromScratch || answered.isEmpty) {
+            return (nil, try await beginFromScratch(fromScratch ? .full : nil))
+        }
+        if let leftOutBy, leftOutBy < ProtocolVersion.current, !position.fromScratch {
+            // An earlier version of the app left out changes it did not know, and its cursor moved
+            // past them: this one may know them, and only a pull from scratch brings them again.
+            return (nil, try await beginFromScratch(.leftOut(by: leftOutBy)))
+        }
+        return (position.cursor, position.fromScratch)
+    }
+
     private enum Fetched {
-        case page(PullResponse)
+        /// `leftOut`: the page held changes this version does not know, left out of it.
+        case page(PullResponse, leftOut: Bool)
         case refused(String)
+    }
+
+    /// Why a pull starts from scratch, for the journal.
+    private enum Restart {
+        /// The app asked for a full pull.
+        case full
+        /// The server refused the cursor, for this reason.
+        case refused(String)
+        /// An earlier version of the app left out changes it did not know.
+        case leftOut(by: ProtocolVersion)
     }
 
     /// One page after `cursor`, or the server's refusal of it.
@@ -191,10 +215,13 @@ struct Puller: Sendable {
             let page = try PullResponse.decode(from: response.body, unrecognized: &unrecognized)
             for change in unrecognized {
                 await connection.journal.record(
-                    JournalEvent(kind: .unrecognized, message: "a pulled change this version does not know was left out: \(change)")
+                    JournalEvent(
+                        kind: .unrecognized,
+                        message: "a pulled change this version does not know was left out (a later version pulls it again): \(change)"
+                    )
                 )
             }
-            return .page(page)
+            return .page(page, leftOut: !unrecognized.isEmpty)
         } catch {
             throw FerryError.protocolViolation("pull response is not valid: \(error)", underlying: error)
         }
@@ -203,17 +230,17 @@ struct Puller: Sendable {
     /// Applies one page and saves its cursor; returns how many changes were written locally,
     /// and what the app's schema refused (set aside, `PulledRecords`). The cursor moves on
     /// whatever was refused: one record must not stop every pull after it.
-    private func apply(_ page: PullResponse, fromScratch: Bool) async throws -> PageOutcome {
+    private func apply(_ page: PullResponse, fromScratch: Bool, leftOut: Bool) async throws -> PageOutcome {
         do {
-            return try await write(page, fromScratch: fromScratch, carefully: false)
+            return try await write(page, fromScratch: fromScratch, leftOut: leftOut, carefully: false)
         } catch is PulledRecords.NeedsCare {
             // The schema refused something: the transaction rolled back whole, and the page goes again record by record.
-            return try await write(page, fromScratch: fromScratch, carefully: true)
+            return try await write(page, fromScratch: fromScratch, leftOut: leftOut, carefully: true)
         }
     }
 
     /// `apply` in one transaction, the page's records written `carefully` or not (`PulledRecords.write`).
-    private func write(_ page: PullResponse, fromScratch: Bool, carefully: Bool) async throws -> PageOutcome {
+    private func write(_ page: PullResponse, fromScratch: Bool, leftOut: Bool, carefully: Bool) async throws -> PageOutcome {
         try await store.database.write { db in
             try lease.confirm(db)
             // Spaces revoked leave the store first: a space revoked and granted again comes back whole in this page or the next.
@@ -247,13 +274,14 @@ struct Puller: Sendable {
             try learned.save(db: db)
             try PulledRecords.save(outcome, db: db)
             try StoreMeta.setCursor(page.cursor, db: db)
+            if leftOut { try StoreMeta.setLeftOut(by: ProtocolVersion.current, db: db) }
             return PageOutcome(applied: outcome.written.count, refused: outcome.refused.map { ($0.record.ref, $0.reason) }, spaces: spaces)
         }
     }
 
     /// Starts a pull from scratch in one transaction: no cursor, nothing noted yet. Returns
     /// whether it must note and sweep, that is whether the store holds any record; journals why.
-    private func beginFromScratch(reason: String?) async throws -> Bool {
+    private func beginFromScratch(_ restart: Restart?) async throws -> Bool {
         let sweeping = try await store.database.write { [store, lease] db in
             try lease.confirm(db)
             let holds =
@@ -263,17 +291,23 @@ struct Puller: Sendable {
                 }
             try db.execute(sql: "DELETE FROM ferry_scratch_seen")
             try StoreMeta.beginFromScratch(sweeps: holds, db: db)
+            // It brings every change again, those an earlier version left out too.
+            try StoreMeta.setLeftOut(by: nil, db: db)
             return holds
         }
-        if let reason {
-            await connection.journal.record(
-                JournalEvent(
-                    kind: .pullRestarted,
-                    message: reason == "full"
-                        ? "a full pull from scratch" : "the server refused the pull's cursor (\(reason)); pulling again from scratch",
-                    details: [.reason: reason]
+        let line: (reason: String, message: String)? =
+            switch restart {
+            case .full: ("full", "a full pull from scratch")
+            case .refused(let reason): (reason, "the server refused the pull's cursor (\(reason)); pulling again from scratch")
+            case .leftOut(let version):
+                (
+                    "left out by protocol \(version)",
+                    "this app's earlier version (protocol \(version)) left out pulled changes it did not know; pulling again from scratch"
                 )
-            )
+            case nil: nil
+            }
+        if let line {
+            await connection.journal.record(JournalEvent(kind: .pullRestarted, message: line.message, details: [.reason: line.reason]))
         }
         return sweeping
     }

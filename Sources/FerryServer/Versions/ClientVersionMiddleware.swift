@@ -48,13 +48,13 @@ struct ClientVersionMiddleware: RouterMiddleware {
             client.appVersion = version
         }
         if let text = headers[HTTPField.Name(ProtocolHeaders.schemaVersion)!] {
-            guard (1...9).contains(text.count), text.allSatisfy({ $0.isASCII && $0.isNumber }), let version = Int(text) else {
+            guard let version = ProtocolHeaders.schemaVersionNumber(text) else {
                 throw FerryHTTPError(.badRequest, "\(ProtocolHeaders.schemaVersion) must be a whole number from 0, got '\(text.prefix(40))'")
             }
             client.schemaVersion = version
         }
         if let text = headers[HTTPField.Name(ProtocolHeaders.platform)!] {
-            guard let platform = UpdatePolicy.platform(text) else {
+            guard let platform = ProtocolHeaders.platformName(text) else {
                 throw FerryHTTPError(
                     .badRequest,
                     "\(ProtocolHeaders.platform) must be 1 to 32 lowercase letters, digits or '-', like ios, got '\(text.prefix(40))'"
@@ -63,14 +63,5 @@ struct ClientVersionMiddleware: RouterMiddleware {
             client.platform = platform
         }
         return client
-    }
-}
-
-extension UpdatePolicy {
-    /// `text` as a platform name: 1 to 32 of `a-z 0-9 -`; `nil` for anything else.
-    public static func platform(_ text: String) -> String? {
-        guard (1...32).contains(text.utf8.count), text.utf8.allSatisfy({ (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D })
-        else { return nil }
-        return text
     }
 }

@@ -3,7 +3,8 @@ import FerryProtocol
 /// The least client versions a server serves (PROTOCOL.md, "Versions"). A client below any
 /// is answered `426 update_required` with what it lacks, and sends nothing more until its app
 /// is updated. A client that does not say its app or schema version is below any minimum of
-/// it: every app released before clients said so is.
+/// it: every app released before clients said so is. One that does not name its platform must
+/// meet the app version of every platform.
 public struct UpdatePolicy: Sendable, Equatable {
     /// The least protocol version served.
     public var protocolVersion: ProtocolVersion?
@@ -37,7 +38,19 @@ public struct UpdatePolicy: Sendable, Equatable {
     /// What the server requires of every client (for `/v1/health`); `nil` when nothing.
     var published: UpdateRequirement? {
         guard !isEmpty else { return nil }
-        return UpdateRequirement(protocol: protocolVersion?.description, appVersion: appVersion?.description, schemaVersion: schemaVersion)
+        return UpdateRequirement(
+            protocol: protocolVersion?.description,
+            appVersion: appVersion?.description,
+            schemaVersion: schemaVersion,
+            appVersionByPlatform: appVersionByPlatform.isEmpty ? nil : appVersionByPlatform.mapValues(\.description)
+        )
+    }
+
+    /// The least app version a client on `platform` must have; a client that names none, the
+    /// most any platform asks, as it may be on any.
+    func leastAppVersion(on platform: String?) -> VersionNumber? {
+        if let platform { return appVersionByPlatform[platform] ?? appVersion }
+        return ([appVersion].compactMap { $0 } + appVersionByPlatform.values).max()
     }
 
     /// The client as its headers describe it.
@@ -56,7 +69,7 @@ public struct UpdatePolicy: Sendable, Equatable {
             minimum.protocol = least.description
             short.append("protocol \(client.protocolVersion) is below \(least)")
         }
-        if let least = client.platform.flatMap({ appVersionByPlatform[$0] }) ?? appVersion, client.appVersion.map({ $0 < least }) ?? true {
+        if let least = leastAppVersion(on: client.platform), client.appVersion.map({ $0 < least }) ?? true {
             minimum.appVersion = least.description
             short.append("app version \(client.appVersion?.description ?? "(not said)") is below \(least)")
         }
