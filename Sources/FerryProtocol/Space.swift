@@ -3,7 +3,7 @@
 /// An open set: a later server may name a role this version does not know. Such a role is
 /// kept as the server spelled it (``isKnown`` is false), so that it survives an app update
 /// unchanged; the server, which enforces every role, decides what it allows.
-public struct SpaceRole: RawRepresentable, Sendable, Codable, Hashable, CaseIterable {
+public struct SpaceRole: RawRepresentable, Sendable, Codable, Hashable, CaseIterable, CustomStringConvertible {
     /// The role as the wire spells it.
     public let rawValue: String
 
@@ -27,6 +27,9 @@ public struct SpaceRole: RawRepresentable, Sendable, Codable, Hashable, CaseIter
     public init(tolerating raw: String) {
         rawValue = raw
     }
+
+    /// The role as the wire spells it: `write`.
+    public var description: String { rawValue }
 
     /// Whether this version knows the role.
     public var isKnown: Bool { Self.allCases.contains(self) }

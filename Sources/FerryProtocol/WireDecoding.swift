@@ -32,19 +32,25 @@ extension PushResponse {
 
 extension PullResponse {
     package static func decode(from body: Data) throws(JSONShapeError) -> PullResponse {
-        var unrecognized: [String] = []
+        var unrecognized: [UnrecognizedChange] = []
         return try decode(from: body, unrecognized: &unrecognized)
     }
 
     /// Decodes a page as this version knows it: a change whose `op` it does not know (a later
     /// server's) is left out and described in `unrecognized`, the rest of the page used.
-    package static func decode(from body: Data, unrecognized: inout [String]) throws(JSONShapeError) -> PullResponse {
+    package static func decode(from body: Data, unrecognized: inout [UnrecognizedChange]) throws(JSONShapeError) -> PullResponse {
         let fields = try JSONFields.root(body)
         var changes: [Change] = []
         for change in try fields.elements("changes", { $0 }) {
             if let op = change.fields["op"].flatMap(JSONFields.string), MutationOp(rawValue: op) == nil {
-                let record = ["entity", "entityID"].compactMap { change.fields[$0].flatMap(JSONFields.string) }.joined(separator: "/")
-                unrecognized.append("\(change.objectPath) (\(record)): op \(ProtocolValidation.quoted(op))")
+                let (entity, entityID) = (change.fields["entity"].flatMap(JSONFields.string), change.fields["entityID"].flatMap(JSONFields.string))
+                let named = [entity, entityID].compactMap { $0 }.joined(separator: "/")
+                unrecognized.append(
+                    UnrecognizedChange(
+                        record: entity.flatMap { entity in entityID.map { RecordRef(entity: entity, entityID: $0) } },
+                        description: "\(change.objectPath) (\(named)): op \(ProtocolValidation.quoted(op))"
+                    )
+                )
                 continue
             }
             changes.append(try Change(change))
@@ -57,6 +63,14 @@ extension PullResponse {
             revoked: try fields.strings("revoked")
         )
     }
+}
+
+/// A pulled change this version does not know (a later server's op), left out of its page.
+package struct UnrecognizedChange: Sendable, CustomStringConvertible {
+    /// The record it changes, when it names one.
+    package var record: RecordRef?
+    /// Where it was and what it is, for the journal.
+    package var description: String
 }
 
 extension Mutation {

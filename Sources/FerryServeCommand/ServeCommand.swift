@@ -81,7 +81,8 @@ public struct ServeCommand: AsyncParsableCommand {
     @Option(
         help: """
             The least app version served, like 2.3.0, or PLATFORM=VERSION (ios=2.3.0) for one platform; repeat for several. \
-            An app below it, or one that does not say its version, is answered 426 update_required.
+            An app below it, or one that does not say its version, is answered 426 update_required; \
+            an app that names no platform must meet every platform's.
             """
     )
     var minimumAppVersion: [String] = []

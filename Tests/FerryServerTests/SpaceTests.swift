@@ -393,6 +393,18 @@ struct SpaceEmptyPullTests {
         }
     }
 
+    @Test("a role the server does not know is refused by its storage too, and changes nothing (SQLite; the rule is SpaceRules')")
+    func unknownRoleRefused() async throws {
+        let storage = try SQLiteSyncStorage(path: nil)
+        let service = Caller(userID: "backend", isService: true)
+        _ = try await storage.createSpace("crew", by: service)
+        _ = try await storage.setRole(.write, of: "bob", in: "crew", by: service)
+        await #expect(throws: ProtocolViolation.self) {
+            _ = try await storage.setRole(SpaceRole(tolerating: "owner"), of: "bob", in: "crew", by: service)
+        }
+        #expect(try await storage.members(of: "crew", by: service).first { $0.user == "bob" }?.role == .write)
+    }
+
     @Test("an empty pull of a user in 1,000 spaces runs the same statements as one of a user in a single space (SQLite)")
     func sameStatements() async throws {
         let statements = Statements()

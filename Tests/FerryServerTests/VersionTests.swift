@@ -83,7 +83,7 @@ struct VersionTests {
     }
 
     @Test(
-        "a client at or above every minimum is served; a higher minor version too; another platform takes the general minimum, no platform the highest"
+        "a client at or above every minimum is served; a higher minor version too; another platform takes the general minimum, no platform the highest; a service always"
     )
     func served() async throws {
         try await TestServer.run(updatePolicy: Self.policy) { server in
@@ -95,6 +95,9 @@ struct VersionTests {
                 let reply = try await server.send(.GET, "/v1/pull", token: token, headers: headers)
                 #expect(reply.status == 200, "\(headers)")
             }
+            // A service (the app's backend, `ferry space`) is no app to update.
+            let service = try await TestServer.token(for: "backend", service: true)
+            #expect(try await server.send(.GET, "/v1/spaces", token: service).status == 200)
         }
     }
 

@@ -84,22 +84,29 @@ struct AnswerPlanTests {
         #expect((outcome.merged, outcome.rekeyed, outcome.conflicts) == (1, 2, 1))
     }
 
-    @Test("a rejected mutation is never re-keyed, and a conflict of a new record absorbs nothing")
+    @Test("a rejected mutation is never re-keyed nor takes another record's current, and a conflict of a new record absorbs nothing")
     func rejectedAndNewRecords() {
+        let other = RecordState(version: 9, deleted: true, data: nil)
+        let own = RecordState(version: 4, deleted: false, data: ["v": .integer(2)])
         let plan = AnswerPlan(
             PushResponse(
-                lastMutationID: 2,
+                lastMutationID: 3,
                 results: [
-                    PushResult(id: 1, status: .rejected, entityID: "other", version: nil, error: nil, code: "forbidden"),
+                    PushResult(id: 1, status: .rejected, entityID: "other", version: 9, current: other, error: nil, code: "forbidden"),
                     PushResult(id: 2, status: .conflict, entityID: "holder", version: nil),
+                    PushResult(id: 3, status: .rejected, entityID: "n3", version: 4, current: own, error: nil, code: "unrecognized_status"),
                 ]
             ),
-            to: Self.batch([Self.upsert(1, "n1"), Self.upsert(2, "n2")]),
+            to: Self.batch([Self.upsert(1, "n1"), Self.upsert(2, "n2"), Self.upsert(3, "n3")]),
             clientID: "c1",
-            highestSent: 2
+            highestSent: 3
         )
-        #expect(plan.steps.map(\.canonical) == [nil, "holder"])
-        #expect(plan.steps[0].decision == .deadLetter(reason: "rejected", code: "forbidden", current: nil))
+        #expect(plan.steps.map(\.canonical) == [nil, "holder", nil])
+        #expect(
+            plan.steps[0].decision == .deadLetter(reason: "rejected", code: "forbidden", current: nil),
+            "another record's state never lands in n1"
+        )
+        #expect(plan.steps[2].decision == .deadLetter(reason: "rejected", code: "unrecognized_status", current: own))
         guard case .resolve(_, _, let absorbsOwn) = plan.steps[1].decision else {
             Issue.record("not a conflict")
             return

@@ -104,6 +104,35 @@ struct TolerantDecodingTests {
         }
     }
 
+    @Test("a pull from scratch keeps a record whose change it left out: the server still holds it")
+    func leftOutKeptBySweep() async throws {
+        try await TestServer.run { server in
+            let token = try await TestServer.token(for: "alice")
+            _ = try await server.pushOK(
+                PushRequest(
+                    clientID: "other",
+                    mutations: (1...3).map { .upsert(id: Int64($0), entity: "events", entityID: "e\($0)", data: ["value": .integer(Int64($0))]) }
+                ),
+                token: token
+            )
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            try await ClientFixture.client(store: store, server: server).sync()
+            let transport = Self.rewriting(server, Endpoint.pull) { object in
+                guard var changes = object["changes"] as? [[String: Any]],
+                    let index = changes.firstIndex(where: { $0["entityID"] as? String == "e1" })
+                else { return }
+                changes[index]["op"] = "archive"
+                object["changes"] = changes
+            }
+            let client = ClientFixture.client(store: store, server: server, transport: transport)
+            try await client.sync(full: true)
+            let ids = try await store.database.read { db in try String.fetchAll(db, sql: "SELECT id FROM events ORDER BY id") }
+            #expect(ids == ["e1", "e2", "e3"], "e1 was not brought, but it was named: the sweep keeps it")
+            await client.stop()
+            try await store.close()
+        }
+    }
+
     @Test("a role this version does not know is kept as the server spelled it, in a pull's memberships and in the space lists")
     func unknownRoleDecoded() async throws {
         let commenter = SpaceRole(tolerating: "commenter")

@@ -85,6 +85,8 @@ struct AttachmentUploader: Sendable {
                 try await afterEach()
             } catch let refused as Refused {
                 try await setAside(row.digest, because: refused.description)
+            } catch let error as FerryError where error.code == .updateRequired {
+                throw error  // said once, by the answer that required it: not the upload's failure
             } catch  where !(error is CancellationError) {
                 // Noted for the queue snapshot; a lost connection ends this run, a refusal waits for the next.
                 try await store.database.write { db in try AttachmentTable.failed(row.digest, error: "\(error)", db: db) }

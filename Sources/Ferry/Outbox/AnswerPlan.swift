@@ -88,7 +88,10 @@ struct AnswerPlan: Equatable {
         case .rejected where result.code == ErrorCode.attachmentMissing.rawValue:
             decision = .uploadFirst(digests: mutation.attachments ?? [])
         case .rejected:
-            decision = .deadLetter(reason: result.error ?? "rejected", code: result.code, current: result.current)
+            // `current` is the record `entityID` names: the row takes it only when that is this
+            // record (a later server's status read as a rejection may name another).
+            let own = result.entityID.map { $0.hasSameBytes(as: mutation.entityID) } ?? true
+            decision = .deadLetter(reason: result.error ?? "rejected", code: result.code, current: own ? result.current : nil)
         case .conflict:
             var judged = mutation
             if let canonical { judged.entityID = canonical }

@@ -16,6 +16,9 @@ public struct BackgroundSyncResult: Sendable, Equatable {
         case offline
         /// A run failed, and why (the server unreachable after retries, credentials refused…).
         case failed(FerryError)
+        /// The server requires an update of the app (``SyncStatus/updateRequired``): no run
+        /// starts until it is updated, so another background task would do nothing.
+        case updateRequired
         /// Nobody is signed in, or the user signed out meanwhile: there is nothing to sync.
         case signedOut
     }
@@ -38,7 +41,7 @@ public struct BackgroundSyncResult: Sendable, Equatable {
     public var workRemains: Bool {
         switch outcome {
         case .caughtUp: remaining > 0
-        case .signedOut: false
+        case .signedOut, .updateRequired: false
         default: true
         }
     }
@@ -88,6 +91,7 @@ extension SyncSession {
                 outcome = .expired
                 stoppedHere = true
             case _ where await scheduler.state == .stopped: outcome = .signedOut  // signed out meanwhile, whatever the error
+            case FerryError.Code.updateRequired: outcome = .updateRequired
             case FerryError.Code.interrupted: outcome = .timeLimitReached  // another background sync's time ran out; it holds
             case FerryError.Code.unreachable where await scheduler.state.isWaitingForNetwork: outcome = .offline
             default: outcome = .failed(FerryError(wrapping: error))
@@ -115,6 +119,7 @@ extension BackgroundSyncResult {
             case .expired: "stopped by the system (expired); runs are held until the app is active"
             case .offline: "offline"
             case .failed(let why): "failed: \(why)"
+            case .updateRequired: "the server requires an update of the app"
             case .signedOut: "signed out"
             }
         return JournalEvent(

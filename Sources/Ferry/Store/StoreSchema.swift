@@ -300,7 +300,7 @@ enum StoreSchema {
     }
 
     private static func migrateV16(_ db: Database) throws {
-        // The protocol version that left out pulled changes it did not know (`StoreMeta.leftOut`).
+        // The protocol version that left out pulled changes it did not know (`StoreMeta.leftOutBy`).
         try db.execute(sql: "ALTER TABLE ferry_meta ADD COLUMN left_out_by TEXT")
     }
 }

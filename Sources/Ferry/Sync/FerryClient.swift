@@ -383,6 +383,8 @@ public actor FerryClient {
             .pullUntilCaughtUp()
         } catch let error where error is CancellationError || Task.isCancelled {
             throw error  // performSync says so
+        } catch let error as FerryError where error.code == .updateRequired {
+            throw error  // said once, by the answer that required it
         } catch {
             let failure = FerryError(wrapping: error)
             await journal.record(JournalEvent(kind: .runFinished, message: "sync failed: \(failure)", details: [.outcome: "failed"]))

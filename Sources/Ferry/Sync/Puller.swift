@@ -158,13 +158,18 @@ struct Puller: Sendable {
         }
     }
 
-    /// A page, or the server's refusal of the cursor (unknown to it, or expired) with its words.
     /// Where the pull starts from `position`, the cursor and pull from scratch the store saved.
     private func start(
         at position: (cursor: String?, fromScratch: Bool),
         answered: [Int64],
         leftOutBy: ProtocolVersion?
     ) async throws -> (cursor: String?, scratch: Bool) {
+        if let leftOutBy, leftOutBy < ProtocolVersion.current {
+            // An earlier version of the app left out changes it did not know, and its cursor moved
+            // past them: this one may know them, and only a pull from scratch from the start
+            // brings them again (one under way may have passed them too).
+            return (nil, try await beginFromScratch(.leftOut(by: leftOutBy)))
+        }
         // A pull from scratch under way (this run's, or one a relaunch interrupted) goes on as one.
         // A store's first pull names the writes the server answered it, and gets the tombstones
         // that may delete them; without any, it notes what it gets and sweeps what it did not
@@ -172,17 +177,13 @@ struct Puller: Sendable {
         if position.cursor == nil && !position.fromScratch && (fromScratch || answered.isEmpty) {
             return (nil, try await beginFromScratch(fromScratch ? .full : nil))
         }
-        if let leftOutBy, leftOutBy < ProtocolVersion.current, !position.fromScratch {
-            // An earlier version of the app left out changes it did not know, and its cursor moved
-            // past them: this one may know them, and only a pull from scratch brings them again.
-            return (nil, try await beginFromScratch(.leftOut(by: leftOutBy)))
-        }
         return (position.cursor, position.fromScratch)
     }
 
+    /// A page, or the server's refusal of the cursor (unknown to it, or expired) with its words.
     private enum Fetched {
-        /// `leftOut`: the page held changes this version does not know, left out of it.
-        case page(PullResponse, leftOut: Bool)
+        /// `leftOut`: the changes of the page this version does not know, left out of it.
+        case page(PullResponse, leftOut: [UnrecognizedChange])
         case refused(String)
     }
 
@@ -211,7 +212,7 @@ struct Puller: Sendable {
             throw FerryError.protocolViolation("pull answered \(response.status): \(SyncConnection.message(in: response))")
         }
         do {
-            var unrecognized: [String] = []
+            var unrecognized: [UnrecognizedChange] = []
             let page = try PullResponse.decode(from: response.body, unrecognized: &unrecognized)
             for change in unrecognized {
                 await connection.journal.record(
@@ -221,7 +222,7 @@ struct Puller: Sendable {
                     )
                 )
             }
-            return .page(page, leftOut: !unrecognized.isEmpty)
+            return .page(page, leftOut: unrecognized)
         } catch {
             throw FerryError.protocolViolation("pull response is not valid: \(error)", underlying: error)
         }
@@ -230,7 +231,7 @@ struct Puller: Sendable {
     /// Applies one page and saves its cursor; returns how many changes were written locally,
     /// and what the app's schema refused (set aside, `PulledRecords`). The cursor moves on
     /// whatever was refused: one record must not stop every pull after it.
-    private func apply(_ page: PullResponse, fromScratch: Bool, leftOut: Bool) async throws -> PageOutcome {
+    private func apply(_ page: PullResponse, fromScratch: Bool, leftOut: [UnrecognizedChange]) async throws -> PageOutcome {
         do {
             return try await write(page, fromScratch: fromScratch, leftOut: leftOut, carefully: false)
         } catch is PulledRecords.NeedsCare {
@@ -240,7 +241,7 @@ struct Puller: Sendable {
     }
 
     /// `apply` in one transaction, the page's records written `carefully` or not (`PulledRecords.write`).
-    private func write(_ page: PullResponse, fromScratch: Bool, leftOut: Bool, carefully: Bool) async throws -> PageOutcome {
+    private func write(_ page: PullResponse, fromScratch: Bool, leftOut: [UnrecognizedChange], carefully: Bool) async throws -> PageOutcome {
         try await store.database.write { db in
             try lease.confirm(db)
             // Spaces revoked leave the store first: a space revoked and granted again comes back whole in this page or the next.
@@ -251,7 +252,8 @@ struct Puller: Sendable {
             // From scratch, every record is taken as sent, whatever version this store knew: a
             // restored server's versions may have gone back.
             let known = fromScratch ? [:] : try KnownVersions.of(records, db: db)
-            if fromScratch { try Self.noteSeen(records, db: db) }
+            // A record whose change was left out is still the server's: the sweep keeps it.
+            if fromScratch { try Self.noteSeen(records + leftOut.compactMap(\.record), db: db) }
             var learned = KnownVersions()
             let queued = try Outbox.queuedRecords(among: records, db: db)
             var news: [PulledRecords.Record] = []
@@ -274,7 +276,7 @@ struct Puller: Sendable {
             try learned.save(db: db)
             try PulledRecords.save(outcome, db: db)
             try StoreMeta.setCursor(page.cursor, db: db)
-            if leftOut { try StoreMeta.setLeftOut(by: ProtocolVersion.current, db: db) }
+            if !leftOut.isEmpty { try StoreMeta.setLeftOut(by: ProtocolVersion.current, db: db) }
             return PageOutcome(applied: outcome.written.count, refused: outcome.refused.map { ($0.record.ref, $0.reason) }, spaces: spaces)
         }
     }

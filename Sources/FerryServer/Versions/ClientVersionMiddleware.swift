@@ -4,7 +4,7 @@ import Hummingbird
 
 /// Reads who the client is (`Ferry-Protocol`, `Ferry-App-Version`, `Ferry-Schema-Version`,
 /// `Ferry-Platform`), refuses a malformed header with `400`, a client below the server's
-/// ``UpdatePolicy`` with `426 update_required`, and notes the protocol version in the context,
+/// ``UpdatePolicy`` with `426 update_required` (a service token never is), and notes the protocol version in the context,
 /// so a handler answers only what that version knows. After authentication, as every answer
 /// but a `401` is for a signed-in user; before the quota, which a refused client spends nothing of.
 struct ClientVersionMiddleware: RouterMiddleware {
@@ -13,7 +13,8 @@ struct ClientVersionMiddleware: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let client = try Self.client(request.headers)
-        if let (message, minimum) = policy.refusal(of: client) {
+        // A service (the app's backend, `ferry space`) is no app to update.
+        if !context.isService, let (message, minimum) = policy.refusal(of: client) {
             var error = FerryHTTPError(.updateRequired, message)
             error.minimum = minimum
             throw error

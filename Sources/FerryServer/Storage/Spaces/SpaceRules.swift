@@ -25,6 +25,9 @@ enum SpaceRules {
         to new: SpaceRole?,
         admins: Int
     ) throws(ProtocolViolation) {
+        if let new, !new.isKnown {
+            throw ProtocolViolation.badRequest("role must be read, write or admin, got '\(new.rawValue.prefix(40))'")
+        }
         if current == .admin, new != .admin, admins <= 1 {
             throw ProtocolViolation(
                 .lastAdmin,
