@@ -11,6 +11,8 @@ let package = Package(
         // app that links Ferry does not carry an HTML and SVG renderer.
         .library(name: "FerryDiagnostics", targets: ["FerryDiagnostics"]),
         .library(name: "FerryServer", targets: ["FerryServer"]),
+        // The app's rules over writes, with no server dependency: a server runs them, and an app may too.
+        .library(name: "FerryRules", targets: ["FerryRules"]),
         .library(name: "FerryTesting", targets: ["FerryTesting"]),
         .executable(name: "ferry", targets: ["FerryCLI"]),
         .executable(name: "ferry-server", targets: ["FerryServerMain"]),
@@ -37,12 +39,14 @@ let package = Package(
     ],
     targets: [
         .target(name: "FerryProtocol"),
+        .target(name: "FerryRules", dependencies: ["FerryProtocol"]),
         // Opening and migrating a SQLite file other processes share, for the store and the server.
         .target(name: "FerrySQLite", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
         .target(
             name: "Ferry",
             dependencies: [
                 "FerryProtocol",
+                "FerryRules",
                 "FerrySQLite",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
@@ -55,6 +59,7 @@ let package = Package(
             dependencies: [
                 "FerrySQLite",
                 "FerryProtocol",
+                "FerryRules",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "XMLCoder", package: "XMLCoder"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -108,6 +113,7 @@ let package = Package(
         .executableTarget(
             name: "FerryCLI",
             dependencies: [
+                "FerryRules",
                 "Ferry",
                 "FerryDiagnostics",
                 "FerryProtocol",
@@ -125,6 +131,17 @@ let package = Package(
         .executableTarget(name: "FerryExample", dependencies: ["Ferry"], path: "Examples/FerryExample"),
         // The DocC article "Sharing data with spaces" as a running app (scripts/run-example.sh runs it too).
         .executableTarget(name: "FerrySpacesExample", dependencies: ["Ferry"], path: "Examples/FerrySpacesExample"),
+        // A company's own server with its rules, and its app: Examples/FieldService, run by scripts/run-example.sh.
+        .target(name: "FieldServiceRules", dependencies: ["FerryRules"], path: "Examples/FieldService/Rules"),
+        .executableTarget(
+            name: "FieldServiceServer",
+            dependencies: [
+                "FerryServer", "FieldServiceRules", .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Examples/FieldService/Server"
+        ),
+        .executableTarget(name: "FieldServiceApp", dependencies: ["Ferry", "FerryRules", "FieldServiceRules"], path: "Examples/FieldService/App"),
         .target(
             name: "FerryTestSupport",
             dependencies: [
@@ -152,6 +169,7 @@ let package = Package(
                 "Ferry",
                 "FerryDiagnostics",
                 "FerryProtocol",
+                "FerryRules",
                 "FerryServer",
                 "FerryTestSupport",
                 "FerryTesting",
@@ -172,6 +190,7 @@ let package = Package(
             name: "FerryServerTests",
             dependencies: [
                 "FerryProtocol",
+                "FerryRules",
                 "FerryServer",
                 "FerryTestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

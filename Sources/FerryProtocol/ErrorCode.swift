@@ -22,6 +22,10 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
     /// (not uploaded by them, and referenced by no record they may read). Upload it, then send the
     /// change again; never a dead letter.
     case attachmentMissing = "attachment_missing"
+    /// A mutation's code only (`rejected`): the app's rule for the record's entity failed on it
+    /// (a defect of the server's, logged there); the rest of the batch went on. Fix the rule,
+    /// then send the change again from its dead letter.
+    case ruleFailed = "rule_failed"
     /// 409: the space's last admin cannot leave or be demoted.
     case lastAdmin = "last_admin"
     /// 409: the user is already a member of ``ProtocolLimits/maxSpacesPerUser`` spaces.
@@ -69,7 +73,7 @@ public enum ErrorCode: String, Sendable, Codable, CaseIterable {
         case .requestTimeout: 408
         case .cursorExpired: 410
         case .tooManyClients, .forbidden: 403
-        case .spaceExists, .spaceDeleted, .attachmentMissing, .lastAdmin, .tooManySpaces, .uploadOffsetMismatch: 409
+        case .spaceExists, .spaceDeleted, .attachmentMissing, .ruleFailed, .lastAdmin, .tooManySpaces, .uploadOffsetMismatch: 409
         case .batchTooLarge, .attachmentTooLarge: 413
         case .rangeNotSatisfiable: 416
         case .digestMismatch: 422

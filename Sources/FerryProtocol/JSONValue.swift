@@ -56,5 +56,20 @@ public enum JSONValue: Sendable, Hashable, Codable {
     }
 }
 
+extension JSONValue {
+    /// The string, for a `string`; else `nil`.
+    public var stringValue: String? { if case .string(let value) = self { value } else { nil } }
+    /// The number, for an `integer` or a `number`; else `nil`.
+    public var numberValue: Double? {
+        switch self {
+        case .integer(let value): Double(value)
+        case .number(let value): value
+        default: nil
+        }
+    }
+    /// The value, for a `bool`; else `nil`.
+    public var boolValue: Bool? { if case .bool(let value) = self { value } else { nil } }
+}
+
 /// A record's data: always a JSON object.
 public typealias JSONObject = [String: JSONValue]

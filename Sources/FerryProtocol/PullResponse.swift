@@ -105,6 +105,8 @@ public struct HealthResponse: Sendable, Codable, Hashable {
         public static let attachments = "attachments"
         /// `update_required` answers below a minimum version.
         public static let updateRequired = "update_required"
+        /// The app's rules judge writes: a refusal carries the app's code (`app.…`) and `details`.
+        public static let rules = "rules"
     }
 
     /// A health response with `status` and what the server can do.

@@ -64,6 +64,8 @@ public struct PushResult: Sendable, Codable, Hashable {
     /// and for a `duplicate`, which never claims a version it did not write.
     public var version: Int64?
     /// With `conflict` and `duplicate`: the server's record as it is now, `nil` if it does not exist.
+    /// With `applied` or `merged` of a write the app's rule rewrote: the record as stored. With
+    /// `rejected`: the record as the server holds it, when the client may read it.
     public var current: RecordState?
     /// Only with `rejected`: why.
     public var error: String?
@@ -71,6 +73,9 @@ public struct PushResult: Sendable, Codable, Hashable {
     /// ``PushResult/mutationIDReused`` says the id was already used by this client id for another
     /// change, so another store holds this client id.
     public var code: String?
+    /// Only with `rejected` by the app's rule (a `code` of `app.…`): what the app needs to show
+    /// the refusal, as the rule gave it.
+    public var details: JSONObject?
 
     /// The `code` of a mutation whose id this client id already used for another change: the
     /// store was copied to another device or restored from a backup.
@@ -87,7 +92,8 @@ public struct PushResult: Sendable, Codable, Hashable {
         version: Int64?,
         current: RecordState? = nil,
         error: String? = nil,
-        code: String? = nil
+        code: String? = nil,
+        details: JSONObject? = nil
     ) {
         self.id = id
         self.status = status
@@ -96,6 +102,7 @@ public struct PushResult: Sendable, Codable, Hashable {
         self.current = current
         self.error = error
         self.code = code
+        self.details = details
     }
 
     /// Encodes `entityID` and `version` always (`null` when absent), `current` only with `conflict` and `duplicate`,
@@ -106,10 +113,11 @@ public struct PushResult: Sendable, Codable, Hashable {
         try container.encode(status, forKey: .status)
         try container.encode(entityID, forKey: .entityID)
         try container.encode(version, forKey: .version)
-        if status == .conflict || status == .duplicate { try container.encode(current, forKey: .current) }
+        if status == .conflict || status == .duplicate || current != nil { try container.encode(current, forKey: .current) }
         if status == .rejected {
             try container.encode(error, forKey: .error)
             try container.encodeIfPresent(code, forKey: .code)
+            try container.encodeIfPresent(details, forKey: .details)
         }
     }
 }

@@ -104,7 +104,8 @@ extension PushResult {
             version: try fields.optional("version", JSONFields.integer),
             current: try fields.optionalObject("current", RecordState.init),
             error: try fields.optional("error", JSONFields.string),
-            code: try fields.optional("code", JSONFields.string)
+            code: try fields.optional("code", JSONFields.string),
+            details: try fields.optional("details", JSONFields.object)
         )
     }
 

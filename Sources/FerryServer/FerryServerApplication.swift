@@ -53,6 +53,12 @@ public struct ServerConfiguration: Sendable {
     /// The least client versions served; below them a client is answered `426 update_required`.
     /// None by default.
     public var updatePolicy = UpdatePolicy()
+    /// The app's rules over writes (``ServerRules``): each write of their entities goes through
+    /// them in the push's transaction. None by default: every write the protocol allows is stored.
+    public var rules = ServerRules()
+    /// Carries out the side effects the rules ask for, after their pushes commit; `nil` (the
+    /// default) keeps them waiting in the database for a process that has one.
+    public var sideEffects: (any SideEffectHandler)?
 
     /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit,
     /// 30-second idle and body timeouts, at most 4 requests of a user at once, and a retention of
@@ -159,7 +165,8 @@ public enum FerryServerApplication {
             bodyTimeout: configuration.bodyTimeout,
             bodies: BodyBudget(limit: configuration.maxBodyBytesInFlight),
             attachments: configuration.attachments != nil,
-            updatePolicy: configuration.updatePolicy
+            updatePolicy: configuration.updatePolicy,
+            rules: configuration.rules
         )
         let live = LiveChanges(configuration: configuration.live)
 
@@ -190,6 +197,7 @@ public enum FerryServerApplication {
             server: .http1(configuration: .init(idleTimeout: .nanoseconds(Int64(configuration.idleTimeout / .nanoseconds(1))))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ferry"),
             services: [StorageCloser(storage: storage, logger: logger), LiveChangeService(storage: storage, live: live, logger: logger)]
+                + (configuration.sideEffects.map { [SideEffectWorker(storage: storage, handler: $0, metrics: metrics, logger: logger)] } ?? [])
                 + (configuration.retention.map { retention in
                     [
                         RetentionService(

@@ -4,5 +4,6 @@
 @_exported import struct FerryProtocol.Mutation
 @_exported import struct FerryProtocol.ProtocolVersion
 @_exported import struct FerryProtocol.VersionNumber
+@_exported import struct FerryServer.ServerRules
 @_exported import struct FerryServer.StoredAttachment
 @_exported import struct FerryServer.UpdatePolicy

@@ -26,7 +26,7 @@ public struct FerryTestServer: Sendable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:updatePolicy:_:)``,
+    /// Starts a server. Stop it with ``stop()``, or use ``run(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:updatePolicy:rules:sideEffects:_:)``,
     /// which stops it however the test ends.
     ///
     /// - Parameters:
@@ -41,6 +41,8 @@ public struct FerryTestServer: Sendable {
     ///   - attachmentQuota: The most bytes one user's uploaded attachments may hold; `nil`: no limit.
     ///   - attachments: Where attachments' bytes live; `nil`: a temporary folder.
     ///   - updatePolicy: The least client versions served (`426 update_required` below them); none by default.
+    ///   - rules: The app's rules over writes; none by default.
+    ///   - sideEffects: Carries out the side effects the rules ask for; `nil`: they wait in the database.
     public static func start(
         storage: (any SyncStorage)? = nil,
         secret: String? = nil,
@@ -52,17 +54,13 @@ public struct FerryTestServer: Sendable {
         live: LiveChanges.Configuration = LiveChanges.Configuration(),
         attachmentQuota: Int64? = nil,
         attachments: (any BlobStore)? = nil,
-        updatePolicy: UpdatePolicy = UpdatePolicy()
+        updatePolicy: UpdatePolicy = UpdatePolicy(),
+        rules: ServerRules = ServerRules(),
+        sideEffects: (any SideEffectHandler)? = nil
     ) async throws -> FerryTestServer {
         let secret = secret ?? TokenAuthority.randomSecret()
         let storage = try storage ?? SQLiteSyncStorage(path: nil)
-        let logger =
-            logger
-            ?? {
-                var logger = Logger(label: "ferry.test-server")
-                logger.logLevel = .error
-                return logger
-            }()
+        let logger = logger ?? Self.errorsOnly
         // The one check that can fail before the server owns the storage (which it closes when it stops).
         let authority: TokenAuthority
         do {
@@ -94,6 +92,8 @@ public struct FerryTestServer: Sendable {
                 configuration.attachments = attachments
                 configuration.attachmentQuota = attachmentQuota
                 configuration.updatePolicy = updatePolicy
+                configuration.rules = rules
+                configuration.sideEffects = sideEffects
                 return configuration
             }(),
             storage: storage,
@@ -122,8 +122,15 @@ public struct FerryTestServer: Sendable {
         )
     }
 
+    /// The server's logger when a test gives none: errors only.
+    private static var errorsOnly: Logger {
+        var logger = Logger(label: "ferry.test-server")
+        logger.logLevel = .error
+        return logger
+    }
+
     /// Runs `body` against a server started for it, and stops the server however `body` ends.
-    /// The parameters are those of ``start(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:updatePolicy:)``.
+    /// The parameters are those of ``start(storage:secret:rateLimit:rateLimiter:metrics:logger:idleTimeout:live:attachmentQuota:attachments:updatePolicy:rules:sideEffects:)``.
     public static func run<T: Sendable>(
         storage: (any SyncStorage)? = nil,
         secret: String? = nil,
@@ -136,6 +143,8 @@ public struct FerryTestServer: Sendable {
         attachmentQuota: Int64? = nil,
         attachments: (any BlobStore)? = nil,
         updatePolicy: UpdatePolicy = UpdatePolicy(),
+        rules: ServerRules = ServerRules(),
+        sideEffects: (any SideEffectHandler)? = nil,
         _ body: (FerryTestServer) async throws -> T
     ) async throws -> T {
         let server = try await start(
@@ -149,7 +158,9 @@ public struct FerryTestServer: Sendable {
             live: live,
             attachmentQuota: attachmentQuota,
             attachments: attachments,
-            updatePolicy: updatePolicy
+            updatePolicy: updatePolicy,
+            rules: rules,
+            sideEffects: sideEffects
         )
         do {
             let result = try await body(server)

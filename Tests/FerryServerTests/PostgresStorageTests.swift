@@ -88,7 +88,7 @@ struct PostgresStorageTests {
             }
             return versions
         }
-        #expect(versions == Array(1...9))  // 9: references a record released
+        #expect(versions == Array(1...10))  // 10: the side effects of the app's rules
         // Cursors are shared: each storage reads the one secret the first migration stored.
         _ = try await storages[0].push(
             userID: "u",

@@ -65,6 +65,8 @@ public struct TestServer: HTTPServerEndpoint {
         blobs: BlobBackend = .file,
         attachments: (any BlobStore)? = nil,
         updatePolicy: UpdatePolicy = UpdatePolicy(),
+        rules: ServerRules = ServerRules(),
+        sideEffects: (any SideEffectHandler)? = nil,
         _ body: @Sendable (TestServer) async throws -> T
     ) async throws -> T {
         let database = if let database { database } else { try await TestDatabase.make(backend) }
@@ -82,7 +84,9 @@ public struct TestServer: HTTPServerEndpoint {
             live: live,
             attachmentQuota: attachmentQuota,
             attachments: attachments,
-            updatePolicy: updatePolicy
+            updatePolicy: updatePolicy,
+            rules: rules,
+            sideEffects: sideEffects
         ) { server in
             try await body(TestServer(baseURL: server.baseURL.absoluteString, database: database, storage: storage, attachments: attachments))
         }

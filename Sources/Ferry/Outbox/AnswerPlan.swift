@@ -83,7 +83,8 @@ struct AnswerPlan: Equatable {
                 written: result.status != .duplicate,
                 merged: result.status == .merged,
                 version: result.version,
-                current: result.status == .duplicate ? result.current : nil
+                // A duplicate's record as it is now; an applied write the app's rule rewrote, as stored.
+                current: result.current
             )
         case .rejected where result.code == ErrorCode.attachmentMissing.rawValue:
             decision = .uploadFirst(digests: mutation.attachments ?? [])

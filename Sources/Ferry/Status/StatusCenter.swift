@@ -5,6 +5,7 @@ actor StatusCenter {
     private(set) var status = SyncStatus()
     private let observers = Broadcast<SyncStatus>()
     private let memberships = Broadcast<MembershipChange>()
+    private let refusals = Broadcast<Rejection>()
     /// The newest `FerryStore.commits` the counts in `status` reflect: counts read from
     /// an outbox older than that are dropped.
     private var countedAtCommit = -1
@@ -51,6 +52,17 @@ actor StatusCenter {
     func finishAll() {
         observers.finish()
         memberships.finish()
+        refusals.finish()
+    }
+
+    /// Every change the server refuses from now on.
+    nonisolated func rejections() -> AsyncStream<Rejection> {
+        refusals.subscribe()
+    }
+
+    /// The server refused a change, which is now a dead letter.
+    nonisolated func rejected(_ rejection: Rejection) {
+        refusals.send(rejection)
     }
 
     /// Every membership change from now on.

@@ -16,6 +16,11 @@ enum ChangeCapture {
         }
     }
 
+    /// SQL of the JSON data of `row` (an alias of `table`'s table), as a change of it would carry.
+    static func dataSQL(of table: SyncedTable, row: String, db: Database) throws -> String {
+        try Expressions(table: table, db: db).data(row)
+    }
+
     static func install(for table: SyncedTable, in db: Database) throws {
         let sql = try Expressions(table: table, db: db)
         let name = table.table

@@ -175,6 +175,14 @@ public actor FerryClient {
         statusCenter.membershipChanges()
     }
 
+    /// Every change the server refuses from now on, once its answer is applied: the change is a
+    /// dead letter and the row shows the server's record again. For a banner or a form's error
+    /// (``Rejection/isByAppRule``: the app's own rule on the server said no). Ends when the
+    /// client stops.
+    public nonisolated func rejections() -> AsyncStream<Rejection> {
+        statusCenter.rejections()
+    }
+
     /// Stops the client for good (its user signed out, its store is about to close): every
     /// status stream ends, and a later `sync()` throws ``FerryError/stopped(_:)`` instead of
     /// touching the closed store.

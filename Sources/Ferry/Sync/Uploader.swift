@@ -102,7 +102,7 @@ struct Uploader: Sendable {
     ) async throws -> (current: OutboxBatch?, ahead: Answered?) {
         guard let next, next.isIndependent(of: batch, results: push.results) else {
             if let next { try await outbox.release(next) }
-            try await record(apply(push, to: batch), push: push, into: &progress.summary)
+            try await record(apply(push, to: batch), push: push, of: batch, into: &progress.summary)
             return (try await read(limit: progress.batchSize, into: &progress.summary), nil)
         }
         async let nextResponse = send(next)
@@ -112,7 +112,7 @@ struct Uploader: Sendable {
         do { answer = .success(try await nextResponse) } catch { answer = .failure(error) }
         switch (local, answer) {
         case (.success(let (outcome, following)), .success(let response)):
-            await record(outcome, push: push, into: &progress.summary)
+            await record(outcome, push: push, of: batch, into: &progress.summary)
             await count(following, into: &progress.summary)
             return (next, (response, following.batch))
         case (.success(let (_, following)), .failure(let error)):
@@ -251,7 +251,7 @@ struct Uploader: Sendable {
         }
     }
 
-    private func record(_ outcome: BatchOutcome, push: PushResponse, into summary: inout UploadSummary) async {
+    private func record(_ outcome: BatchOutcome, push: PushResponse, of batch: OutboxBatch, into summary: inout UploadSummary) async {
         summary.add(outcome)
         for resolved in outcome.resolved {
             let conflict = resolved.conflict
@@ -279,9 +279,24 @@ struct Uploader: Sendable {
             )
         }
         guard outcome.deadLettered > 0 else { return }
-        for result in push.results where result.status == .rejected {
+        let resent: Set<String> = [ErrorCode.attachmentMissing.rawValue, PushResult.mutationIDReused]
+        for (mutation, result) in zip(batch.mutations, push.results) where result.status == .rejected && !resent.contains(result.code ?? "") {
             await journal.record(
-                JournalEvent(kind: .deadLettered, message: "mutation \(result.id) rejected: \(result.error ?? "")", details: [.id: "\(result.id)"])
+                JournalEvent(
+                    kind: .deadLettered,
+                    message: "mutation \(result.id) (\(mutation.entity)/\(mutation.entityID)) rejected"
+                        + (result.code.map { " (\($0))" } ?? "") + ": \(result.error ?? "")",
+                    details: [.id: "\(result.id)"]
+                )
+            )
+            status.rejected(
+                Rejection(
+                    entity: mutation.entity,
+                    entityID: mutation.entityID,
+                    code: result.code,
+                    message: result.error ?? "rejected",
+                    details: result.details
+                )
             )
         }
     }

@@ -8,7 +8,7 @@ import Logging
 struct BenchCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
-        abstract: "Measure Ferry against its baselines: capture, drain, merge, sync, pull, relaunch, naive, launch, load, fairness.",
+        abstract: "Measure Ferry against its baselines: capture, drain, merge, sync, pull, relaunch, naive, launch, load, fairness, rules.",
         discussion: "Build with -c release for figures worth recording; BENCHMARKS.md says how they were taken."
     )
 
@@ -22,7 +22,7 @@ struct BenchCommand: AsyncParsableCommand {
 
     /// The benchmarks, by name.
     enum Benchmark: String, CaseIterable {
-        case capture, drain, merge, sync, pull, relaunch, naive, launch, load, fairness, spaces, live, attachments
+        case capture, drain, merge, sync, pull, relaunch, naive, launch, load, fairness, spaces, live, attachments, rules
     }
 
     /// `--only`: benchmark names, comma-separated; a name it does not know is refused by
@@ -181,6 +181,10 @@ struct BenchCommand: AsyncParsableCommand {
             try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
             let target = postgres.map(DatabaseURL.postgres) ?? .sqlite(path: root.appendingPathComponent("live.sqlite").path)
             let report = try await LiveBench(database: target).run(in: root)
+            if !json { for line in report { printNow(line) } }
+        }
+        if wanted.contains("rules") {
+            let report = try await RulesBench(postgres: postgres).run(in: root.appendingPathComponent("rules"))
             if !json { for line in report { printNow(line) } }
         }
         if wanted.contains("attachments") {

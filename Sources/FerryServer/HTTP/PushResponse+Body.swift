@@ -25,7 +25,7 @@ extension PushResponse {
             if let entityID = result.entityID { json.string(entityID) } else { json.raw("null") }
             json.raw(",\"version\":")
             if let version = result.version { json.integer(version) } else { json.raw("null") }
-            if result.status == .conflict || result.status == .duplicate || (result.status == .rejected && result.current != nil) {
+            if result.status == .conflict || result.status == .duplicate || result.current != nil {
                 json.raw(",\"current\":")
                 // Written as stored data is (`JSONTextWriter.value`), not by `JSONEncoder`, which
                 // writes 8000.0 as 8000: a REAL column's value reached the conflict policy as an integer.
@@ -61,6 +61,12 @@ extension PushResponse {
                 if let code = result.code {
                     json.raw(",\"code\":")
                     json.string(code)
+                }
+                if let details = result.details {
+                    json.raw(",\"details\":")
+                    guard json.value(.object(details)) else {
+                        throw EncodingError.invalidValue(details, .init(codingPath: [], debugDescription: "a number is not finite"))
+                    }
                 }
             }
             json.raw("}")

@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryRules
 import Foundation
 import Hummingbird
 import NIOPosix
@@ -17,6 +18,8 @@ struct SyncController: Sendable {
     var attachments = true
     /// The least client versions served, which `/v1/health` publishes.
     var updatePolicy = UpdatePolicy()
+    /// The app's rules over writes.
+    var rules = ServerRules()
 
     /// `ok` when the database answers, with what this server can do: its protocol versions,
     /// its features and the minimum it requires (PROTOCOL.md, "Versions").
@@ -27,7 +30,8 @@ struct SyncController: Sendable {
             HealthResponse(
                 status: "ok",
                 protocol: .init(min: ProtocolVersion.first.description, max: ProtocolVersion.current.description),
-                features: [Feature.spaces, Feature.live] + (attachments ? [Feature.attachments] : []) + [Feature.updateRequired],
+                features: [Feature.spaces, Feature.live] + (attachments ? [Feature.attachments] : []) + [Feature.updateRequired]
+                    + (rules.isEmpty ? [] : [Feature.rules]),
                 minimum: updatePolicy.published
             )
         )
@@ -46,11 +50,21 @@ struct SyncController: Sendable {
         let pushRequest = try await Self.offloaded(ifLarge: body.readableBytes) { try PushRequest.decode(from: Data(body.readableBytesView)) }
         try pushRequest.validateBatch()
         context.facts.client = pushRequest.clientID  // validated: A-Z a-z 0-9 _ -, at most 64
-        let response = try await storage.push(
-            caller: Caller(userID: userID, isService: context.isService),
-            clientID: pushRequest.clientID,
-            mutations: pushRequest.mutations.map { IncomingMutation($0, attachments: attachments) }
-        )
+        let response: PushResponse
+        do {
+            response = try await storage.push(
+                caller: Caller(userID: userID, isService: context.isService),
+                clientID: pushRequest.clientID,
+                mutations: pushRequest.mutations.map { IncomingMutation($0, attachments: attachments) },
+                rules: rules
+            )
+        } catch let unavailable as RuleUnavailable {
+            // Nothing of the push was applied: the client sends it again, as after any 503.
+            context.logger.warning("a rule said not now; the push is answered 503", metadata: ["reason": "\(unavailable.reason)"])
+            var error = FerryHTTPError(.unavailable, "the server cannot judge this change now; retry in \(unavailable.retryAfter) s")
+            error.headers[.retryAfter] = "\(unavailable.retryAfter)"
+            throw error
+        }
         metrics.recordMutations(response.results)
         context.logger.info(
             "push applied",

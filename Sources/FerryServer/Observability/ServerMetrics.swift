@@ -51,6 +51,21 @@ public final class ServerMetrics: Sendable {
     }
 
     /// Counts the attachments a sweep purged (`AttachmentJanitor`).
+    /// A side effect delivered, or a delivery that failed (tried again later).
+    func recordSideEffect(delivered: Bool, kind: String) {
+        Counter(
+            label: delivered ? "ferry_side_effects_delivered_total" : "ferry_side_effects_failed_total",
+            dimensions: [("kind", kind)],
+            factory: factory
+        )
+        .increment()
+    }
+
+    /// How many side effects wait for delivery.
+    func recordPendingSideEffects(_ count: Int) {
+        Gauge(label: "ferry_side_effects_pending", factory: factory).record(count)
+    }
+
     func recordPurgedAttachments(_ count: Int) {
         Counter(label: "ferry_purged_attachments_total", factory: factory).increment(by: count)
     }

@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryRules
 import Foundation
 
 /// The push rules of PROTOCOL.md as pure logic over the records a batch touches.
@@ -28,22 +29,28 @@ struct BatchPlanner {
         /// Deleted records restored by an upsert that names no attachments (a client that knows
         /// none): the references their deletion released are theirs again.
         var revivedReferences: [RecordRef] = []
+        /// What the app's rules asked to do outside the database for the writes applied.
+        var effects: [PendingEffect] = []
     }
 
     /// - Parameter replays: the results kept for resent mutations; a replayed conflict reports
     ///   its record as it is now, so that record is read too.
-    static func lookups(for mutations: [IncomingMutation], replays: [Int64: RecentResults.Kept] = [:]) -> Lookups {
+    /// - Parameter judge: the app's rules; the records they read are read too.
+    static func lookups(for mutations: [IncomingMutation], replays: [Int64: RecentResults.Kept] = [:], judge: RuleJudge? = nil) -> Lookups {
         var lookups = Lookups()
         // A mutation naming a value no database text can hold (NUL, refused by the protocol's
         // rules) is rejected unread: PostgreSQL cannot even compare it.
         for incoming in mutations where !incoming.mutation.namesNUL {
-            if let replay = replays[incoming.mutation.id]?.result(for: incoming.mutation), replay.status == .conflict,
-                let entityID = replay.entityID
+            if let kept = replays[incoming.mutation.id], kept.status == .conflict || kept.rewritten,
+                let entityID = kept.result(for: incoming.mutation).entityID
             {
                 lookups.keys.insert(RecordRef(entity: incoming.mutation.entity, entityID: entityID))
             }
             let mutation = incoming.mutation
             lookups.keys.insert(RecordRef(entity: mutation.entity, entityID: mutation.entityID))
+            if let judge, incoming.rejection == nil {
+                for record in judge.reads(for: mutation) where !(record.entity + record.entityID).utf8.contains(0) { lookups.keys.insert(record) }
+            }
             if let naturalKey = mutation.naturalKey {
                 lookups.naturalKeys.insert(NaturalKeyRef(entity: mutation.entity, naturalKey: naturalKey))
             }
@@ -61,6 +68,8 @@ struct BatchPlanner {
     private var lastTouch: [RecordRef: Int] = [:]
     private var references: [RecordRef: [String]] = [:]
     private var revived: Set<RecordRef> = []
+    private let judge: RuleJudge?
+    private var effects: [PendingEffect] = []
 
     /// - Parameters:
     ///   - clientID: the pushing client, recorded as the writer of what its mutations write.
@@ -73,8 +82,10 @@ struct BatchPlanner {
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept] = [:],
         loaded: [StoredRecord],
+        judge: RuleJudge? = nil,
         now: Int64 = serverMilliseconds()
     ) {
+        self.judge = judge
         self.clientID = clientID
         self.now = now
         self.initialLastMutationID = lastMutationID
@@ -88,11 +99,13 @@ struct BatchPlanner {
         self.records = records
     }
 
-    mutating func plan(_ mutations: [IncomingMutation]) -> BatchPlan {
+    /// Decides every result in request order. Throws ``RuleUnavailable`` when one of the app's
+    /// rules says "not now": the push then applies nothing.
+    mutating func plan(_ mutations: [IncomingMutation]) throws(RuleUnavailable) -> BatchPlan {
         var results: [PushResult] = []
         results.reserveCapacity(mutations.count)
         for (index, incoming) in mutations.enumerated() {
-            results.append(decide(incoming, at: index))
+            results.append(try decide(incoming, at: index))
         }
         let lastMutationID = max(initialLastMutationID, mutations.last?.mutation.id ?? 0)
         let writes = lastTouch.sorted { $0.value < $1.value }.compactMap { records[$0.key] }
@@ -107,25 +120,59 @@ struct BatchPlanner {
             writes: writes,
             releasedNaturalKeys: released,
             references: references,
-            revivedReferences: revived.sorted { ($0.entity, $0.entityID) < ($1.entity, $1.entityID) }
+            revivedReferences: revived.sorted { ($0.entity, $0.entityID) < ($1.entity, $1.entityID) },
+            effects: effects
         )
     }
 
-    private mutating func decide(_ incoming: IncomingMutation, at index: Int) -> PushResult {
+    private mutating func decide(_ incoming: IncomingMutation, at index: Int) throws(RuleUnavailable) -> PushResult {
         let mutation = incoming.mutation
         if mutation.id <= initialLastMutationID { return replay(incoming) ?? duplicate(mutation) }
         if let reason = incoming.rejection {
             return PushResult(id: mutation.id, status: .rejected, entityID: nil, version: nil, error: reason)
         }
-        switch mutation.op {
-        case .upsert: return upsert(mutation, data: incoming.encodedData, at: index)
-        case .delete: return delete(mutation, at: index)
+        guard let judge, judge.judges(mutation.entity) else { return apply(incoming, at: index) }
+        // Read in place: a copy of `records` per judged write would cost a batch its square.
+        let verdict = try judge.judge(
+            incoming,
+            current: try? records[RecordRef(entity: mutation.entity, entityID: mutation.entityID)]?.state(),
+            read: { try? records[$0]?.state() }
+        )
+        switch verdict {
+        case .accept(let write):
+            let result = apply(incoming, at: index)
+            if result.status == .applied || result.status == .merged, result.version != nil { effects += judge.effects(of: write) }
+            return result
+        case .refuse(let result):
+            return result
+        case .rewrite(let rewritten, let write):
+            var result = apply(rewritten, at: index)
+            if result.status == .applied || result.status == .merged, result.version != nil { effects += judge.effects(of: write) }
+            if result.status == .applied || result.status == .merged, let entityID = result.entityID {
+                let key = RecordRef(entity: mutation.entity, entityID: entityID)
+                // Two writes in one: the client's at `version`, the rule's after it, which is what
+                // is stored. The answer's `current` carries it; a client that does not take
+                // `current` (one older than rules) knows `version` only, and pulls the next one,
+                // which a pull does not leave out as the client's own write.
+                self.records[key]?.version += 1
+                self.records[key]?.writtenBy = nil
+                result.current = try? self.records[key]?.state()
+            }
+            return result
+        }
+    }
+
+    private mutating func apply(_ incoming: IncomingMutation, at index: Int) -> PushResult {
+        switch incoming.mutation.op {
+        case .upsert: upsert(incoming.mutation, data: incoming.encodedData, at: index)
+        case .delete: delete(incoming.mutation, at: index)
         }
     }
 
     /// A resent mutation whose first result is kept: that result again, word for word, so a
     /// client whose answer was lost learns what its mutation did (a version it wrote, a merge,
-    /// a conflict, a rejection). A conflict reports the record as it is now.
+    /// a conflict, a rejection). A conflict, and a write the app's rule rewrote, report the record
+    /// as it is now.
     private func replay(_ incoming: IncomingMutation) -> PushResult? {
         let mutation = incoming.mutation
         guard let kept = replays[mutation.id], kept.status != .duplicate else { return nil }
@@ -141,10 +188,12 @@ struct BatchPlanner {
             )
         }
         var result = kept.result(for: mutation)
+        let record = result.entityID.flatMap { records[RecordRef(entity: mutation.entity, entityID: $0)] }
         if result.status == .conflict {
-            let record = result.entityID.flatMap { records[RecordRef(entity: mutation.entity, entityID: $0)] }
             result.version = record?.version
             result.current = try? record?.state()
+        } else if kept.rewritten {
+            result.current = try? record?.state()  // what the rule stored, or what came after it
         }
         return result
     }

@@ -93,6 +93,10 @@ struct PushDriver {
 
     var mutations: [IncomingMutation] { batch.mutations }
 
+    /// The caller's role in each space the batch writes to, as read in the push's transaction:
+    /// what the app's rules are told (`RuleJudge`).
+    var roles: [String: SpaceRole] { targets.compactMapValues(\.role) }
+
     /// What the engine is to do next; `nil` once the push is done (``response``).
     func next() -> Need? {
         switch step {

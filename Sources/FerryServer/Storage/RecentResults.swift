@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryRules
 import Foundation
 
 /// The results of a client's two most recent pushes that processed new mutations, kept so
@@ -15,7 +16,9 @@ import Foundation
 /// where `entityID` is `0` when it is the mutation's own, and `fingerprint` identifies the
 /// mutation answered (all it says, data included) to tell a resend from another change
 /// reusing the id (a store copied to a second device, or restored from a backup). A conflict's `current`
-/// is not kept: a replay reports the record as it is then.
+/// is not kept: a replay reports the record as it is then; so does the replay of a write the
+/// app's rule rewrote (a seventh and eighth entry: the code, then `{"rewritten": true}` and the
+/// rule's `details`).
 enum RecentResults {
     /// A kept result and the fingerprint of the mutation it answered.
     struct Kept: Sendable {
@@ -28,6 +31,10 @@ enum RecentResults {
         var fingerprint: Int64
         /// The rejection's `code`, when it has one (`forbidden`).
         var code: String? = nil
+        /// Whether the app's rule rewrote the write: a replay reports the record as it is then.
+        var rewritten = false
+        /// The app's rule's `details` of its rejection.
+        var details: JSONObject? = nil
 
         func answers(_ incoming: IncomingMutation) -> Bool {
             fingerprint == RecentResults.fingerprint(of: incoming)
@@ -35,12 +42,20 @@ enum RecentResults {
 
         /// The result as first answered to `mutation`.
         func result(for mutation: Mutation) -> PushResult {
-            PushResult(id: id, status: status, entityID: entityID ?? mutation.entityID, version: version, error: error, code: code)
+            PushResult(id: id, status: status, entityID: entityID ?? mutation.entityID, version: version, error: error, code: code, details: details)
         }
     }
 
-    /// The rejections' codes a resend is answered with again; others are kept as their message alone.
-    static let keptCodes: Set<String> = [ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue, ErrorCode.attachmentMissing.rawValue]
+    /// The rejections' codes a resend is answered with again (and every app's code, `app.…`);
+    /// others are kept as their message alone.
+    static let keptCodes: Set<String> = [
+        ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue, ErrorCode.attachmentMissing.rawValue, ErrorCode.ruleFailed.rawValue,
+    ]
+
+    static func keeps(_ code: String?) -> Bool {
+        guard let code else { return false }
+        return keptCodes.contains(code) || code.hasPrefix(RuleRejection.namespace)
+    }
 
     /// A push's results as kept: each new mutation's result, and each resent mutation's kept
     /// result as it was (a `duplicate`, or a rejection of a reused id, is worked out again).
@@ -64,7 +79,9 @@ enum RecentResults {
                     entityID: entityID,
                     error: result.error,
                     fingerprint: fingerprint(of: incoming),
-                    code: Self.keptCodes.contains(result.code ?? "") ? result.code : nil
+                    code: keeps(result.code) ? result.code : nil,
+                    rewritten: (result.status == .applied || result.status == .merged) && result.current != nil,
+                    details: result.details
                 )
             } else if let replayed = replays[result.id], replayed.status != .duplicate {
                 kept = replayed
@@ -89,9 +106,16 @@ enum RecentResults {
             if let error = kept.error { json.string(error) } else { json.raw("null") }
             json.raw(",")
             json.integer(kept.fingerprint)
-            if let code = kept.code {
+            if kept.code != nil || kept.rewritten || kept.details != nil {
                 json.raw(",")
-                json.string(code)
+                if let code = kept.code { json.string(code) } else { json.raw("null") }
+            }
+            if kept.rewritten || kept.details != nil {
+                var extras: JSONObject = [:]
+                if kept.rewritten { extras["rewritten"] = .bool(true) }
+                if let details = kept.details { extras["details"] = .object(details) }
+                json.raw(",")
+                _ = json.value(.object(extras))  // finite: the details were written in the answer already
             }
             json.raw("]")
         }
@@ -108,7 +132,7 @@ enum RecentResults {
                 throw StorageError.corrupt("a client's recent push results are not a JSON array")
             }
             for value in results {
-                guard case .array(let fields) = value, fields.count == 6 || fields.count == 7, case .integer(let id) = fields[0],
+                guard case .array(let fields) = value, (6...8).contains(fields.count), case .integer(let id) = fields[0],
                     case .string(let status) = fields[1], let status = MutationStatus(rawValue: status),
                     case .integer(let fingerprint) = fields[5]
                 else {
@@ -124,7 +148,9 @@ enum RecentResults {
                     }
                 let version: Int64? = if case .integer(let version) = fields[2] { version } else { nil }
                 let error: String? = if case .string(let error) = fields[4] { error } else { nil }
-                let code: String? = if fields.count == 7, case .string(let code) = fields[6] { code } else { nil }
+                let code: String? = if fields.count >= 7, case .string(let code) = fields[6] { code } else { nil }
+                let extras: JSONObject = if fields.count == 8, case .object(let extras) = fields[7] { extras } else { [:] }
+                let details: JSONObject? = if case .object(let details) = extras["details"] { details } else { nil }
                 kept[id] = Kept(
                     id: id,
                     status: status,
@@ -132,7 +158,9 @@ enum RecentResults {
                     entityID: entityID,
                     error: error,
                     fingerprint: fingerprint,
-                    code: code
+                    code: code,
+                    rewritten: extras["rewritten"] == .bool(true),
+                    details: details
                 )
             }
         }

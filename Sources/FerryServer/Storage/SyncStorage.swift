@@ -8,8 +8,25 @@ import Foundation
 public protocol SyncStorage: Sendable {
     /// Applies one validated batch in a single transaction (PROTOCOL.md push rules 1 to 5). A
     /// mutation into a space the caller cannot write (judged by the memberships the transaction
-    /// sees) is `rejected` with `forbidden` alone; a service caller writes to every space.
-    func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse
+    /// sees) is `rejected` with `forbidden` alone; a service caller writes to every space. The
+    /// app's `rules` judge the new writes inside the same transaction; one that says "not now"
+    /// (``RuleUnavailable``) is thrown, and nothing of the batch is applied.
+    func push(caller: Caller, clientID: String, mutations: [IncomingMutation], rules: ServerRules) async throws -> PushResponse
+
+    /// Hands out up to `limit` side effects the app's rules asked for (written by the pushes that
+    /// applied their writes) that are due at `now` and held by no worker, each held until
+    /// `now + lease` (milliseconds) and counted as one more attempt. With several processes on
+    /// one database, each effect goes to one of them.
+    func claimSideEffects(limit: Int, now: Int64, lease: Int64) async throws -> [DeliverableEffect]
+
+    /// The effect of `key` was delivered: it is never handed out again.
+    func sideEffectDelivered(_ key: String, at now: Int64) async throws
+
+    /// The delivery of the effect of `key` failed: it is handed out again from `retryAt`.
+    func sideEffectFailed(_ key: String, error: String, retryAt: Int64) async throws
+
+    /// How many side effects wait for delivery.
+    func pendingSideEffects() async throws -> Int
 
     /// Returns the user's records changed after `cursor`, oldest change first, leaving out those
     /// whose current state `ownWrites` names (PROTOCOL.md, "A client's own writes"), and, on a
@@ -105,6 +122,11 @@ public protocol SyncStorage: Sendable {
 }
 
 extension SyncStorage {
+    /// Applies one validated batch with no rules of the app's: every write the protocol allows is stored.
+    public func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
+        try await push(caller: caller, clientID: clientID, mutations: mutations, rules: ServerRules())
+    }
+
     /// Notes that `userID` uploaded the attachment, of no media type said.
     public func noteUpload(of digest: AttachmentDigest, size: Int64, by userID: String) async throws {
         try await noteUpload(of: digest, size: size, contentType: nil, by: userID)

@@ -240,6 +240,24 @@ enum PostgresSchema {
                 """,
             ]
         },
+        Migration(version: 10, name: "the side effects the app's rules ask for, delivered after the commit") {
+            [
+                """
+                CREATE TABLE side_effects (
+                    key text COLLATE "C" PRIMARY KEY,
+                    kind text NOT NULL,
+                    payload bytea NOT NULL,
+                    created_at bigint NOT NULL,
+                    due_at bigint NOT NULL,
+                    claimed_until bigint,
+                    attempts integer NOT NULL DEFAULT 0,
+                    delivered_at bigint,
+                    last_error text
+                )
+                """,
+                "CREATE INDEX side_effects_due ON side_effects (due_at) WHERE delivered_at IS NULL",
+            ]
+        },
     ]
 
     /// Applies the migrations this database lacks, and returns the secret that signs cursors;

@@ -10,9 +10,9 @@ import PostgresNIO
 extension PostgresSyncStorage {
     /// Applies the batch in one transaction that holds the user's change-position lock, as the overview describes.
     /// Throws ``StorageError`` when no connection is available within the deadline.
-    public func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
+    public func push(caller: Caller, clientID: String, mutations: [IncomingMutation], rules: ServerRules) async throws -> PushResponse {
         try await withDatabase(queueingFor: caller.userID) { [logger, epoch] db in
-            try await Self.push(mutations, caller: caller, clientID: clientID, epoch: epoch, db: db, logger: logger)
+            try await Self.push(mutations, caller: caller, clientID: clientID, rules: rules, epoch: epoch, db: db, logger: logger)
         }
     }
 
@@ -21,19 +21,29 @@ extension PostgresSyncStorage {
         _ mutations: [IncomingMutation],
         caller: Caller,
         clientID: String,
+        rules: ServerRules = ServerRules(),
         epoch: Int64,
         db: PostgresConnection,
         logger: Logger
     ) async throws -> PushResponse {
         do {
             return try await Self.transaction(db, logger: logger) { db in
-                try await Self.push(mutations, caller: caller, clientID: clientID, oneByOne: false, epoch: epoch, db: db, logger: logger)
+                try await Self.push(
+                    mutations,
+                    caller: caller,
+                    clientID: clientID,
+                    rules: rules,
+                    oneByOne: false,
+                    epoch: epoch,
+                    db: db,
+                    logger: logger
+                )
             }
         } catch let error as PSQLError where error.isRefusedWrite {
             // The planner should make this impossible; if a rule was missed, the batch
             // (rolled back whole) still gets one result per mutation instead of a 500.
             return try await Self.transaction(db, logger: logger) { db in
-                try await Self.push(mutations, caller: caller, clientID: clientID, oneByOne: true, epoch: epoch, db: db, logger: logger)
+                try await Self.push(mutations, caller: caller, clientID: clientID, rules: rules, oneByOne: true, epoch: epoch, db: db, logger: logger)
             }
         }
     }
@@ -47,6 +57,7 @@ extension PostgresSyncStorage {
         _ mutations: [IncomingMutation],
         caller: Caller,
         clientID: String,
+        rules: ServerRules,
         oneByOne: Bool,
         epoch: Int64,
         db: PostgresConnection,
@@ -88,9 +99,10 @@ extension PostgresSyncStorage {
                 driver.readableAttachments(try await readableAttachments(digests, by: caller, db: db, logger: logger))
             case .currentRecords(let refusals):
                 var states: [RecordState] = []
-                for refusal in refusals { states.append(try await currentState(of: refusal, db: db, logger: logger)) }
+                for refusal in refusals { states.append(try await record(refusal.partition, refusal.record, db: db, logger: logger) ?? .absent) }
                 driver.currentRecords(states)
             case .apply(let groups):
+                let judge = rules.isEmpty ? nil : RuleJudge(rules: rules, caller: caller, clientID: clientID, roles: driver.roles)
                 var responses: [PushResponse] = []
                 for group in groups {
                     guard let position = positions[group.partition] else { throw StorageError.corrupt("a space written without its lock") }
@@ -101,6 +113,7 @@ extension PostgresSyncStorage {
                             oneByOne: oneByOne,
                             lastMutationID: driver.lastMutationID,
                             replays: driver.replays,
+                            judge: judge,
                             epoch: epoch,
                             db: db,
                             logger: logger
@@ -138,17 +151,18 @@ extension PostgresSyncStorage {
     }
 
     /// A refused record the caller may read, as it is now.
-    private static func currentState(of refusal: SpacedBatch.ReadableRefusal, db: PostgresConnection, logger: Logger) async throws -> RecordState {
+    /// The record of `partition` as it is now; `nil` when it never existed.
+    private static func record(_ partition: String, _ record: RecordRef, db: PostgresConnection, logger: Logger) async throws -> RecordState? {
         for try await (version, deleted, naturalKey, data, changedAt) in try await db.query(
             """
             SELECT version, deleted, natural_key, data, changed_at FROM records
-            WHERE user_id = \(refusal.partition) AND entity = \(refusal.entity) AND entity_id = \(refusal.entityID)
+            WHERE user_id = \(partition) AND entity = \(record.entity) AND entity_id = \(record.entityID)
             """,
             logger: logger
         ).decode((Int64, Bool, String?, ByteBuffer?, Int64?).self) {
             return try StoredRecord(
-                entity: refusal.entity,
-                entityID: refusal.entityID,
+                entity: record.entity,
+                entityID: record.entityID,
                 version: version,
                 deleted: deleted,
                 naturalKey: naturalKey,
@@ -156,7 +170,7 @@ extension PostgresSyncStorage {
                 changedAt: changedAt
             ).state()
         }
-        return .absent
+        return nil
     }
 
     /// The live spaces of `ids`, by id, with the caller's role in each.
@@ -187,6 +201,7 @@ extension PostgresSyncStorage {
         oneByOne: Bool,
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
+        judge: RuleJudge? = nil,
         epoch: Int64,
         db: PostgresConnection,
         logger: Logger
@@ -207,6 +222,7 @@ extension PostgresSyncStorage {
                         clientID: clientID,
                         lastMutationID: last,
                         replays: replays,
+                        judge: judge,
                         userID: userID,
                         db: db,
                         logger: logger
@@ -228,6 +244,7 @@ extension PostgresSyncStorage {
                 clientID: clientID,
                 lastMutationID: lastMutationID,
                 replays: replays,
+                judge: judge,
                 userID: userID,
                 db: db,
                 logger: logger
@@ -250,6 +267,7 @@ extension PostgresSyncStorage {
     ) async throws {
         try await release(plan, userID: userID, db: db, logger: logger)
         guard !plan.writes.isEmpty else { return }
+        try await write(plan.effects, db: db, logger: logger)
         try await db.query(write(plan.writes, after: position, userID: userID, epoch: epoch), logger: logger)
         if !plan.revivedReferences.isEmpty {
             // Restored records take back the references their deletion released: their last release.
@@ -342,18 +360,20 @@ extension PostgresSyncStorage {
         clientID: String,
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
+        judge: RuleJudge? = nil,
         userID: String,
         db: PostgresConnection,
         logger: Logger
     ) async throws -> BatchPlanner.BatchPlan {
-        let loaded = try await load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db, logger: logger)
+        let loaded = try await load(BatchPlanner.lookups(for: mutations, replays: replays, judge: judge), userID: userID, db: db, logger: logger)
         var planner = BatchPlanner(
             clientID: clientID,
             lastMutationID: lastMutationID,
             replays: replays,
-            loaded: loaded
+            loaded: loaded,
+            judge: judge
         )
-        return planner.plan(mutations)
+        return try planner.plan(mutations)
     }
 
     /// Every record a batch names by identity and every live holder of its natural keys, in one query.
@@ -434,8 +454,9 @@ extension PostgresSyncStorage {
     /// The statement writing a batch's final record states at the positions after `position`,
     /// in order of last change, and moving the user's position past them.
     static func write(_ writes: [StoredRecord], after position: Int64, userID: String, epoch: Int64) -> PostgresQuery {
-        // Every state a push writes, its pushing client's mutations wrote (`BatchPlanner`).
-        let writer = writes.first?.writtenBy ?? ""
+        // Every state a push writes, its pushing client's mutations wrote (`BatchPlanner`), but
+        // those the app's rules rewrote, which are no client's own (`BatchPlanner.decide`).
+        let writer = writes.lazy.compactMap(\.writtenBy).first ?? ""
         // Arrays cannot hold NULLs through PostgresNIO's encoders: a flag beside each nullable column.
         let seqs = (0..<Int64(writes.count)).map { position + 1 + $0 }
         return """
@@ -449,13 +470,14 @@ extension PostgresSyncStorage {
                 written_at)
             SELECT \(userID), w.entity, w.entity_id, w.version, w.deleted,
                 CASE WHEN w.has_key THEN w.natural_key END, CASE WHEN w.has_data THEN w.data END, w.seq,
-                w.changed_at, \(writer), w.written_mutation, w.seq, \(serverMilliseconds())
+                w.changed_at, CASE WHEN w.has_writer THEN \(writer) END, w.written_mutation, w.seq, \(serverMilliseconds())
             FROM unnest(
                 \(writes.map(\.entity))::text[], \(writes.map(\.entityID))::text[], \(writes.map(\.version))::int8[],
                 \(writes.map(\.deleted))::bool[], \(writes.map { $0.naturalKey != nil })::bool[], \(writes.map { $0.naturalKey ?? "" })::text[],
                 \(writes.map { $0.data != nil })::bool[], \(writes.map { ByteBuffer(bytes: $0.data ?? Data()) })::bytea[], \(seqs)::int8[],
-                \(writes.map { $0.changedAt ?? 0 })::int8[], \(writes.map { $0.writtenMutation ?? 0 })::int8[]
-            ) AS w (entity, entity_id, version, deleted, has_key, natural_key, has_data, data, seq, changed_at, written_mutation)
+                \(writes.map { $0.changedAt ?? 0 })::int8[], \(writes.map { $0.writtenMutation ?? 0 })::int8[],
+                \(writes.map { $0.writtenBy != nil })::bool[]
+            ) AS w (entity, entity_id, version, deleted, has_key, natural_key, has_data, data, seq, changed_at, written_mutation, has_writer)
             ON CONFLICT (user_id, entity, entity_id) DO UPDATE SET
                 version = excluded.version, deleted = excluded.deleted, natural_key = excluded.natural_key,
                 data = excluded.data, seq = excluded.seq, changed_at = excluded.changed_at,

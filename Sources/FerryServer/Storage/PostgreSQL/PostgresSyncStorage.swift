@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryRules
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
@@ -325,6 +326,8 @@ public final class PostgresSyncStorage: SyncStorage {
             throw error
         } catch let error as ProtocolViolation {
             throw error
+        } catch let error as RuleUnavailable {
+            throw error  // the app's rule said "not now": the controller answers it
         } catch let error as PSQLError where !error.isTransient {
             throw error  // a statement this server got wrong: a 500 with a request id
         } catch let error as PostgresDecodingError {

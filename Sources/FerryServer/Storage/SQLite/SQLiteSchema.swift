@@ -14,6 +14,7 @@ enum SQLiteSchema {
         migrator.registerMigration("v6", migrate: migrateV6)
         migrator.registerMigration("v7", migrate: migrateV7)
         migrator.registerMigration("v8", migrate: migrateV8)
+        migrator.registerMigration("v9", migrate: migrateV9)
         return migrator
     }
 
@@ -205,6 +206,29 @@ enum SQLiteSchema {
                     AND r.entity_id = attachment_refs.entity_id AND r.deleted = 1)
                 """,
             arguments: [serverMilliseconds()]
+        )
+    }
+
+    /// Migration `v9`.
+    private static func migrateV9(_ db: Database) throws {
+        // The side effects the app's rules ask for (issue 53), written with the writes that
+        // asked, delivered after the commit: due from `due_at`, held by a worker until
+        // `claimed_until`, done at `delivered_at`.
+        try db.execute(
+            sql: """
+                CREATE TABLE side_effects (
+                    key TEXT PRIMARY KEY NOT NULL,
+                    kind TEXT NOT NULL,
+                    payload BLOB NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    due_at INTEGER NOT NULL,
+                    claimed_until INTEGER,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    delivered_at INTEGER,
+                    last_error TEXT
+                ) WITHOUT ROWID;
+                CREATE INDEX side_effects_due ON side_effects (due_at) WHERE delivered_at IS NULL;
+                """
         )
     }
 }

@@ -6,21 +6,29 @@ import GRDB
 /// (`BatchPlanner`) and written, its results kept, and what it changed announced once committed.
 extension SQLiteSyncStorage {
     /// Applies the batch in one write transaction, committed with `synchronous = FULL` before it returns.
-    public func push(caller: Caller, clientID: String, mutations: [IncomingMutation]) async throws -> PushResponse {
-        let (response, signals) = try await pushes.run(for: caller.userID) { try await self.write(mutations, caller: caller, clientID: clientID) }
+    public func push(caller: Caller, clientID: String, mutations: [IncomingMutation], rules: ServerRules) async throws -> PushResponse {
+        let (response, signals) = try await pushes.run(for: caller.userID) {
+            try await self.write(mutations, caller: caller, clientID: clientID, rules: rules)
+        }
         // Committed: the streams of this process, the only one on the file, hear of it.
         changes.announce(signals)
         return response
     }
 
     /// The push's transaction; returns its answer and what it changed, for the event streams.
-    private func write(_ mutations: [IncomingMutation], caller: Caller, clientID: String) async throws -> (PushResponse, [ChangeSignal]) {
+    private func write(
+        _ mutations: [IncomingMutation],
+        caller: Caller,
+        clientID: String,
+        rules: ServerRules
+    ) async throws -> (PushResponse, [ChangeSignal]) {
         let epoch = epoch
         // One mutation at a time (`applyOneByOne`) when a write broke a constraint: the planner
         // should make that impossible; if a rule was missed, the batch (rolled back whole) still
         // gets one result per mutation instead of a 500.
         let attempt = { (oneByOne: Bool) in
-            try await self.writer.write { db in try Self.push(mutations, caller: caller, clientID: clientID, oneByOne: oneByOne, epoch: epoch, db: db)
+            try await self.writer.write { db in
+                try Self.push(mutations, caller: caller, clientID: clientID, rules: rules, oneByOne: oneByOne, epoch: epoch, db: db)
             }
         }
         return try await mapErrors {
@@ -39,6 +47,7 @@ extension SQLiteSyncStorage {
         _ mutations: [IncomingMutation],
         caller: Caller,
         clientID: String,
+        rules: ServerRules,
         oneByOne: Bool,
         epoch: Int64,
         db: Database
@@ -73,11 +82,20 @@ extension SQLiteSyncStorage {
             case .readableAttachments(let digests):
                 driver.readableAttachments(try readableAttachments(digests, by: caller, db: db))
             case .currentRecords(let refusals):
-                driver.currentRecords(try refusals.map { try currentState(of: $0, db: db) })
+                driver.currentRecords(try refusals.map { try record($0.partition, $0.record, db: db) ?? .absent })
             case .apply(let groups):
+                let judge = rules.isEmpty ? nil : RuleJudge(rules: rules, caller: caller, clientID: clientID, roles: driver.roles)
                 driver.applied(
                     try groups.map { group in
-                        try apply(group, oneByOne: oneByOne, lastMutationID: driver.lastMutationID, replays: driver.replays, epoch: epoch, db: db)
+                        try apply(
+                            group,
+                            oneByOne: oneByOne,
+                            lastMutationID: driver.lastMutationID,
+                            replays: driver.replays,
+                            judge: judge,
+                            epoch: epoch,
+                            db: db
+                        )
                     }
                 )
             case .announce(let changed):
@@ -97,16 +115,18 @@ extension SQLiteSyncStorage {
         oneByOne: Bool,
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
+        judge: RuleJudge?,
         epoch: Int64,
         db: Database
     ) throws -> PushResponse {
         oneByOne
-            ? try applyOneByOne(group, lastMutationID: lastMutationID, replays: replays, epoch: epoch, db: db)
+            ? try applyOneByOne(group, lastMutationID: lastMutationID, replays: replays, judge: judge, epoch: epoch, db: db)
             : try apply(
                 group.mutations,
                 clientID: group.writer,
                 lastMutationID: lastMutationID,
                 replays: replays,
+                judge: judge,
                 userID: group.partition,
                 epoch: epoch,
                 db: db
@@ -141,25 +161,25 @@ extension SQLiteSyncStorage {
         return targets
     }
 
-    /// A refused record the caller may read, as it is now.
-    private static func currentState(of refusal: SpacedBatch.ReadableRefusal, db: Database) throws -> RecordState {
+    /// The record of `partition` as it is now; `nil` when it never existed.
+    private static func record(_ partition: String, _ record: RecordRef, db: Database) throws -> RecordState? {
         let row = try Row.fetchOne(
             db.cachedStatement(
                 sql: "SELECT version, deleted, natural_key, data, changed_at FROM records WHERE user_id = ? AND entity = ? AND entity_id = ?"
             ),
-            arguments: [refusal.partition, refusal.entity, refusal.entityID]
+            arguments: [partition, record.entity, record.entityID]
         )
         return try row.map {
             try StoredRecord(
-                entity: refusal.entity,
-                entityID: refusal.entityID,
+                entity: record.entity,
+                entityID: record.entityID,
                 version: $0[0],
                 deleted: $0[1],
                 naturalKey: $0[2],
                 data: $0[3],
                 changedAt: $0[4]
             ).state()
-        } ?? .absent
+        }
     }
 
     /// Loads what a batch touches, decides every result and writes the records.
@@ -168,18 +188,20 @@ extension SQLiteSyncStorage {
         clientID: String,
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
+        judge: RuleJudge?,
         userID: String,
         epoch: Int64,
         db: Database
     ) throws -> BatchPlanner.BatchPlan {
-        let loaded = try load(BatchPlanner.lookups(for: mutations, replays: replays), userID: userID, db: db)
+        let loaded = try load(BatchPlanner.lookups(for: mutations, replays: replays, judge: judge), userID: userID, db: db)
         var planner = BatchPlanner(
             clientID: clientID,
             lastMutationID: lastMutationID,
             replays: replays,
-            loaded: loaded
+            loaded: loaded,
+            judge: judge
         )
-        let plan = planner.plan(mutations)
+        let plan = try planner.plan(mutations)
         try write(plan, userID: userID, epoch: epoch, db: db)
         return plan
     }
@@ -190,6 +212,7 @@ extension SQLiteSyncStorage {
         _ group: SpacedBatch.Group,
         lastMutationID: Int64,
         replays: [Int64: RecentResults.Kept],
+        judge: RuleJudge?,
         epoch: Int64,
         db: Database
     ) throws -> PushResponse {
@@ -201,8 +224,17 @@ extension SQLiteSyncStorage {
             let result: PushResult
             do {
                 result = try inSavepoint(db) {
-                    try apply([incoming], clientID: clientID, lastMutationID: last, replays: replays, userID: userID, epoch: epoch, db: db)
-                        .response.results[0]
+                    try apply(
+                        [incoming],
+                        clientID: clientID,
+                        lastMutationID: last,
+                        replays: replays,
+                        judge: judge,
+                        userID: userID,
+                        epoch: epoch,
+                        db: db
+                    )
+                    .response.results[0]
                 }
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
                 result = PushDriver.refusedByDatabase(incoming, reason: error.message)

@@ -45,6 +45,7 @@ extension SQLiteSyncStorage {
     /// Writes a batch's final record states with fresh change positions, in order of last change.
     static func write(_ plan: BatchPlanner.BatchPlan, userID: String, epoch: Int64, db: Database) throws {
         guard !plan.writes.isEmpty else { return }
+        try write(plan.effects, db: db)
         for chunk in plan.releasedNaturalKeys.chunked(rowsPerStatement) {
             let rows = ValuesList(rows: chunk.count, columns: 2)
             let statement = try db.cachedStatement(

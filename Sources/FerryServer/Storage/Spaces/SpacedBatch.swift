@@ -102,6 +102,8 @@ struct SpacedBatch {
         var partition: String
         var entity: String
         var entityID: String
+
+        var record: RecordRef { RecordRef(entity: entity, entityID: entityID) }
     }
 
     /// The refusals in `refused` that the caller may read the record of: a member, without the

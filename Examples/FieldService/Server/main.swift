@@ -1,0 +1,59 @@
+// The field-service company's own server: Ferry's server with the company's rules
+// (FieldServiceRules) and a mail log standing in for its mail service. Run by
+// scripts/run-example.sh; `ferry serve` is the same server without rules.
+//
+//   FERRY_JWT_SECRET=… FieldServiceServer --database PATH --mail-log PATH [--port N]
+import FerryServer
+import FieldServiceRules
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// Each email as one line of a file, once per effect key, as a real mail service would be
+/// called with the key as its idempotency key.
+actor MailLog: SideEffectHandler {
+    let path: String
+    private var sent: Set<String>
+
+    init(path: String) {
+        self.path = path
+        let lines = (try? String(contentsOfFile: path, encoding: .utf8))?.split(separator: "\n") ?? []
+        sent = Set(lines.compactMap { $0.split(separator: " ").first.map(String.init) })
+    }
+
+    func deliver(_ effect: DeliverableEffect) async throws {
+        guard !sent.contains(effect.key) else { return }  // delivered before a crash kept it from being marked
+        let line = "\(effect.key) \(effect.kind) \(effect.payload["job"]?.stringValue ?? "?")\n"
+        if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
+        guard let handle = FileHandle(forWritingAtPath: path) else { throw CocoaError(.fileWriteNoPermission) }
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(line.utf8))
+        try handle.close()
+        sent.insert(effect.key)
+    }
+}
+
+func option(_ name: String) -> String? {
+    let arguments = CommandLine.arguments
+    return arguments.firstIndex(of: name).flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
+}
+
+guard let secret = ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"], let database = option("--database"),
+    let mailLog = option("--mail-log")
+else {
+    FileHandle.standardError.write(Data("usage: FERRY_JWT_SECRET=… FieldServiceServer --database PATH --mail-log PATH [--port N]\n".utf8))
+    exit(64)
+}
+var logger = Logger(label: "field-service")
+logger.logLevel = .warning
+var configuration = ServerConfiguration(port: Int(option("--port") ?? "8080") ?? 8080, jwtSecret: secret)
+configuration.rules = ServerRules([JobRules()])
+configuration.sideEffects = MailLog(path: mailLog)
+let app = try await FerryServerApplication.make(
+    configuration: configuration,
+    storage: try SQLiteSyncStorage(path: database),
+    logger: logger,
+    // Unbuffered: the script reads the address from the log as soon as it is written.
+    onServerRunning: { port in FileHandle.standardOutput.write(Data("Field service server listening on http://127.0.0.1:\(port)\n".utf8)) }
+)
+try await ServiceGroup(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger).run()

@@ -1,0 +1,20 @@
+import FerryProtocol
+import FerryRules
+import Foundation
+
+/// A side effect a rule asked for, as the push's transaction writes it to `side_effects`.
+struct PendingEffect: Sendable, Equatable {
+    /// Names the effect for good (`RuleJudge.effects(of:)`); the table holds each key once.
+    var key: String
+    var kind: String
+    /// The payload as stored: JSON text.
+    var payload: Data
+
+    init(key: String, effect: SideEffect) {
+        self.key = key
+        kind = effect.kind
+        var json = JSONTextWriter(capacity: 64)
+        // A payload with a number JSON cannot hold (infinite) is stored without that field's value.
+        payload = json.value(.object(effect.payload)) ? Data(json.bytes) : Data("{}".utf8)
+    }
+}

@@ -1,0 +1,179 @@
+import ConcurrencyExtras
+import FerryProtocol
+import FerryRules
+import FerryTestSupport
+import Foundation
+import Logging
+import Testing
+
+@testable import FerryServer
+
+/// The side effects the app's rules ask for (PROTOCOL.md, "Rules"): written with the write that
+/// asked, in its transaction, and delivered after the commit, each once, whatever is resent,
+/// lost, killed or run twice.
+@Suite("Side effects of the app's rules", .timeLimit(.minutes(2)))
+struct SideEffectTests {
+    /// One email when a job is done: only on the write that makes it so.
+    struct JobDone: WriteRule {
+        let entities: Set<String> = ["jobs"]
+
+        func decide(_ write: ProposedWrite, reads: RuleReads) throws -> RuleDecision {
+            if write.data?["title"]?.stringValue == "later" { throw RuleUnavailable("mail service down") }
+            return .accept
+        }
+
+        func effects(of write: ProposedWrite) -> [SideEffect] {
+            guard write.data?["status"] == .string("done"), write.current?.data?["status"] != .string("done") else { return [] }
+            return [SideEffect(kind: "email.job_done", payload: ["job": .string(write.entityID)])]
+        }
+    }
+
+    /// Records every delivery; fails the first `failures` of them.
+    final class Mailbox: SideEffectHandler, Sendable {
+        let delivered = LockIsolated<[DeliverableEffect]>([])
+        let failures: LockIsolated<Int>
+        /// The key of each delivery, as it happens.
+        let arrivals: AsyncStream<String>
+        private let arrived: AsyncStream<String>.Continuation
+
+        init(failures: Int = 0) {
+            self.failures = LockIsolated(failures)
+            (arrivals, arrived) = AsyncStream.makeStream(of: String.self)
+        }
+
+        func deliver(_ effect: DeliverableEffect) async throws {
+            let fail = failures.withValue { remaining in
+                defer { remaining = max(0, remaining - 1) }
+                return remaining > 0
+            }
+            if fail { throw MailServerDown() }
+            delivered.withValue { $0.append(effect) }
+            arrived.yield(effect.key)
+        }
+
+        var keys: [String] { delivered.value.map(\.key) }
+        struct MailServerDown: Error {}
+    }
+
+    static let rules = ServerRules([JobDone()])
+    static let quiet: Logger = {
+        var logger = Logger(label: "ferry.test.effects")
+        logger.logLevel = .critical
+        return logger
+    }()
+
+    static func worker(_ storage: any SyncStorage, _ mailbox: Mailbox, now: LockIsolated<Int64>? = nil) -> SideEffectWorker {
+        var worker = SideEffectWorker(storage: storage, handler: mailbox, metrics: ServerMetrics(), logger: quiet)
+        if let now { worker.now = { now.value } }
+        return worker
+    }
+
+    static func done(_ id: Int64, _ job: String, title: String = "Roof") -> Mutation {
+        .upsert(id: id, entity: "jobs", entityID: job, data: ["title": .string(title), "status": .string("done")])
+    }
+
+    static func push(_ storage: any SyncStorage, _ mutations: [Mutation], client: String = "phone") async throws -> PushResponse {
+        try await storage.push(caller: Caller(userID: "carol"), clientID: client, mutations: mutations.map { IncomingMutation($0) }, rules: rules)
+    }
+
+    @Test(
+        "an effect is written with its write and delivered once: a resend (a lost answer) asks for nothing more",
+        arguments: StorageBackend.allCases
+    )
+    func onceThroughResend(backend: StorageBackend) async throws {
+        let database = try await TestDatabase.make(backend)
+        let storage = try await database.open()
+        let batch = [Self.done(1, "j1"), Self.done(2, "j2"), .upsert(id: 3, entity: "jobs", entityID: "j3", data: ["title": .string("open")])]
+        let first = try await Self.push(storage, batch)
+        let again = try await Self.push(storage, batch)
+        #expect(first.results.map(\.status) == [.applied, .applied, .applied])
+        #expect(again.results.map(\.status) == first.results.map(\.status))
+        #expect(try await storage.pendingSideEffects() == 2)
+        let mailbox = Mailbox()
+        #expect(await Self.worker(storage, mailbox).deliverDue() == 2)
+        #expect(await Self.worker(storage, mailbox).deliverDue() == 0)
+        #expect(mailbox.keys == ["carol/phone/1/0", "carol/phone/2/0"])
+        #expect(mailbox.delivered.value.first?.payload == ["job": .string("j1")] && mailbox.delivered.value.first?.attempt == 1)
+        #expect(try await storage.pendingSideEffects() == 0)
+        // The job done again asks for nothing: the rule sees it was.
+        _ = try await Self.push(storage, [Self.done(4, "j1", title: "Roof, again")])
+        #expect(try await storage.pendingSideEffects() == 0)
+        try await storage.close()
+    }
+
+    @Test("a push a rule says not now to writes no effect; a refused or conflicting write asks for none", arguments: StorageBackend.allCases)
+    func onlyAppliedWritesAsk(backend: StorageBackend) async throws {
+        let storage = try await TestDatabase.make(backend).open()
+        await #expect(throws: RuleUnavailable.self) {
+            _ = try await Self.push(storage, [Self.done(1, "j1"), Self.done(2, "j2", title: "later")])
+        }
+        #expect(try await storage.pendingSideEffects() == 0)
+        var conflicting = Self.done(1, "j3")
+        conflicting.baseVersion = 7
+        let response = try await Self.push(storage, [conflicting])
+        #expect(response.results.map(\.status) == [.conflict])
+        #expect(try await storage.pendingSideEffects() == 0)
+        try await storage.close()
+    }
+
+    @Test("a delivery that fails is tried again after its backoff, with the same key; one a killed worker held is taken again after its lease")
+    func retriesAndLeases() async throws {
+        let storage = try await TestDatabase.make(.sqlite).open()
+        _ = try await Self.push(storage, [Self.done(1, "j1"), Self.done(2, "j2")])
+        let now = LockIsolated<Int64>(1_900_000_000_000)
+        let mailbox = Mailbox(failures: 1)
+        // A worker takes j2's effect and dies before finishing it.
+        let held = try await storage.claimSideEffects(limit: 1, now: now.value, lease: 300_000)
+        #expect(held.map(\.key) == ["carol/phone/1/0"])
+        let worker = Self.worker(storage, mailbox, now: now)
+        #expect(await worker.deliverDue() == 1)  // j2's, which fails
+        #expect(mailbox.keys.isEmpty)
+        #expect(await worker.deliverDue() == 0, "neither is due: one waits for its backoff, the other for its lease")
+        now.withValue { $0 += 1_000 }
+        #expect(await worker.deliverDue() == 1)
+        #expect(mailbox.delivered.value.map(\.attempt) == [2] && mailbox.keys == ["carol/phone/2/0"])
+        now.withValue { $0 += 300_000 }
+        #expect(await worker.deliverDue() == 1)
+        #expect(mailbox.keys == ["carol/phone/2/0", "carol/phone/1/0"])
+        #expect(mailbox.delivered.value.last?.attempt == 2, "the killed worker's attempt counts")
+        #expect(try await storage.pendingSideEffects() == 0)
+        try await storage.close()
+    }
+
+    @Test("two server processes on one PostgreSQL database deliver 300 effects between them, each once")
+    func twoProcesses() async throws {
+        guard StorageBackend.allCases.contains(.postgres) else { return }
+        let database = try await TestDatabase.make(.postgres)
+        let (first, second) = (try await database.open(), try await database.open())
+        for start in stride(from: 1, through: 300, by: 100) {
+            _ = try await Self.push(first, (start..<(start + 100)).map { Self.done(Int64($0), "j\($0)") })
+        }
+        let mailbox = Mailbox()
+        async let a: Void = Self.drain(Self.worker(first, mailbox))
+        async let b: Void = Self.drain(Self.worker(second, mailbox))
+        _ = await (a, b)
+        #expect(mailbox.keys.count == 300)
+        #expect(Set(mailbox.keys).count == 300)
+        try await first.close()
+        try await second.close()
+    }
+
+    static func drain(_ worker: SideEffectWorker) async {
+        var idle = 0
+        while idle < 3 { idle = await worker.deliverDue() == 0 ? idle + 1 : 0 }
+    }
+
+    @Test("a server stopped between the commit and the delivery: the next one delivers what was asked, once", arguments: StorageBackend.allCases)
+    func restartBeforeDelivery(backend: StorageBackend) async throws {
+        let database = try await TestDatabase.make(backend)
+        try await TestServer.run(backend: backend, database: database, rules: Self.rules) { server in
+            let token = try await TestServer.token(for: "carol")
+            _ = try await server.pushOK(PushRequest(clientID: "phone", mutations: [Self.done(1, "j1")]), token: token)
+        }
+        let mailbox = Mailbox()
+        try await TestServer.run(backend: backend, database: database, rules: Self.rules, sideEffects: mailbox) { _ in
+            for await _ in mailbox.arrivals.prefix(1) {}
+        }
+        #expect(mailbox.keys == ["carol/phone/1/0"])
+    }
+}
