@@ -32,7 +32,8 @@ public protocol WriteRule: Sendable {
 
     /// The records the rule reads to judge `write`, beyond the record written (which it sees as
     /// ``ProposedWrite/current``): of the write's own space, or of the writer's own records for a
-    /// write outside spaces. None by default.
+    /// write outside spaces. Asked of the write as the client proposed it (its data as sent,
+    /// `current` not yet known), before the push reads anything. None by default.
     func reads(for write: ProposedWrite) -> [RecordRef]
 
     /// The rule's decision on `write`, given each record of ``reads(for:)`` as the server holds
@@ -40,8 +41,8 @@ public protocol WriteRule: Sendable {
     func decide(_ write: ProposedWrite, reads: RuleReads) throws -> RuleDecision
 
     /// What the app does outside the database once `write` is applied (it holds the rules'
-    /// rewrite, and `current` the record before it): asked only of a write the push applies,
-    /// in its transaction. None by default.
+    /// rewrite, and `current` the record before it): asked of a write every rule accepted, and
+    /// kept only if the push applies it. None by default.
     func effects(of write: ProposedWrite) -> [SideEffect]
 }
 

@@ -1,4 +1,5 @@
 import Clocks
+import ConcurrencyExtras
 import Ferry
 import FerryProtocol
 import FerryRules
@@ -42,10 +43,9 @@ struct ServerRuleTests {
     }
 
     static let rules = ServerRules([JobRules()])
-    static let jobs = SyncedTable(table: "jobs")
     static let photos = SyncedTable(table: "photos")
 
-    static func openStore(_ name: String) throws -> FerryStore {
+    static func openStore(_ name: String, detectsConflicts: Bool = false) throws -> FerryStore {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
             try db.execute(
@@ -56,7 +56,7 @@ struct ServerRuleTests {
             )
         }
         let path = TestDirectory.make("rules").appendingPathComponent("\(name).sqlite").path
-        return try FerryStore(path: path, schema: migrator, tables: [jobs, photos])
+        return try FerryStore(path: path, schema: migrator, tables: [SyncedTable(table: "jobs", detectsConflicts: detectsConflicts), photos])
     }
 
     static func client(_ store: FerryStore, _ server: TestServer, user: String = "alice") -> FerryClient {
@@ -98,6 +98,36 @@ struct ServerRuleTests {
             try await Self.client(other, server).sync()
             #expect(try await Self.job("j1", in: other)["updated_by"] == "alice")
             #expect(await client.status.pending == 0)
+        }
+    }
+
+    @Test(
+        "an edit made while a rewritten write was in flight builds on the rule's version: no conflict, nothing lost",
+        arguments: StorageBackend.allCases
+    )
+    func editDuringRewrite(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend, rules: Self.rules) { server in
+            let store = try Self.openStore("alice", detectsConflicts: true)
+            let edited = LockIsolated(false)
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                let first = edited.withValue { done in
+                    defer { done = true }
+                    return !done
+                }
+                if request.path.hasPrefix(Endpoint.push), first {
+                    try await store.database.write { db in try db.execute(sql: "UPDATE jobs SET title = 'Roof, north side' WHERE id = 'j1'") }
+                }
+                return try await next(request)
+            }
+            let client = FerryClient(store: store, transport: transport, token: { try await TestServer.token(for: "alice") }, clock: ImmediateClock())
+            try await store.database.write { db in try db.execute(sql: "INSERT INTO jobs (id, title, amount) VALUES ('j1', 'Roof', 120)") }
+            let first = try await client.sync()
+            #expect(first.upload.conflicts == 0)
+            let second = try await client.sync()
+            #expect(second.upload.conflicts == 0, "the queued edit's base is the rule's version")
+            let records = try await server.pullAll(token: try await TestServer.token(for: "alice"))
+            #expect(records["jobs/j1"]?.data?["title"] == .string("Roof, north side"))
+            #expect(records["jobs/j1"]?.data?["updated_by"] == .string("alice"))
         }
     }
 
@@ -284,7 +314,19 @@ struct ServerRuleTests {
                 #expect(response.results[0].current?.data?["updated_by"] == .string("carol"))
                 #expect(response.results[1].code == "app.amount_not_positive")
                 #expect(response.results[1].details == ["field": .string("amount")])
+                #expect(response.results[1].current == .absent, "the record as the server holds it: none")
             }
+            // A conflict is the client's policy's, before any rule: a stale edit the rule would
+            // refuse is answered conflict, with the record.
+            let stale = try await server.pushOK(
+                PushRequest(
+                    clientID: "carols-phone",
+                    mutations: [Mutation(id: 3, entity: "jobs", entityID: "j1", op: .upsert, data: ["amount": .integer(-1)], baseVersion: 1)]
+                ),
+                token: token
+            )
+            #expect(stale.results.map(\.status) == [.conflict])
+            #expect(stale.results[0].current?.version == 2, "the client's write at 1, the rule's at 2")
         }
     }
 }

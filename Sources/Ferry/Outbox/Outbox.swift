@@ -294,8 +294,11 @@ struct Outbox: Sendable {
                     switch step.decision {
                     case .resend:
                         break
-                    case .finish(_, _, let version, let current):
-                        if let version { versions.set(version, of: step.serverRecord) }
+                    case .finish(let written, _, let version, let current):
+                        // A write the app's rule rewrote is two: this store's at `version`, the
+                        // rule's right after it, which a change queued meanwhile builds on.
+                        let ruled = written && version.map { current?.version == $0 + 1 } == true
+                        if let version { versions.set(ruled ? version + 1 : version, of: step.serverRecord) }
                         if let current { serverStates.append(ServerState(record: step.serverRecord, state: current, space: mutation.space)) }
                         finished += step.entries
                     case .deadLetter(let reason, let code, let current):

@@ -32,7 +32,8 @@ extension FerryStore {
                 entityID: entityID,
                 op: op,
                 data: op == .delete ? nil : (data ?? [:]),
-                current: try localState(of: RecordRef(entity: entity, entityID: entityID), db: db),
+                // As the server holds it: a row it never acknowledged is none of its yet.
+                current: try localState(of: RecordRef(entity: entity, entityID: entityID), db: db).flatMap { $0.version > 0 ? $0 : nil },
                 space: space,
                 role: try space.flatMap { try SpaceMemberships.role(in: $0, db: db) },
                 user: user,

@@ -50,7 +50,6 @@ public final class ServerMetrics: Sendable {
         Counter(label: "ferry_purges_total", factory: factory).increment()
     }
 
-    /// Counts the attachments a sweep purged (`AttachmentJanitor`).
     /// A side effect delivered, or a delivery that failed (tried again later).
     func recordSideEffect(delivered: Bool, kind: String) {
         Counter(
@@ -66,6 +65,7 @@ public final class ServerMetrics: Sendable {
         Gauge(label: "ferry_side_effects_pending", factory: factory).record(count)
     }
 
+    /// Counts the attachments a sweep purged (`AttachmentJanitor`).
     func recordPurgedAttachments(_ count: Int) {
         Counter(label: "ferry_purged_attachments_total", factory: factory).increment(by: count)
     }

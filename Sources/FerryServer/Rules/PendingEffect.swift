@@ -4,7 +4,7 @@ import Foundation
 
 /// A side effect a rule asked for, as the push's transaction writes it to `side_effects`.
 struct PendingEffect: Sendable, Equatable {
-    /// Names the effect for good (`RuleJudge.effects(of:)`); the table holds each key once.
+    /// Names the effect for good (`RuleJudge`); the table holds each key once.
     var key: String
     var kind: String
     /// The payload as stored: JSON text.
@@ -14,7 +14,8 @@ struct PendingEffect: Sendable, Equatable {
         self.key = key
         kind = effect.kind
         var json = JSONTextWriter(capacity: 64)
-        // A payload with a number JSON cannot hold (infinite) is stored without that field's value.
-        payload = json.value(.object(effect.payload)) ? Data(json.bytes) : Data("{}".utf8)
+        // Finite: `RuleJudge` refuses a write whose rule asked for a payload JSON cannot hold.
+        _ = json.value(.object(effect.payload))
+        payload = Data(json.bytes)
     }
 }

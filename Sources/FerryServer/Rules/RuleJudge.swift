@@ -14,10 +14,11 @@ struct RuleJudge: Sendable {
 
     /// What the rules make of a write.
     enum Verdict {
-        /// No rule objects: the write goes on as proposed (as judged).
-        case accept(ProposedWrite)
+        /// No rule objects: the write goes on as proposed, with the effects its rules ask for
+        /// if it is applied.
+        case accept([PendingEffect])
         /// The write goes on with the rules' data, which the answer carries back.
-        case rewrite(IncomingMutation, ProposedWrite)
+        case rewrite(IncomingMutation, [PendingEffect])
         /// Refused: this is its result.
         case refuse(PushResult)
     }
@@ -25,28 +26,34 @@ struct RuleJudge: Sendable {
     /// Whether a rule judges writes of `entity`.
     func judges(_ entity: String) -> Bool { !rules.rules(for: entity).isEmpty }
 
-    /// The records the rules of `mutation`'s entity read to judge it, for the batch's lookups.
+    /// The records the rules of `mutation`'s entity read to judge it: what each rule's
+    /// `reads(for:)` asks of the write as proposed (its data as sent, no `current`), so that the
+    /// batch's lookups load exactly what the judgement reads.
     func reads(for mutation: Mutation) -> [RecordRef] {
-        let judging = rules.rules(for: mutation.entity)
-        guard !judging.isEmpty else { return [] }
-        let write = proposal(mutation, current: nil)
-        return judging.flatMap { $0.reads(for: write) }
+        let write = proposal(mutation, entityID: mutation.entityID, current: nil)
+        return rules.rules(for: mutation.entity).flatMap { $0.reads(for: write) }
     }
 
     /// `incoming` through its entity's rules in order, each seeing the one before's rewrite;
-    /// `current` is its record as the batch leaves it so far, `read` any other. Throws
-    /// ``RuleUnavailable`` when a rule says "not now".
-    func judge(_ incoming: IncomingMutation, current: RecordState?, read: (RecordRef) -> RecordState?) throws(RuleUnavailable) -> Verdict {
+    /// `target` is the record it writes (its own, or its natural key's holder), `current` that
+    /// record as the batch leaves it so far, `read` any other. Throws ``RuleUnavailable`` when a
+    /// rule says "not now".
+    func judge(
+        _ incoming: IncomingMutation,
+        target: RecordRef,
+        current: RecordState?,
+        read: (RecordRef) -> RecordState?
+    ) throws(RuleUnavailable) -> Verdict {
         let judging = rules.rules(for: incoming.mutation.entity)
-        let proposed = proposal(incoming.mutation, current: current)
-        guard !judging.isEmpty else { return .accept(proposed) }
+        let proposed = proposal(incoming.mutation, entityID: target.entityID, current: current)
+        var visible: [RecordRef: RecordState] = [:]
+        for record in reads(for: incoming.mutation) { visible[record] = read(record) }
+        let reads = RuleReads(visible)
         var write = proposed
         for rule in judging {
-            var visible: [RecordRef: RecordState] = [:]
-            for record in rule.reads(for: write) { visible[record] = read(record) }
             let decision: RuleDecision
             do {
-                decision = try rule.decide(write, reads: RuleReads(visible))
+                decision = try rule.decide(write, reads: reads)
             } catch let unavailable as RuleUnavailable {
                 throw unavailable
             } catch {
@@ -74,31 +81,58 @@ struct RuleJudge: Sendable {
                 }
                 var refused = refusal(write, rejection.message, code: code)
                 refused.details = rejection.details
+                guard rejection.details.map(Self.isFinite) ?? true else {
+                    return .refuse(failure(of: rule, write, "gave details with a number JSON cannot hold"))
+                }
                 return .refuse(refused)
             }
         }
-        guard let data = write.data, write.data != proposed.data else { return .accept(write) }
+        // The effects the write asks for if it is applied, asked of the write as judged.
+        var effects: [PendingEffect] = []
+        for rule in judging {
+            for effect in rule.effects(of: write) {
+                guard Self.isFinite(effect.payload) else {
+                    return .refuse(failure(of: rule, write, "asked for an effect whose payload JSON cannot hold"))
+                }
+                effects.append(PendingEffect(key: effectKey(write, effects.count), effect: effect))
+            }
+        }
+        guard let data = write.data, write.data != proposed.data else { return .accept(effects) }
         var mutation = incoming.mutation
         mutation.data = data
         let rewritten = IncomingMutation(mutation, attachments: true)
         if let reason = rewritten.rejection {
             return .refuse(refusal(write, "the server's rule made data it cannot store: \(reason)", code: ErrorCode.ruleFailed.rawValue))
         }
-        return .rewrite(rewritten, write)
+        return .rewrite(rewritten, effects)
     }
 
-    /// The effects the rules of an applied write ask for, each with the key that names it for
-    /// good: the writer, its client, the mutation and the effect's place among the write's.
-    func effects(of write: ProposedWrite) -> [PendingEffect] {
-        rules.rules(for: write.entity).flatMap { $0.effects(of: write) }.enumerated().map { index, effect in
-            PendingEffect(key: "\(caller.userID)/\(clientID)/\(write.mutationID)/\(index)", effect: effect)
-        }
+    /// The key that names an effect for good: the writer, its client, the mutation, the effect's
+    /// place among the write's, and when it was asked (a store restored from an old backup may
+    /// send a mutation id again once the server has forgotten its client).
+    private func effectKey(_ write: ProposedWrite, _ index: Int) -> String {
+        "\(caller.userID)/\(clientID)/\(write.mutationID)/\(index)@\(serverMilliseconds())"
     }
 
-    private func proposal(_ mutation: Mutation, current: RecordState?) -> ProposedWrite {
+    /// A refusal with `rule_failed` for a rule whose answer cannot be kept, logged.
+    private func failure(of rule: any WriteRule, _ write: ProposedWrite, _ what: String) -> PushResult {
+        rules.logger.error(
+            "a rule \(what); the write is refused with rule_failed",
+            metadata: ["rule": "\(type(of: rule))", "entity": "\(write.entity)"]
+        )
+        return refusal(write, "the server's rule for \(write.entity) failed on this change", code: ErrorCode.ruleFailed.rawValue)
+    }
+
+    /// Whether every number in `object` is one JSON can hold.
+    private static func isFinite(_ object: JSONObject) -> Bool {
+        var json = JSONTextWriter(capacity: 64)
+        return json.value(.object(object))
+    }
+
+    private func proposal(_ mutation: Mutation, entityID: String, current: RecordState?) -> ProposedWrite {
         ProposedWrite(
             entity: mutation.entity,
-            entityID: mutation.entityID,
+            entityID: entityID,
             op: mutation.op,
             data: mutation.op == .delete ? nil : (mutation.data ?? [:]),
             current: current,

@@ -1,3 +1,4 @@
+import FerryProtocol
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -47,9 +48,17 @@ struct SideEffectWorker: Service {
             logger.error("side effects could not be read; trying again", metadata: ["error": "\(error)"])
             return 0
         }
+        let claimed = now()
         for effect in taken {
+            // Past half its lease, an effect not begun goes back: another process may take it
+            // when the lease ends, and must not find this one still delivering it.
+            guard now() - claimed < Self.milliseconds(pacing.lease) / 2 else {
+                try? await storage.sideEffectFailed(effect.key, error: "not begun within half its lease", retryAt: now())
+                continue
+            }
             do {
-                try await handler.deliver(effect)
+                // At most half the lease, for the same reason: a handler that hangs fails, and is tried again.
+                try await withTimeLimit(pacing.lease / 2, clock: ContinuousClock()) { try await handler.deliver(effect) }
             } catch {
                 let wait = min(pacing.maximumBackoff, .seconds(1) * (1 << min(effect.attempt - 1, 20)))
                 metrics.recordSideEffect(delivered: false, kind: effect.kind)
@@ -60,9 +69,9 @@ struct SideEffectWorker: Service {
                 try? await storage.sideEffectFailed(effect.key, error: "\(error)", retryAt: now() + Self.milliseconds(wait))
                 continue
             }
-            metrics.recordSideEffect(delivered: true, kind: effect.kind)
             do {
                 try await storage.sideEffectDelivered(effect.key, at: now())
+                metrics.recordSideEffect(delivered: true, kind: effect.kind)
             } catch {
                 // Delivered, not marked: handed out again after its lease, with the same key.
                 logger.error("a side effect was delivered but not marked so", metadata: ["key": "\(effect.key)", "error": "\(error)"])

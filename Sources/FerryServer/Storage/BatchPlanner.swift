@@ -131,23 +131,22 @@ struct BatchPlanner {
         if let reason = incoming.rejection {
             return PushResult(id: mutation.id, status: .rejected, entityID: nil, version: nil, error: reason)
         }
-        guard let judge, judge.judges(mutation.entity) else { return apply(incoming, at: index) }
+        // A conflict is the client's policy's to decide, before any rule: the rule judges the
+        // write that would be applied, against the record it would be applied to.
+        guard let judge, judge.judges(mutation.entity), !conflicts(mutation) else { return apply(incoming, at: index) }
+        let target = target(of: mutation).key
         // Read in place: a copy of `records` per judged write would cost a batch its square.
-        let verdict = try judge.judge(
-            incoming,
-            current: try? records[RecordRef(entity: mutation.entity, entityID: mutation.entityID)]?.state(),
-            read: { try? records[$0]?.state() }
-        )
+        let verdict = try judge.judge(incoming, target: target, current: try? records[target]?.state(), read: { try? records[$0]?.state() })
         switch verdict {
-        case .accept(let write):
+        case .accept(let asked):
             let result = apply(incoming, at: index)
-            if result.status == .applied || result.status == .merged, result.version != nil { effects += judge.effects(of: write) }
+            if result.status == .applied || result.status == .merged, result.version != nil { effects += asked }
             return result
         case .refuse(let result):
             return result
-        case .rewrite(let rewritten, let write):
+        case .rewrite(let rewritten, let asked):
             var result = apply(rewritten, at: index)
-            if result.status == .applied || result.status == .merged, result.version != nil { effects += judge.effects(of: write) }
+            if result.status == .applied || result.status == .merged, result.version != nil { effects += asked }
             if result.status == .applied || result.status == .merged, let entityID = result.entityID {
                 let key = RecordRef(entity: mutation.entity, entityID: entityID)
                 // Two writes in one: the client's at `version`, the rule's after it, which is what
@@ -194,6 +193,9 @@ struct BatchPlanner {
             result.current = try? record?.state()
         } else if kept.rewritten {
             result.current = try? record?.state()  // what the rule stored, or what came after it
+        } else if result.status == .rejected, RecentResults.isRuleCode(result.code) {
+            // The record as the server holds it, which the client takes back, as the first time.
+            result.current = (try? records[RecordRef(entity: mutation.entity, entityID: mutation.entityID)]?.state()) ?? .absent
         }
         return result
     }
@@ -214,16 +216,26 @@ struct BatchPlanner {
         return PushResult(id: mutation.id, status: .duplicate, entityID: record?.entityID, version: nil, current: try? record?.state())
     }
 
+    /// The record `mutation` writes: its own, or for an upsert the live holder of its natural
+    /// key (`merged`).
+    private func target(of mutation: Mutation) -> (key: RecordRef, merged: Bool) {
+        let own = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
+        guard mutation.op == .upsert, let naturalKey = mutation.naturalKey,
+            let holder = naturalKeyHolders[NaturalKeyRef(entity: mutation.entity, naturalKey: naturalKey)], holder != own
+        else { return (own, false) }
+        return (holder, true)
+    }
+
+    /// Whether `mutation` is a conflict (its base version is not its target's), which the
+    /// client's policy decides, not the app's rules.
+    private func conflicts(_ mutation: Mutation) -> Bool {
+        guard let baseVersion = mutation.baseVersion else { return false }
+        let (key, merged) = target(of: mutation)
+        return merged || baseVersion != (records[key]?.version ?? 0)
+    }
+
     private mutating func upsert(_ mutation: Mutation, data: Data?, at index: Int) -> PushResult {
-        var key = RecordRef(entity: mutation.entity, entityID: mutation.entityID)
-        var merged = false
-        if let naturalKey = mutation.naturalKey,
-            let holder = naturalKeyHolders[NaturalKeyRef(entity: mutation.entity, naturalKey: naturalKey)],
-            holder != key
-        {
-            key = holder
-            merged = true
-        }
+        let (key, merged) = target(of: mutation)
         let existing = records[key]
         // A conflict-checked upsert whose natural key another record holds was written without
         // seeing that record (its base version is its own record's): never merged blindly, it

@@ -57,6 +57,12 @@ enum RecentResults {
         return keptCodes.contains(code) || code.hasPrefix(RuleRejection.namespace)
     }
 
+    /// Whether `code` is the app's rules' (`app.…`, `rule_failed`): its replay carries the record again.
+    static func isRuleCode(_ code: String?) -> Bool {
+        guard let code else { return false }
+        return code == ErrorCode.ruleFailed.rawValue || code.hasPrefix(RuleRejection.namespace)
+    }
+
     /// A push's results as kept: each new mutation's result, and each resent mutation's kept
     /// result as it was (a `duplicate`, or a rejection of a reused id, is worked out again).
     static func encode(_ results: [PushResult], of mutations: [IncomingMutation], lastMutationID: Int64, replays: [Int64: Kept]) -> Data {

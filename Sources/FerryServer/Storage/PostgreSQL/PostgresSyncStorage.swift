@@ -224,6 +224,8 @@ public final class PostgresSyncStorage: SyncStorage {
                 ).decode(Int.self) {
                     report.clients = clients
                 }
+                // Side effects delivered before the retention are forgotten.
+                try await db.query("DELETE FROM side_effects WHERE delivered_at < \(cutoff)", logger: logger)
                 return report
             }
         }

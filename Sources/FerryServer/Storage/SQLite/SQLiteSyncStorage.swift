@@ -144,6 +144,8 @@ public final class SQLiteSyncStorage: SyncStorage {
                 )
                 try db.execute(sql: "DELETE FROM clients WHERE last_seen_at < ?", arguments: [cutoff])
                 report.clients = db.changesCount
+                // Side effects delivered before the retention are forgotten.
+                try db.execute(sql: "DELETE FROM side_effects WHERE delivered_at < ?", arguments: [cutoff])
                 return report
             }
         }
