@@ -13,12 +13,19 @@ public actor RestartableServer {
     /// Where the server listens now; empty while it is stopped.
     public private(set) var baseURL = ""
     public private(set) var restarts = 0
+    /// The app's rules the server runs.
+    public nonisolated let rules: ServerRules
     private var group: ServiceGroup?
     private var running: Task<Void, any Error>?
 
-    public init(databasePath: String = TestServer.temporaryDatabasePath(), attachmentFolder: String = TestDirectory.make("blobs").path) {
+    public init(
+        databasePath: String = TestServer.temporaryDatabasePath(),
+        attachmentFolder: String = TestDirectory.make("blobs").path,
+        rules: ServerRules = ServerRules()
+    ) {
         self.databasePath = databasePath
         self.attachmentFolder = attachmentFolder
+        self.rules = rules
     }
 
     public func start() async throws {
@@ -29,6 +36,7 @@ public actor RestartableServer {
         let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
         var configuration = ServerConfiguration(host: "127.0.0.1", port: 0, jwtSecret: TestServer.secret, rateLimit: nil)
         configuration.attachments = try await FileBlobStore(folder: attachmentFolder)
+        configuration.rules = rules
         let app = try await FerryServerApplication.make(
             configuration: configuration,
             storage: storage,

@@ -19,7 +19,9 @@ import GRDB
 /// fault on the wire. At the end, with faults off, each device syncs until caught up, and:
 /// every store holds what the server holds, every version the server wrote was heard by one
 /// client (nothing applied twice), nothing is queued or in flight or leased, the dead letters
-/// are exactly the records too big to send, and neither user's data reached the other.
+/// are the records too big to send and those the server's rule refused, and neither user's data
+/// reached the other. The server runs a rule over notes (`NoteRules`: some refused, some
+/// rewritten, some asking for a side effect): every side effect asked is delivered once.
 final class FaultSchedule {
     struct Outcome {
         var steps: [String: Int] = [:]
@@ -43,7 +45,11 @@ final class FaultSchedule {
 
     private let seed: UInt64
     private var random: JitterGenerator
-    private let server = RestartableServer()
+    private let server = RestartableServer(rules: ServerRules([NoteRules()]))
+    /// Per store, the notes a write of which the server's rule refuses (a dead letter may stay).
+    private var refusable: [String: Set<String>] = [:]
+    /// Per user, the records some write of which the rule refused or rewrote: their last write is not the server's.
+    private var ruled: [String: Set<String>] = [:]
     private let ledger = ScheduleLedger()
     private let freezer = Freezer()
     private let configuration: SyncConfiguration
@@ -215,7 +221,7 @@ final class FaultSchedule {
             case ..<75:
                 let id = "n-\(roll(0..<3))"
                 statements.append(("INSERT INTO notes (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body", [id, stamp]))
-                effects.append(Effect(record: "notes/\(id)", state: Self.describe(body: stamp)))
+                effects.append(Effect(record: "notes/\(id)", state: Self.describe(body: stamp), body: stamp))
             case ..<82:
                 let id = "n-\(roll(0..<3))"
                 statements.append(("DELETE FROM notes WHERE id = ?", [id]))
@@ -251,6 +257,10 @@ final class FaultSchedule {
         }
         for (effect, changed) in zip(effects, changed) where changed {
             history[process.user, default: [:]][effect.record, default: RecordHistory()].add(effect, by: process.path)
+            if let body = effect.body, NoteRules.refuses(body) || NoteRules.rewrites(body) {
+                ruled[process.user, default: []].insert(effect.record)
+                if NoteRules.refuses(body) { refusable[process.path, default: []].insert(effect.record) }
+            }
         }
         let summary = statements.map { sql, arguments in
             "\(sql.prefix(6).lowercased()) \(["notes", "photos", "events"].first { sql.contains($0) }!) \(arguments.description.prefix(60))"
@@ -355,6 +365,7 @@ final class FaultSchedule {
         try target.close()
         for record in queued { history["alice", default: [:]][record, default: RecordHistory()].writers.insert(path) }
         bigRecords[path] = bigRecords[source.path]
+        refusable[path] = refusable[source.path]
         if version2.contains(source.path) { version2.insert(path) }
         let name = "copy\(copies)"
         processes.append(try open(name: name, user: "alice", path: path))
@@ -395,6 +406,37 @@ final class FaultSchedule {
             }
             if !leaked.isEmpty { outcome.problems.append("\(user) holds \(other)'s records: \(leaked.map(\.entityID))") }
         }
+        outcome.problems += try await sideEffectProblems(server: server)
+    }
+
+    /// Delivers every side effect the rule asked for, the server stopped: none is left, none is
+    /// asked twice for one write, and every note the server holds with a body the rule sends
+    /// an effect for has its effect.
+    private func sideEffectProblems(server records: [String: [String: Change]]) async throws -> [String] {
+        try await server.stop()
+        let storage = try SQLiteSyncStorage(path: server.databasePath)
+        var asked: [String: Int] = [:]
+        while true {
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let taken = try await storage.claimSideEffects(limit: 100, now: now, lease: 60_000)
+            if taken.isEmpty { break }
+            for effect in taken {
+                asked["\(effect.payload["note"]?.stringValue ?? "?") \(effect.payload["body"]?.stringValue ?? "?")", default: 0] += 1
+                try await storage.sideEffectDelivered(effect.key, at: now)
+            }
+        }
+        var problems: [String] = []
+        if try await storage.pendingSideEffects() != 0 { problems.append("side effects are left undelivered") }
+        try await storage.close()
+        for (write, count) in asked where count > 1 { problems.append("one write asked for its side effect \(count) times: \(write)") }
+        for (user, changes) in records {
+            for change in changes.values where change.entity == "notes" {
+                guard let body = change.data?["body"]?.stringValue, NoteRules.asksEffect(body) else { continue }
+                if asked["\(change.entityID) \(body)"] == nil { problems.append("\(user)'s note \(change.entityID) (\(body)) has no side effect") }
+            }
+        }
+        outcome.steps["side effects delivered", default: 0] += asked.count
+        return problems.sorted()
     }
 
     /// A record only one store ever wrote, without a natural key (so no other record merged
@@ -402,7 +444,8 @@ final class FaultSchedule {
     /// no conflict can take a change away, so a change that is missing was lost.
     private func lostChanges(of user: String, server: [String: Change]) -> [String] {
         var problems: [String] = []
-        for (record, history) in history[user] ?? [:] where history.writers.count == 1 && !history.naturalKey {
+        for (record, history) in history[user] ?? [:] where history.writers.count == 1 && !history.naturalKey && !(ruled[user] ?? []).contains(record)
+        {
             guard let path = history.writers.first, !(bigRecords[path] ?? []).contains(record) else { continue }
             let remote = server[record].flatMap(Self.describe)
             if remote != history.state {
@@ -434,8 +477,11 @@ final class FaultSchedule {
 
         let big = bigRecords[process.path] ?? []
         let deadLetters = Set(try await process.client.deadLetters().map { "\($0.entity)/\($0.entityID)" })
-        if deadLetters != big {
-            problems.append("dead letters are \(deadLetters.sorted()), expected exactly the records too big to send: \(big.sorted())")
+        if !big.isSubset(of: deadLetters) || !deadLetters.isSubset(of: big.union(refusable[process.path] ?? [])) {
+            problems.append(
+                "dead letters are \(deadLetters.sorted()), expected the records too big to send, \(big.sorted()), and some the rule refused, "
+                    + "of \((refusable[process.path] ?? []).sorted())"
+            )
         }
 
         let version2 = self.version2.contains(process.path)
@@ -571,6 +617,8 @@ private struct Effect {
     var state: String?
     var update: String?
     var naturalKey = false
+    /// A note's body, which the server's rule judges.
+    var body: String? = nil
 }
 
 /// What the stores did to one record.

@@ -105,6 +105,8 @@ final class ScheduleLedger: @unchecked Sendable {
             case .applied, .merged:
                 if let version = answer.result.version, let id = answer.result.entityID {
                     claimed["\(answer.entity)/\(id)", default: []].append(version)
+                    // The app's rule rewrote it: its own write follows the client's (PROTOCOL.md, "Rules").
+                    if let current = answer.result.current, current.version > version { explained["\(answer.entity)/\(id)", default: 0] += 1 }
                 }
                 if answer.result.status == .merged { explained[own, default: 0] += 1 }
             case .duplicate:
