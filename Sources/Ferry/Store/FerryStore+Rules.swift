@@ -10,6 +10,10 @@ extension FerryStore {
     /// what it holds; a rule's "not now" (`RuleUnavailable`) is thrown to the caller.
     ///
     /// - Parameters:
+    ///   - rules: the app's rules; those whose `entities` name `entity` judge the write, in order.
+    ///   - entity: the record's entity (its table).
+    ///   - entityID: the record's id.
+    ///   - op: a write (`upsert`, the default) or a delete.
     ///   - data: the record's data as it would be written; `nil` with `op` `delete`.
     ///   - space: the space the record is in, whose role the store knows; `nil` for the user's own.
     ///   - user: the signed-in user, as the server will know them (their tokens' `sub`).

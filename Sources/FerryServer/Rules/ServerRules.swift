@@ -2,7 +2,7 @@ import FerryProtocol
 import FerryRules
 import Logging
 
-/// The app's rules over writes (``WriteRule``), as a server is given them
+/// The app's rules over writes (`WriteRule`), as a server is given them
 /// (``ServerConfiguration/rules``): each write of an entity goes through that entity's rules,
 /// in the order given, inside the push's transaction, on every storage engine alike.
 public struct ServerRules: Sendable {

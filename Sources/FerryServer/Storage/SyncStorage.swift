@@ -10,7 +10,7 @@ public protocol SyncStorage: Sendable {
     /// mutation into a space the caller cannot write (judged by the memberships the transaction
     /// sees) is `rejected` with `forbidden` alone; a service caller writes to every space. The
     /// app's `rules` judge the new writes inside the same transaction; one that says "not now"
-    /// (``RuleUnavailable``) is thrown, and nothing of the batch is applied.
+    /// (`RuleUnavailable`) is thrown, and nothing of the batch is applied.
     func push(caller: Caller, clientID: String, mutations: [IncomingMutation], rules: ServerRules) async throws -> PushResponse
 
     /// Hands out up to `limit` side effects the app's rules asked for (written by the pushes that
