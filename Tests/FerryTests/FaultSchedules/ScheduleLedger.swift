@@ -66,7 +66,11 @@ final class ScheduleLedger: @unchecked Sendable {
                 // Two copies of one store share a client id: the second to send an id hears it is
                 // reused, or a duplicate; either claims nothing, and the other copy's answer is
                 // the one that counts, whichever came first.
-                if let earlier = answers[key], result.status != .conflict, !result.claimsNothing, earlier.result != result,
+                // A conflict's `current`, a rewrite's and a rule's refusal's are the record as it is
+                // when answered (PROTOCOL.md, rule 1 and "Rules"): the rest of the answer is the same.
+                var same = result
+                same.current = answers[key]?.result.current
+                if let earlier = answers[key], result.status != .conflict, !result.claimsNothing, earlier.result != same,
                     !earlier.result.claimsNothing
                 {
                     problems.append("\(user): mutation \(result.id) of \(push.clientID) was answered \(earlier.result) and later \(result)")
