@@ -150,6 +150,31 @@ struct SideEffectTests {
         try await storage.close()
     }
 
+    @Test("a worker gives back what it has not begun within half its lease: a slow delivery never lets another process deliver the same effect")
+    func slowDeliveryGivesBack() async throws {
+        let storage = try await TestDatabase.make(.sqlite).open()
+        _ = try await Self.push(storage, [Self.done(1, "j1"), Self.done(2, "j2")])
+        let now = LockIsolated<Int64>(1_900_000_000_000)
+        /// Each delivery takes 200 s of the worker's clock, past half the 300 s lease.
+        final class SlowMailbox: SideEffectHandler, Sendable {
+            let now: LockIsolated<Int64>
+            let keys = LockIsolated<[String]>([])
+            init(now: LockIsolated<Int64>) { self.now = now }
+            func deliver(_ effect: DeliverableEffect) async throws {
+                now.withValue { $0 += 200_000 }
+                keys.withValue { $0.append(effect.key) }
+            }
+        }
+        let mailbox = SlowMailbox(now: now)
+        var worker = SideEffectWorker(storage: storage, handler: mailbox, metrics: ServerMetrics(), logger: Self.quiet)
+        worker.now = { now.value }
+        #expect(await worker.deliverDue() == 2)
+        #expect(mailbox.keys.value.map(Self.named) == ["carol/phone/1/0"], "the second was given back, not begun")
+        let other = try await storage.claimSideEffects(limit: 10, now: now.value, lease: 300_000)
+        #expect(other.map(\.key).map(Self.named) == ["carol/phone/2/0"], "another process may take it at once")
+        try await storage.close()
+    }
+
     @Test("two server processes on one PostgreSQL database deliver 300 effects between them, each once")
     func twoProcesses() async throws {
         guard StorageBackend.allCases.contains(.postgres) else { return }
