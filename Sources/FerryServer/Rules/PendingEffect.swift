@@ -10,12 +10,12 @@ struct PendingEffect: Sendable, Equatable {
     /// The payload as stored: JSON text.
     var payload: Data
 
-    init(key: String, effect: SideEffect) {
+    /// `nil` when the payload holds a number JSON cannot (infinite, NaN).
+    init?(key: String, effect: SideEffect) {
+        var json = JSONTextWriter(capacity: 64)
+        guard json.value(.object(effect.payload)) else { return nil }
         self.key = key
         kind = effect.kind
-        var json = JSONTextWriter(capacity: 64)
-        // Finite: `RuleJudge` refuses a write whose rule asked for a payload JSON cannot hold.
-        _ = json.value(.object(effect.payload))
         payload = Data(json.bytes)
     }
 }

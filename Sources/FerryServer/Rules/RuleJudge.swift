@@ -57,11 +57,7 @@ struct RuleJudge: Sendable {
             } catch let unavailable as RuleUnavailable {
                 throw unavailable
             } catch {
-                rules.logger.error(
-                    "a rule failed; the write is refused with rule_failed",
-                    metadata: ["rule": "\(type(of: rule))", "entity": "\(write.entity)", "entityID": "\(write.entityID)", "error": "\(error)"]
-                )
-                return .refuse(refusal(write, "the server's rule for \(write.entity) failed on this change", code: ErrorCode.ruleFailed.rawValue))
+                return .refuse(failure(of: rule, write, "threw \(error)"))
             }
             switch decision {
             case .accept:
@@ -91,10 +87,10 @@ struct RuleJudge: Sendable {
         var effects: [PendingEffect] = []
         for rule in judging {
             for effect in rule.effects(of: write) {
-                guard Self.isFinite(effect.payload) else {
+                guard let pending = PendingEffect(key: effectKey(write, effects.count), effect: effect) else {
                     return .refuse(failure(of: rule, write, "asked for an effect whose payload JSON cannot hold"))
                 }
-                effects.append(PendingEffect(key: effectKey(write, effects.count), effect: effect))
+                effects.append(pending)
             }
         }
         guard let data = write.data, write.data != proposed.data else { return .accept(effects) }
@@ -118,7 +114,7 @@ struct RuleJudge: Sendable {
     private func failure(of rule: any WriteRule, _ write: ProposedWrite, _ what: String) -> PushResult {
         rules.logger.error(
             "a rule \(what); the write is refused with rule_failed",
-            metadata: ["rule": "\(type(of: rule))", "entity": "\(write.entity)"]
+            metadata: ["rule": "\(type(of: rule))", "entity": "\(write.entity)", "entityID": "\(write.entityID)"]
         )
         return refusal(write, "the server's rule for \(write.entity) failed on this change", code: ErrorCode.ruleFailed.rawValue)
     }

@@ -48,13 +48,10 @@ enum RecentResults {
 
     /// The rejections' codes a resend is answered with again (and every app's code, `app.…`);
     /// others are kept as their message alone.
-    static let keptCodes: Set<String> = [
-        ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue, ErrorCode.attachmentMissing.rawValue, ErrorCode.ruleFailed.rawValue,
-    ]
+    static let keptCodes: Set<String> = [ErrorCode.forbidden.rawValue, ErrorCode.spaceDeleted.rawValue, ErrorCode.attachmentMissing.rawValue]
 
     static func keeps(_ code: String?) -> Bool {
-        guard let code else { return false }
-        return keptCodes.contains(code) || code.hasPrefix(RuleRejection.namespace)
+        code.map(keptCodes.contains) == true || isRuleCode(code)
     }
 
     /// Whether `code` is the app's rules' (`app.…`, `rule_failed`): its replay carries the record again.
