@@ -108,6 +108,28 @@ struct SchedulerStateMachineTests {
         #expect(Self.started(active) == [2])
     }
 
+    @Test(
+        "a client's sync() joins the run in progress only if it is of its kind: a full sync during an incremental run is served by the next, full run"
+    )
+    func joinByKind() {
+        var machine = Self.machine()
+        let first = UUID()
+        #expect(Self.started(machine.wait(first, for: .manual, kind: .incremental, joiningRun: true, now: .zero)) == [1])
+        let incremental = UUID()
+        #expect(machine.wait(incremental, for: .manual, kind: .incremental, joiningRun: true, now: .zero).isEmpty)
+        #expect(machine.run?.callers == [first, incremental], "joined the run in progress: no trigger, no second run")
+        let full = UUID()
+        _ = machine.wait(full, for: .manual, kind: .full, joiningRun: true, now: .zero)
+        #expect(machine.run?.callers == [first, incremental])
+        let ended = machine.runFinished(succeeded: true, errorIsFerryError: false, now: .seconds(1))
+        #expect(ended.contains(.resume([first, incremental], .ran(1))))
+        #expect(ended.contains(.startRun(number: 2, kind: .full)), "a manual sync keeps no minimum interval")
+        #expect(machine.run == SchedulerStateMachine.Run(number: 2, kind: .full, callers: [full]))
+        let joiningFull = UUID()
+        _ = machine.wait(joiningFull, for: .manual, kind: .full, joiningRun: true, now: .seconds(1))
+        #expect(machine.run?.callers == [full, joiningFull])
+    }
+
     @Test("a stop answers every waiting caller and starts nothing more; the run in progress tells its callers stopped")
     func stop() {
         var machine = Self.machine()

@@ -152,6 +152,80 @@ struct SessionLifetimeTests {
         }
     }
 
+    @Test(
+        "the app's own client.sync() is a run of the user's scheduler, its only record: the scheduler shows it running and records its trigger, a later session.sync() waits behind it, and a background task's end stops it cleanly"
+    )
+    func appsOwnRunIsTheSchedulers() async throws {
+        try await TestServer.run { server in
+            let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("session"), transport: gated, clock: TestClock())
+            try await session.signIn("alice")
+            try await Self.write((0..<50).map { "e-\($0)" }, in: session)
+            let client = try #require(await session.client)
+            let scheduler = try #require(await session.engine?.scheduler)
+            let own = Task { _ = try await client.sync() }  // starts at once: the launch run still settles on the test clock
+            while gated.pushes == 0 { await Task.megaYield() }
+            guard case .running = await scheduler.state else {
+                Issue.record("the scheduler does not know of the app's run: \(await scheduler.state)")
+                return
+            }
+            #expect(await scheduler.history.contains { $0 == (.manual, .startedRun(1)) || $0 == (.manual, .coalescedIntoRun(1)) })
+            let joined = Task { _ = try await client.sync() }  // joins the run in progress: no second push
+            let waiting = Task { try await session.sync() }  // waits for the run after it
+            while await scheduler.waitingCallers < 3 { await Task.megaYield() }
+            #expect(await scheduler.history.filter { $0.0 == .manual }.count == 2, "the joined call asked for no run")
+
+            await scheduler.hold(unlessActivatedAfter: await scheduler.activations)  // the background task's time ran out
+            for run in [own, joined, waiting] {
+                await #expect {
+                    try await run.value
+                } throws: { error in
+                    (error as? FerryError)?.code == .interrupted
+                }
+            }
+            let inFlight = try await client.store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 1")
+            }
+            #expect(inFlight == 0, "the batch on the wire is back in the queue")
+            #expect(gated.pushes == 1)
+
+            gated.opener.finish()
+            try await session.sync()  // a person waits: the hold lifts
+            #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).count == 50)
+            try await session.signOut()
+        }
+    }
+
+    @Test(
+        "without a session, cancelling the call that started a run cancels the run and returns once its batch is back in the queue; cancelling a call that joined it stops only that call's wait"
+    )
+    func cancellingTheOwnRun() async throws {
+        try await TestServer.run { server in
+            let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let store = try ClientFixture.openStore(at: ClientFixture.storePath())
+            let client = ClientFixture.client(store: store, server: server, transport: gated)
+            try await store.database.write { db in
+                for index in 0..<20 { try db.execute(sql: "INSERT INTO events (id, value) VALUES (?, 1)", arguments: ["e-\(index)"]) }
+            }
+            let own = Task { _ = try await client.sync() }
+            while gated.pushes == 0 { await Task.megaYield() }
+            let scheduler = await client.scheduler
+            let joined = Task { _ = try await client.sync() }
+            while await scheduler.waitingCallers < 2 { await Task.megaYield() }
+
+            joined.cancel()
+            await #expect(throws: CancellationError.self) { try await joined.value }
+            #expect(await scheduler.state == .running(queued: 0), "the joiner's cancellation left the run alone")
+            own.cancel()
+            await #expect(throws: CancellationError.self) { try await own.value }
+            let inFlight = try await store.database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ferry_outbox WHERE state = 1") }
+            #expect(inFlight == 0, "back in the queue when the cancelled call returns")
+            #expect(await scheduler.state == .idle)
+
+            gated.opener.finish()
+            #expect(try await client.sync().upload.acknowledged == 20)
+        }
+    }
+
     @Test("a token provider that never answers does not hold up sign-out")
     func hungTokenProvider() async throws {
         let asked = LockIsolated(false)

@@ -74,6 +74,7 @@ struct SchedulerStateMachine {
     /// The run in progress.
     struct Run: Equatable {
         var number: Int
+        var kind: SyncKind
         /// The callers it serves.
         var callers: [UUID]
         /// A hold cut it short: its callers are told so.
@@ -132,14 +133,15 @@ struct SchedulerStateMachine {
     }
 
     /// A caller waits for a run: the next one (`joiningRun` false, its trigger asks for it), or
-    /// the one in progress if any (`initialSync`).
+    /// the one in progress if any and if it is of `kind` at least (`initialSync`, a client's
+    /// `sync()`).
     mutating func wait(_ id: UUID, for trigger: SyncTrigger, kind: SyncKind?, joiningRun: Bool, now: Duration) -> [Action] {
         guard !closed else { return [.resume([id], stopped ? .stopped : .updateRequired)] }
         var actions: [Action] = []
         // A person waiting, or a new background task: the app runs (the trigger below evaluates).
         if trigger.isForeground || trigger == .backgroundTask { releaseHold(&actions) }
-        if joiningRun, run != nil {
-            run?.callers.append(id)
+        if joiningRun, let run, run.kind >= kind ?? .incremental {
+            self.run?.callers.append(id)
         } else {
             waitingForNextRun.append(id)
             actions += self.trigger(trigger, kind: kind, now: now)
@@ -330,7 +332,7 @@ struct SchedulerStateMachine {
             record(trigger, index == 0 ? .startedRun(runNumber) : .coalescedIntoRun(runNumber), &actions)
         }
         actions.append(.emit(.runStarted(runNumber, request.kind)))
-        run = Run(number: runNumber, callers: waitingForNextRun)
+        run = Run(number: runNumber, kind: request.kind, callers: waitingForNextRun)
         waitingForNextRun = []
         actions.append(.startRun(number: runNumber, kind: request.kind))
     }

@@ -64,7 +64,10 @@ public actor SyncScheduler {
     private let elapsed: @Sendable () -> Duration
     /// Sleeps on the scheduler's clock until that much time since it was made.
     private let sleepUntil: @Sendable (Duration) async throws -> Void
-    private let runner: Runner
+    /// Performs a run and reports what it did (a client's runs; a public `Runner` reports nothing).
+    private let runner: @Sendable (SyncKind) async throws -> SyncReport
+    /// What callers get once the scheduler has stopped.
+    private let stoppedError: FerryError
     private let logger = Logger(label: "ferry.scheduler")
     private let events = Broadcast<Event>()
     /// Events for the journal, written in order by one task.
@@ -73,17 +76,28 @@ public actor SyncScheduler {
 
     private var machine: SchedulerStateMachine
     private var running: Task<Void, Never>?
-    /// The error of the run that just failed, for its callers.
+    /// The error of the run that just failed, or the report of the one that just succeeded, for its callers.
     private var runError: (any Error)?
+    private var runReport: SyncReport?
     /// The server's `update_required`, once a run met it: every caller after gets it.
     private var updateRequired: FerryError?
     private var timer: Task<Void, Never>?
     private var periodic: Task<Void, Never>?
-    /// Callers of `run(for:kind:)` and `initialSync()`, until their run has ended.
-    private var waiters: [UUID: CheckedContinuation<Int, any Error>] = [:]
+    /// Callers of `run(for:kind:)`, `initialSync()` and `sync(_:)`, until their run has ended.
+    private var waiters: [UUID: CheckedContinuation<Served, any Error>] = [:]
+    /// Callers whose run is theirs: cancelling one cancels the run it started (a client's `sync()`).
+    private var owners: Set<UUID> = []
+
+    /// What a run gives the callers it served.
+    struct Served {
+        var number: Int
+        var report: SyncReport
+    }
 
     /// The latest connectivity report; `nil` before the first.
     var online: Bool? { machine.online }
+    /// How many callers wait for a run, the one in progress or the next.
+    var waitingCallers: Int { waiters.count }
     /// How many times the app said it became active: a background sync that started before the
     /// latest does not hold runs the app in front of its user is making.
     var activations: Int { machine.activations }
@@ -94,11 +108,26 @@ public actor SyncScheduler {
     /// on `clock`. It starts no run until something triggers one.
     public init<C: Clock>(clock: C, configuration: SchedulerConfiguration = SchedulerConfiguration(), runner: @escaping Runner)
     where C.Duration == Duration {
+        self.init(clock: clock, configuration: configuration, stoppedError: Self.stoppedError) { kind in
+            try await runner(kind)
+            return SyncReport()
+        }
+    }
+
+    /// A client's scheduler: each run reports what it did to the callers it served, and a
+    /// stopped scheduler answers `stoppedError`.
+    init<C: Clock>(
+        clock: C,
+        configuration: SchedulerConfiguration,
+        stoppedError: FerryError,
+        reportingRunner runner: @escaping @Sendable (SyncKind) async throws -> SyncReport
+    ) where C.Duration == Duration {
         let start = clock.now
         self.elapsed = { start.duration(to: clock.now) }
         self.sleepUntil = { offset in try await clock.sleep(until: start.advanced(by: offset), tolerance: nil) }
         self.machine = SchedulerStateMachine(configuration: configuration)
         self.runner = runner
+        self.stoppedError = stoppedError
     }
 
     /// Receives every event from now on.
@@ -142,7 +171,16 @@ public actor SyncScheduler {
     /// the wait, not the run.
     @discardableResult
     package func run(for trigger: SyncTrigger, kind: SyncKind? = nil) async throws -> Int {
-        try await wait(for: trigger, kind: kind, joiningRun: false)
+        try await wait(for: trigger, kind: kind, joiningRun: false).number
+    }
+
+    /// A client's `sync()`: joins the run in progress if it is of `kind` at least, else asks
+    /// for the next (a `manual` trigger, which starts at once when nothing stands in the way),
+    /// and returns the report of the run that served it. Cancelling the caller cancels the
+    /// run its trigger started (its batch goes back to the queue) and returns once that run
+    /// has ended; a caller that joined a run stops only its own wait.
+    func sync(_ kind: SyncKind) async throws -> SyncReport {
+        try await wait(for: .manual, kind: kind, joiningRun: true, ownsRun: true).report
     }
 
     /// Returns once a run has succeeded since the scheduler started: at once if one has, else
@@ -154,7 +192,7 @@ public actor SyncScheduler {
         _ = try await wait(for: .launch, kind: nil, joiningRun: true)
     }
 
-    private func wait(for trigger: SyncTrigger, kind: SyncKind?, joiningRun: Bool) async throws -> Int {
+    private func wait(for trigger: SyncTrigger, kind: SyncKind?, joiningRun: Bool, ownsRun: Bool = false) async throws -> Served {
         let id = UUID()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
@@ -163,11 +201,24 @@ public actor SyncScheduler {
                     return
                 }
                 waiters[id] = continuation
+                let inProgress = machine.run?.number
                 perform(machine.wait(id, for: trigger, kind: kind, joiningRun: joiningRun, now: elapsed()))
+                let joined = inProgress != nil && machine.run?.callers.contains(id) == true
+                if ownsRun && !joined { owners.insert(id) }
             }
         } onCancel: {
-            Task { await self.resume([id], with: .failure(CancellationError())) }
+            Task { await self.stopWaiting(id) }
         }
+    }
+
+    /// A caller was cancelled: the run it owns is cancelled and tells it when it has ended;
+    /// any other wait ends at once.
+    private func stopWaiting(_ id: UUID) {
+        if owners.contains(id), machine.run?.callers.contains(id) == true, let running {
+            running.cancel()
+            return
+        }
+        resume([id], with: .failure(CancellationError()))
     }
 
     /// A connectivity monitor's report. The first one is a baseline; only offline → online triggers.
@@ -203,7 +254,7 @@ public actor SyncScheduler {
         let current = running
         current?.cancel()
         await current?.value
-        resume(Array(waiters.keys), with: .failure(Self.stoppedError))
+        resume(Array(waiters.keys), with: .failure(stoppedError))
         events.finish()
         journalFeed?.finish()
         await journalWriter?.value
@@ -238,34 +289,38 @@ public actor SyncScheduler {
         let runner = self.runner
         running = Task {
             do {
-                try await runner(kind)
-                self.finished(nil)
+                self.finished(.success(try await runner(kind)))
             } catch {
                 self.logFailure(number, error)
-                self.finished(error)
+                self.finished(.failure(error))
             }
         }
     }
 
-    private func finished(_ error: (any Error)?) {
+    private func finished(_ outcome: Result<SyncReport, any Error>) {
         running = nil
+        var error: (any Error)?
+        switch outcome {
+        case .success(let report): runReport = report
+        case .failure(let failure): error = failure
+        }
         runError = error
         if let error = error as? FerryError, error.code == .updateRequired {
             updateRequired = error
             perform(machine.updateRequired())
         }
         perform(machine.runFinished(succeeded: error == nil, errorIsFerryError: error is FerryError, now: elapsed()))
-        runError = nil
+        (runError, runReport) = (nil, nil)
     }
 
-    private func result(of outcome: SchedulerStateMachine.WaiterOutcome) -> Result<Int, any Error> {
+    private func result(of outcome: SchedulerStateMachine.WaiterOutcome) -> Result<Served, any Error> {
         switch outcome {
-        case .ran(let number): .success(number)
-        case .runFailed: .failure(runError ?? Self.stoppedError)
+        case .ran(let number): .success(Served(number: number, report: runReport ?? SyncReport()))
+        case .runFailed: .failure(runError ?? stoppedError)
         case .offline: .failure(Self.offlineError)
         case .held: .failure(Self.heldError)
-        case .stopped: .failure(Self.stoppedError)
-        case .updateRequired: .failure(updateRequired ?? Self.stoppedError)
+        case .stopped: .failure(stoppedError)
+        case .updateRequired: .failure(updateRequired ?? stoppedError)
         }
     }
 
@@ -277,8 +332,11 @@ public actor SyncScheduler {
 
     private static let offlineError = FerryError.unreachable("offline; the sync runs when the network returns")
 
-    private func resume(_ ids: [UUID], with outcome: Result<Int, any Error>) {
-        for id in ids { waiters.removeValue(forKey: id)?.resume(with: outcome) }
+    private func resume(_ ids: [UUID], with outcome: Result<Served, any Error>) {
+        for id in ids {
+            owners.remove(id)
+            waiters.removeValue(forKey: id)?.resume(with: outcome)
+        }
     }
 
     private func arm(at due: Duration) {
@@ -324,5 +382,16 @@ public actor SyncScheduler {
     private func emit(_ event: Event) {
         events.send(event)
         journalFeed?.yield((event, Date()))
+    }
+}
+
+extension Clock where Duration == Swift.Duration {
+    /// A client's scheduler on this clock (a member, so that a client's `any Clock` opens).
+    func scheduler(
+        configuration: SchedulerConfiguration,
+        stoppedError: FerryError,
+        reportingRunner runner: @escaping @Sendable (SyncKind) async throws -> SyncReport
+    ) -> SyncScheduler {
+        SyncScheduler(clock: self, configuration: configuration, stoppedError: stoppedError, reportingRunner: runner)
     }
 }

@@ -57,7 +57,7 @@ public actor SyncSession {
         public let store: FerryStore
         /// The user's client; its requests carry this user's token only.
         public let client: FerryClient
-        /// The user's scheduler, which starts every run of `client`.
+        /// The user's scheduler, `client`'s own, which starts every run of it.
         public let scheduler: SyncScheduler
         /// The user's event stream; `nil` when ``SessionConfiguration/liveUpdates`` is off.
         let live: LiveUpdates?
@@ -70,7 +70,6 @@ public actor SyncSession {
     private let transport: any SyncTransport
     private let token: UserTokenProvider
     private let connectivity: (any ConnectivityMonitor)?
-    private let makeScheduler: @Sendable (@escaping SyncScheduler.Runner) -> SyncScheduler
     let clientClock: any Clock<Duration>
     private let logger = Logger(label: "ferry.session")
     /// The latest sign-in or sign-out; the next one waits for it (`oneAtATime`).
@@ -113,8 +112,6 @@ public actor SyncSession {
         self.token = token
         self.connectivity = connectivity
         self.clientClock = clock
-        let schedulerConfiguration = configuration.scheduler
-        self.makeScheduler = { runner in SyncScheduler(clock: clock, configuration: schedulerConfiguration, runner: runner) }
         statusObservers.send(SyncStatus(phase: .signedOut))  // what a subscriber starts with until someone signs in
     }
 
@@ -334,9 +331,11 @@ public actor SyncSession {
             transport: transport,
             token: { try await token(userID) },
             clock: clientClock,
-            configuration: configuration.sync
+            configuration: configuration.sync,
+            scheduler: configuration.scheduler,
+            jitterSeed: nil
         )
-        let scheduler = makeScheduler { kind in try await client.sync(full: kind == .full) }
+        let scheduler = await client.scheduler
         let journal = client.journal
         await scheduler.setJournal { event, at in await journal.record(event.journalEvent(at: at)) }
         let observer = store.observeQueuedChanges {

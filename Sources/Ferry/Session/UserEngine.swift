@@ -113,8 +113,8 @@ actor UserEngine {
 
     /// Stops every part but the store, in order, and returns once each has: the feeds and the
     /// store's readers first (no read of the store after it closes), then the stream, the
-    /// scheduler (the run in progress is cancelled and its batch returned to the queue), the
-    /// client and the relay of its statuses (nothing of this user's comes after). `close()` then
+    /// client with its scheduler (the run in progress is cancelled and its batch returned to the
+    /// queue) and the relay of its statuses (nothing of this user's comes after). `close()` then
     /// closes the store.
     func stop() async {
         guard case .running(var running) = state else { return }
@@ -123,7 +123,6 @@ actor UserEngine {
         for reader in running.readers { await reader.value }
         running.observer = nil  // its last holder: no more localChange while the parts stop
         await parts.live?.stop()
-        await parts.scheduler.stop()
         await parts.client.stop()
         await running.relay?.value
     }

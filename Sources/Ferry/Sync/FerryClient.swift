@@ -88,10 +88,10 @@ public actor FerryClient {
     let configuration: SyncConfiguration
     private let clock: any Clock<Duration>
     private let lease: SyncLease
-    /// The run in progress: its id, whether it pulls from the beginning, and its task.
-    private var currentRun: (id: UUID, full: Bool, task: Task<SyncReport, any Error>)?
-    /// Callers that joined a run someone else started, by run.
-    private var joiners: [UUID: [UUID: CheckedContinuation<SyncReport, any Error>]] = [:]
+    private let schedulerConfiguration: SchedulerConfiguration
+    /// Starts every run of this client and keeps its callers; made at first use (its runner
+    /// calls back into this client).
+    private var runs: SyncScheduler?
     /// Set by `stop()`.
     private(set) var stopped = false
     /// Whether the store's memberships all have their incarnations (``learnIncarnations()``):
@@ -125,6 +125,7 @@ public actor FerryClient {
         token: @escaping TokenProvider,
         clock: any Clock<Duration> = ContinuousClock(),
         configuration: SyncConfiguration = SyncConfiguration(),
+        scheduler: SchedulerConfiguration = SchedulerConfiguration(),
         jitterSeed: UInt64?
     ) {
         var configuration = configuration
@@ -137,6 +138,7 @@ public actor FerryClient {
         self.journal = Journal(store: store, capacity: configuration.journalCapacity)
         self.configuration = configuration
         self.clock = clock
+        self.schedulerConfiguration = scheduler
         self.lease = SyncLease(store: store, duration: configuration.leaseDuration.seconds)
         self.connection = SyncConnection(
             transport: transport,
@@ -188,10 +190,7 @@ public actor FerryClient {
     /// touching the closed store.
     func stop() async {
         stopped = true
-        if let currentRun {
-            currentRun.task.cancel()  // a run the app started itself, which no scheduler stops
-            _ = await currentRun.task.result
-        }
+        await runs?.stop()  // the run in progress is cancelled, its callers told
         await downloads.cancelAll()
         await connection.stop()
         await statusCenter.update { $0 = SyncStatus(phase: .signedOut) }
@@ -203,62 +202,31 @@ public actor FerryClient {
     /// instead of starting another (a full call waits for an incremental run, then starts a
     /// full one). Cancelling the call that started a run cancels the run: its batch goes back
     /// to the queue, nothing stays in flight; cancelling a call that joined one ends only its
-    /// own wait. Throws ``FerryError/stopped(_:)`` once the client's user has signed out.
+    /// own wait. The client's scheduler starts the run, the same one a ``SyncSession`` triggers,
+    /// so the session's scheduler shows it and a background task's end stops it. Throws
+    /// ``FerryError/stopped(_:)`` once the client's user has signed out, and
+    /// ``FerryError/unreachable(_:underlying:)`` at once while the session's monitor says offline.
     @discardableResult
     public func sync(full: Bool = false) async throws -> SyncReport {
-        while let currentRun {
-            guard !stopped else { throw Self.stoppedError }
-            let joined: SyncReport
-            do { joined = try await join(currentRun.id) } catch is RunAlreadyEnded { continue }
-            if !full || currentRun.full { return joined }
-        }
         guard !stopped else { throw Self.stoppedError }
-        let id = UUID()
-        let run = Task { try await self.performSync(full: full) }
-        currentRun = (id, full, run)
-        let outcome = await withTaskCancellationHandler {
-            await run.result
-        } onCancel: {
-            run.cancel()
+        return try await scheduler.sync(full ? .full : .incremental)
+    }
+
+    /// The only record of this client's runs and of who waits for them: `sync()` and, in a
+    /// session, every trigger go through it, so one run at a time serves them all.
+    var scheduler: SyncScheduler {
+        if let runs { return runs }
+        let made = clock.scheduler(configuration: schedulerConfiguration, stoppedError: Self.stoppedError) { [weak self] kind in
+            guard let self else { throw Self.stoppedError }
+            return try await self.performSync(full: kind == .full)
         }
-        currentRun = nil
-        let joiners = self.joiners.removeValue(forKey: id) ?? [:]
-        for joiner in joiners.values { joiner.resume(with: stopped ? .failure(Self.stoppedError) : outcome) }
-        if stopped, case .failure = outcome { throw Self.stoppedError }
-        return try outcome.get()
+        runs = made
+        return made
     }
 
     static let stoppedError = FerryError.stopped(
         "this client's user signed out and its store is closed; `SyncSession.client` is the signed-in user's"
     )
-
-    /// Waits for the run `run` to end, as one of its joiners; cancelling the caller ends this
-    /// wait only.
-    private func join(_ run: UUID) async throws -> SyncReport {
-        let id = UUID()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                guard !Task.isCancelled else {
-                    continuation.resume(throwing: CancellationError())
-                    return
-                }
-                guard currentRun?.id == run else {
-                    continuation.resume(throwing: RunAlreadyEnded())
-                    return
-                }
-                joiners[run, default: [:]][id] = continuation
-            }
-        } onCancel: {
-            Task { await self.stopJoining(run, id) }
-        }
-    }
-
-    /// The run ended before its joiner could wait for it: `sync()` looks again.
-    private struct RunAlreadyEnded: Error {}
-
-    private func stopJoining(_ run: UUID, _ id: UUID) {
-        joiners[run]?.removeValue(forKey: id)?.resume(throwing: CancellationError())
-    }
 
     /// The upload step of `sync()` on its own, without the pull (`ferry bench` measures it).
     /// Apps call `sync()`; this must not run beside it.
