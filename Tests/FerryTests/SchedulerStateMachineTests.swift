@@ -128,6 +128,35 @@ struct SchedulerStateMachineTests {
         let joiningFull = UUID()
         _ = machine.wait(joiningFull, for: .manual, kind: .full, joiningRun: true, now: .seconds(1))
         #expect(machine.run?.callers == [full, joiningFull])
+        let initial = UUID()
+        _ = machine.wait(initial, for: .launch, kind: nil, joiningRun: true, now: .seconds(1))
+        #expect(machine.run?.callers == [full, joiningFull, initial], "initialSync joins any run")
+    }
+
+    @Test("a sync() given up before its run starts takes back the request only it made; a run a hold is cutting short is joined by nobody")
+    func withdrawAndInterrupted() {
+        var machine = Self.machine()
+        _ = machine.wait(UUID(), for: .manual, kind: .incremental, joiningRun: true, now: .zero)
+        let full = UUID()
+        _ = machine.wait(full, for: .manual, kind: .full, joiningRun: true, now: .zero)
+        #expect(machine.pending?.triggers == [.manual])
+        #expect(machine.withdraw(full) == [.cancelTimer])
+        #expect(machine.pending == nil, "no full pull for nobody")
+        #expect(Self.started(machine.runFinished(succeeded: true, errorIsFerryError: false, now: .seconds(1))).isEmpty)
+
+        let first = UUID()
+        _ = machine.wait(first, for: .manual, kind: .incremental, joiningRun: true, now: .seconds(2))
+        let other = UUID()
+        _ = machine.trigger(.localChange, kind: nil, now: .seconds(2))
+        _ = machine.wait(other, for: .manual, kind: .full, joiningRun: true, now: .seconds(2))
+        #expect(machine.withdraw(other).isEmpty && machine.pending?.triggers == [.localChange, .manual], "another trigger keeps the request")
+
+        _ = machine.holdStarted(unlessActivatedAfter: machine.activations)
+        let person = UUID()
+        _ = machine.wait(person, for: .manual, kind: nil, joiningRun: true, now: .seconds(3))
+        #expect(machine.run?.callers == [first], "not joined to the run the hold cuts short")
+        #expect(machine.runFinished(succeeded: false, errorIsFerryError: false, now: .seconds(4)).contains(.resume([first], .held)))
+        #expect(Self.started(machine.holdFinished(now: .seconds(4))) == [3], "the person's run follows")
     }
 
     @Test("a stop answers every waiting caller and starts nothing more; the run in progress tells its callers stopped")

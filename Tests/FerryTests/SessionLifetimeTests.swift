@@ -195,6 +195,31 @@ struct SessionLifetimeTests {
         }
     }
 
+    @Test("in a session, cancelling the app's own sync() that shares the launch run stops only its wait: the run goes on for the launch")
+    func cancellingASharedRun() async throws {
+        try await TestServer.run { server in
+            let gated = GatedTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!))
+            let session = SessionTests.session(server: server, directory: TestDirectory.make("session"), transport: gated, clock: TestClock())
+            try await session.signIn("alice")
+            try await Self.write((0..<20).map { "e-\($0)" }, in: session)
+            let client = try #require(await session.client)
+            let scheduler = try #require(await session.engine?.scheduler)
+            var events = EventReader(await scheduler.eventStream())
+            let own = Task { _ = try await client.sync() }  // the launch (and the write) still settle: it joins their request
+            while gated.pushes == 0 { await Task.megaYield() }
+            own.cancel()
+            await #expect(throws: CancellationError.self) { try await own.value }
+            guard case .running = await scheduler.state else {
+                Issue.record("the shared run was cancelled with the app's call: \(await scheduler.state)")
+                return
+            }
+            gated.opener.finish()
+            #expect(await events.runFinished() != nil)
+            #expect(try await server.pullAll(token: try await TestServer.token(for: "alice")).count == 20, "the launch's run went on")
+            try await session.signOut()
+        }
+    }
+
     @Test(
         "without a session, cancelling the call that started a run cancels the run and returns once its batch is back in the queue; cancelling a call that joined it stops only that call's wait"
     )

@@ -140,13 +140,25 @@ struct SchedulerStateMachine {
         var actions: [Action] = []
         // A person waiting, or a new background task: the app runs (the trigger below evaluates).
         if trigger.isForeground || trigger == .backgroundTask { releaseHold(&actions) }
-        if joiningRun, let run, run.kind >= kind ?? .incremental {
+        // Not a run a hold is cutting short: its callers hear `held`, and a person waits for the next.
+        if joiningRun, let run, !run.interrupted, run.kind >= kind ?? .incremental {
             self.run?.callers.append(id)
         } else {
             waitingForNextRun.append(id)
             actions += self.trigger(trigger, kind: kind, now: now)
         }
         return actions
+    }
+
+    /// A client's `sync()` caller was cancelled before its run started: it waits no more, and
+    /// a request that only it asked for (a `manual` trigger nobody else waits for) is dropped,
+    /// so a full pull asked for and given up does not run for nobody.
+    mutating func withdraw(_ id: UUID) -> [Action] {
+        guard let index = waitingForNextRun.firstIndex(of: id) else { return [] }
+        waitingForNextRun.remove(at: index)
+        guard waitingForNextRun.isEmpty, pending?.triggers == [.manual] else { return [] }
+        pending = nil
+        return [.cancelTimer]
     }
 
     /// The event stream opened (or opened again): changes made while it was closed may not

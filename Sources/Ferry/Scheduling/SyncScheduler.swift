@@ -85,7 +85,9 @@ public actor SyncScheduler {
     private var periodic: Task<Void, Never>?
     /// Callers of `run(for:kind:)`, `initialSync()` and `sync(_:)`, until their run has ended.
     private var waiters: [UUID: CheckedContinuation<Served, any Error>] = [:]
-    /// Callers whose run is theirs: cancelling one cancels the run it started (a client's `sync()`).
+    /// Callers of a client's `sync()`; a cancelled one withdraws what only it asked for.
+    private var syncCallers: Set<UUID> = []
+    /// Those whose run is theirs alone: cancelling one cancels the run it started.
     private var owners: Set<UUID> = []
 
     /// What a run gives the callers it served.
@@ -201,23 +203,28 @@ public actor SyncScheduler {
                     return
                 }
                 waiters[id] = continuation
-                let inProgress = machine.run?.number
+                // The run is the caller's own only if nothing else asked for it: a run that
+                // serves a launch, a local change or another caller too is not cancelled with it.
+                let alone = machine.run == nil && machine.pending == nil && waiters.count == 1
                 perform(machine.wait(id, for: trigger, kind: kind, joiningRun: joiningRun, now: elapsed()))
-                let joined = inProgress != nil && machine.run?.callers.contains(id) == true
-                if ownsRun && !joined { owners.insert(id) }
+                guard ownsRun, waiters[id] != nil else { return }  // answered at once (offline, stopped)
+                syncCallers.insert(id)
+                if alone { owners.insert(id) }
             }
         } onCancel: {
             Task { await self.stopWaiting(id) }
         }
     }
 
-    /// A caller was cancelled: the run it owns is cancelled and tells it when it has ended;
-    /// any other wait ends at once.
+    /// A caller was cancelled: the run it owns is cancelled and tells it when it has ended; a
+    /// `sync()` caller whose run has not started withdraws what only it asked for; any other
+    /// wait ends at once.
     private func stopWaiting(_ id: UUID) {
         if owners.contains(id), machine.run?.callers.contains(id) == true, let running {
             running.cancel()
             return
         }
+        if syncCallers.contains(id) { perform(machine.withdraw(id)) }
         resume([id], with: .failure(CancellationError()))
     }
 
@@ -291,7 +298,7 @@ public actor SyncScheduler {
             do {
                 self.finished(.success(try await runner(kind)))
             } catch {
-                self.logFailure(number, error)
+                self.logFailure(number, error, heard: self.machine.run?.callers.isEmpty == false)
                 self.finished(.failure(error))
             }
         }
@@ -335,6 +342,7 @@ public actor SyncScheduler {
     private func resume(_ ids: [UUID], with outcome: Result<Served, any Error>) {
         for id in ids {
             owners.remove(id)
+            syncCallers.remove(id)
             waiters.removeValue(forKey: id)?.resume(with: outcome)
         }
     }
@@ -366,10 +374,13 @@ public actor SyncScheduler {
     }
 
     /// A warning only for what the app must act on (credentials refused, a store or server it
-    /// must fix); a network that is down or a sign-out passes with a later run, at debug level.
-    private func logFailure(_ number: Int, _ error: any Error) {
+    /// must fix) and no caller was told (`heard`: a `sync()` caller gets the error itself, and a
+    /// tool such as `ferry client sync` prints it); a network that is down or a sign-out passes
+    /// with a later run, at debug level.
+    private func logFailure(_ number: Int, _ error: any Error, heard: Bool) {
         let level: Logger.Level =
             switch error {
+            case _ where heard: .debug
             case FerryError.Code.unauthorized, FerryError.Code.protocolViolation, FerryError.Code.invalidTable, FerryError.Code.unreadableStore:
                 .warning
             case is DatabaseError: .warning  // the store itself: a full disk, a read-only container, damage

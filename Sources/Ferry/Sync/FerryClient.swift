@@ -190,7 +190,7 @@ public actor FerryClient {
     /// touching the closed store.
     func stop() async {
         stopped = true
-        await runs?.stop()  // the run in progress is cancelled, its callers told
+        await scheduler.stop()  // the run in progress is cancelled, its callers told; none starts after
         await downloads.cancelAll()
         await connection.stop()
         await statusCenter.update { $0 = SyncStatus(phase: .signedOut) }
