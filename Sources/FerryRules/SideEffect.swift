@@ -10,10 +10,18 @@ public struct SideEffect: Sendable, Equatable {
     public var kind: String
     /// What the handler needs to do it.
     public var payload: JSONObject
+    /// The app's own name for the effect, when the app has one (`job-done/j1`, the id of the
+    /// request a webhook answers): an effect of `kind` asked again under the same key is kept
+    /// once, whichever write asks: a store restored from a backup that sends a change again as
+    /// a new client, another device or another user making the same change. Without it, each
+    /// applied write's effects are its own. Kept as long as the server keeps its clients'
+    /// results (`retention`), after which the key may be asked again.
+    public var key: String?
 
-    /// An effect of `kind` with its `payload`.
-    public init(kind: String, payload: JSONObject = [:]) {
+    /// An effect of `kind` with its `payload`, named by the app's `key` if given.
+    public init(kind: String, payload: JSONObject = [:], key: String? = nil) {
         self.kind = kind
         self.payload = payload
+        self.key = key
     }
 }

@@ -111,6 +111,48 @@ struct SideEffectTests {
         try await storage.close()
     }
 
+    /// A webhook for every saved note, named by the request the note answers when it has one.
+    struct NoteSaved: WriteRule {
+        let entities: Set<String> = ["notes"]
+        func decide(_ write: ProposedWrite, reads: RuleReads) throws -> RuleDecision { .accept }
+        func effects(of write: ProposedWrite) -> [SideEffect] {
+            [SideEffect(kind: "webhook.note", payload: ["note": .string(write.entityID)], key: write.data?["request"]?.stringValue)]
+        }
+    }
+
+    @Test(
+        "an effect the app names is kept once whoever asks: a restored store sending its change again as a new client, another user, two writes of one push; unnamed ones stay each write's own",
+        arguments: StorageBackend.allCases
+    )
+    func onceByTheAppsKey(backend: StorageBackend) async throws {
+        let storage = try await TestDatabase.make(backend).open()
+        let rules = ServerRules([NoteSaved()])
+        func push(_ user: String, _ client: String, _ mutations: [Mutation]) async throws {
+            let response = try await storage.push(
+                caller: Caller(userID: user),
+                clientID: client,
+                mutations: mutations.map { IncomingMutation($0) },
+                rules: rules
+            )
+            #expect(response.results.allSatisfy { $0.status == .applied })
+        }
+        func note(_ id: Int64, _ note: String, request: String?) -> Mutation {
+            .upsert(id: id, entity: "notes", entityID: note, data: ["request": request.map(JSONValue.string) ?? .null])
+        }
+        try await push("carol", "phone", [note(1, "n1", request: "r-1")])
+        try await push("carol", "phone-restored", [note(1, "n1", request: "r-1")])  // the backup's copy of the queued change
+        try await push("dave", "laptop", [note(1, "n2", request: "r-1"), note(2, "n3", request: "r-1")])
+        #expect(try await storage.pendingSideEffects() == 1)
+        try await push("carol", "phone", [note(2, "n1", request: nil), note(3, "n1", request: nil)])
+        #expect(try await storage.pendingSideEffects() == 3, "without the app's key, each write asks for its own")
+        let mailbox = Mailbox()
+        #expect(await Self.worker(storage, mailbox).deliverDue() == 3)
+        #expect(mailbox.keys.map(Self.named).sorted() == ["app/webhook.note/r-1", "carol/phone/2/0", "carol/phone/3/0"])
+        try await push("carol", "phone-restored", [note(2, "n1", request: "r-1")])
+        #expect(try await storage.pendingSideEffects() == 0, "delivered already: not asked again")
+        try await storage.close()
+    }
+
     @Test("a push a rule says not now to writes no effect; a refused or conflicting write asks for none", arguments: StorageBackend.allCases)
     func onlyAppliedWritesAsk(backend: StorageBackend) async throws {
         let storage = try await TestDatabase.make(backend).open()

@@ -11,10 +11,13 @@ public final class FerryProcess {
     public let process = Process()
     public let output: URL
 
-    public init(_ arguments: [String], in directory: URL) throws {
+    /// Runs `executable` (`ferry` unless given, or another executable of the package beside it)
+    /// with `arguments`, and `environment` added to this process's.
+    public init(_ arguments: [String], in directory: URL, executable: String = "ferry", environment: [String: String] = [:]) throws {
         output = directory.appendingPathComponent("output-\(UUID().uuidString.prefix(8)).log")
         _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-        process.executableURL = Self.binary
+        process.executableURL = Self.binary.deletingLastPathComponent().appendingPathComponent(executable)
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         process.arguments = arguments
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = try FileHandle(forWritingTo: output)
@@ -24,17 +27,18 @@ public final class FerryProcess {
 
     public var text: String { (try? String(contentsOf: output, encoding: .utf8)) ?? "" }
 
-    /// Waits for a line of `ferry serve`'s output saying where it listens; its port.
-    public func listeningPort() async throws -> Int {
+    /// Waits for a line of the server's output saying where it listens (`ferry serve`'s unless
+    /// `announcement` names another's); its port.
+    public func listeningPort(announcement: String = "Ferry server listening on http://") async throws -> Int {
         while process.isRunning {
-            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Ferry server listening on http://") }),
-                let port = line.split(separator: " ")[4].split(separator: ":").last.flatMap({ Int($0) })
+            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(announcement) }),
+                let port = line.dropFirst(announcement.count).split(separator: " ")[0].split(separator: ":").last.flatMap({ Int($0) })
             {
                 return port
             }
             try await Task.sleep(for: .milliseconds(20))
         }
-        throw TestFailure("ferry serve ended: \(text)")
+        throw TestFailure("\(process.executableURL?.lastPathComponent ?? "the server") ended: \(text)")
     }
 
     public func killHard() async {

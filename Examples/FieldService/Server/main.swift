@@ -2,7 +2,12 @@
 // (FieldServiceRules) and a mail log standing in for its mail service. Run by
 // scripts/run-example.sh; `ferry serve` is the same server without rules.
 //
-//   FERRY_JWT_SECRET=… FieldServiceServer --database PATH --mail-log PATH [--port N]
+//   FERRY_JWT_SECRET=… FieldServiceServer --database PATH|URL --mail-log PATH [--port N]
+//
+// `--database` is a SQLite file's path or a URL as `ferry serve` takes it (sqlite:PATH,
+// postgres://…): several processes on one database deliver each email once between them.
+// FIELD_SERVICE_MAIL_DOWN=1 stands for a mail service that is down: every delivery fails and is
+// tried again later (what a test kills the process in the middle of).
 import FerryServer
 import FieldServiceRules
 import Foundation
@@ -22,6 +27,7 @@ actor MailLog: SideEffectHandler {
     }
 
     func deliver(_ effect: DeliverableEffect) async throws {
+        if ProcessInfo.processInfo.environment["FIELD_SERVICE_MAIL_DOWN"] == "1" { throw MailServiceDown() }
         guard !sent.contains(effect.key) else { return }  // delivered before a crash kept it from being marked
         let line = "\(effect.key) \(effect.kind) \(effect.payload["job"]?.stringValue ?? "?")\n"
         if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
@@ -30,6 +36,10 @@ actor MailLog: SideEffectHandler {
         try handle.write(contentsOf: Data(line.utf8))
         try handle.close()
         sent.insert(effect.key)
+    }
+
+    struct MailServiceDown: Error, CustomStringConvertible {
+        var description: String { "the mail service is down" }
     }
 }
 
@@ -41,8 +51,18 @@ func option(_ name: String) -> String? {
 guard let secret = ProcessInfo.processInfo.environment["FERRY_JWT_SECRET"], let database = option("--database"),
     let mailLog = option("--mail-log")
 else {
-    FileHandle.standardError.write(Data("usage: FERRY_JWT_SECRET=… FieldServiceServer --database PATH --mail-log PATH [--port N]\n".utf8))
+    FileHandle.standardError.write(Data("usage: FERRY_JWT_SECRET=… FieldServiceServer --database PATH|URL --mail-log PATH [--port N]\n".utf8))
     exit(64)
+}
+let storage: any SyncStorage
+do {
+    switch try DatabaseURL(parsing: database.contains(":") ? database : "sqlite:\(database)") {
+    case .sqlite(let path): storage = try SQLiteSyncStorage(path: path)
+    case .postgres(let location): storage = try await PostgresSyncStorage.connect(to: location, poolSize: 4)
+    }
+} catch {
+    FileHandle.standardError.write(Data("FieldServiceServer: cannot open the database \(DatabaseURLError.masked(database)): \(error)\n".utf8))
+    exit(1)
 }
 var logger = Logger(label: "field-service")
 logger.logLevel = .warning
@@ -51,7 +71,7 @@ configuration.rules = ServerRules([JobRules()])
 configuration.sideEffects = MailLog(path: mailLog)
 let app = try await FerryServerApplication.make(
     configuration: configuration,
-    storage: try SQLiteSyncStorage(path: database),
+    storage: storage,
     logger: logger,
     // Unbuffered: the script reads the address from the log as soon as it is written.
     onServerRunning: { port in FileHandle.standardOutput.write(Data("Field service server listening on http://127.0.0.1:\(port)\n".utf8)) }

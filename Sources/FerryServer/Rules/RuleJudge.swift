@@ -87,7 +87,7 @@ struct RuleJudge: Sendable {
         var effects: [PendingEffect] = []
         for rule in judging {
             for effect in rule.effects(of: write) {
-                guard let pending = PendingEffect(key: effectKey(write, effects.count), effect: effect) else {
+                guard let pending = PendingEffect(key: effectKey(write, effect, effects.count), effect: effect) else {
                     return .refuse(failure(of: rule, write, "asked for an effect whose payload JSON cannot hold"))
                 }
                 effects.append(pending)
@@ -103,11 +103,13 @@ struct RuleJudge: Sendable {
         return .rewrite(rewritten, effects)
     }
 
-    /// The key that names an effect for good: the writer, its client, the mutation, the effect's
-    /// place among the write's, and when it was asked (a store restored from an old backup may
-    /// send a mutation id again once the server has forgotten its client).
-    private func effectKey(_ write: ProposedWrite, _ index: Int) -> String {
-        "\(caller.userID)/\(clientID)/\(write.mutationID)/\(index)@\(serverMilliseconds())"
+    /// The key that names an effect for good: the app's, under its kind, when it gave one;
+    /// otherwise the writer, its client, the mutation, the effect's place among the write's, and
+    /// when it was asked (a store restored from an old backup may send a mutation id again once
+    /// the server has forgotten its client).
+    private func effectKey(_ write: ProposedWrite, _ effect: SideEffect, _ index: Int) -> String {
+        if let key = effect.key { return "app/\(effect.kind)/\(key)" }
+        return "\(caller.userID)/\(clientID)/\(write.mutationID)/\(index)@\(serverMilliseconds())"
     }
 
     /// A refusal with `rule_failed` for a rule whose answer cannot be kept, logged.

@@ -2,7 +2,9 @@ import FerryRules
 
 /// The rule the fault schedules' server runs over notes, by the last character of a body (its
 /// write's counter): `3` refused, `5` rewritten (the server appends `!`), `1` asks for a side
-/// effect. Bodies too big to send never reach it.
+/// effect, named by the note and its body, so that a store copied while the change was queued,
+/// which sends it again as its own write, asks for no second one. Bodies too big to send never
+/// reach it.
 struct NoteRules: WriteRule {
     let entities: Set<String> = ["notes"]
 
@@ -19,6 +21,6 @@ struct NoteRules: WriteRule {
 
     func effects(of write: ProposedWrite) -> [SideEffect] {
         guard let body = write.data?["body"]?.stringValue, Self.asksEffect(body) else { return [] }
-        return [SideEffect(kind: "note.one", payload: ["note": .string(write.entityID), "body": .string(body)])]
+        return [SideEffect(kind: "note.one", payload: ["note": .string(write.entityID), "body": .string(body)], key: "\(write.entityID)/\(body)")]
     }
 }
