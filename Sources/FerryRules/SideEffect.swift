@@ -10,12 +10,15 @@ public struct SideEffect: Sendable, Equatable {
     public var kind: String
     /// What the handler needs to do it.
     public var payload: JSONObject
-    /// The app's own name for the effect, when the app has one (`job-done/j1`, the id of the
+    /// The app's own name for the effect, when the app has one (`team-7/j1`, the id of the
     /// request a webhook answers): an effect of `kind` asked again under the same key is kept
     /// once, whichever write asks: a store restored from a backup that sends a change again as
-    /// a new client, another device or another user making the same change. Without it, each
-    /// applied write's effects are its own. Kept as long as the server keeps its clients'
-    /// results (`retention`), after which the key may be asked again.
+    /// a new client, another device or another user making the same change. The key spans every
+    /// user and space (put the space in it when records of different spaces share ids), the
+    /// first write's payload is the one kept, and it is forgotten with delivered effects after
+    /// the server's `retention`, after which it may be asked again. 1 to 200 bytes, no control
+    /// characters: a rule that gives another refuses its write with `rule_failed`. Without a
+    /// key, each applied write's effects are its own.
     public var key: String?
 
     /// An effect of `kind` with its `payload`, named by the app's `key` if given.

@@ -59,6 +59,10 @@ public struct ServerConfiguration: Sendable {
     /// Carries out the side effects the rules ask for, after their pushes commit; `nil` (the
     /// default) keeps them waiting in the database for a process that has one.
     public var sideEffects: (any SideEffectHandler)?
+    /// How long a process holds a side effect it took: one its process was killed holding goes to
+    /// another process after this, and a delivery that takes half of it fails and is tried
+    /// again. Five minutes by default; at least a second.
+    public var sideEffectLease: Duration = .seconds(300)
 
     /// A configuration; by default the server listens on `127.0.0.1:8080`, with the default rate limit,
     /// 30-second idle and body timeouts, at most 4 requests of a user at once, and a retention of
@@ -197,7 +201,11 @@ public enum FerryServerApplication {
             server: .http1(configuration: .init(idleTimeout: .nanoseconds(Int64(configuration.idleTimeout / .nanoseconds(1))))),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ferry"),
             services: [StorageCloser(storage: storage, logger: logger), LiveChangeService(storage: storage, live: live, logger: logger)]
-                + (configuration.sideEffects.map { [SideEffectWorker(storage: storage, handler: $0, metrics: metrics, logger: logger)] } ?? [])
+                + (configuration.sideEffects.map { handler in
+                    var worker = SideEffectWorker(storage: storage, handler: handler, metrics: metrics, logger: logger)
+                    worker.pacing.lease = max(configuration.sideEffectLease, .seconds(1))
+                    return [worker]
+                } ?? [])
                 + (configuration.retention.map { retention in
                     [
                         RetentionService(

@@ -147,9 +147,19 @@ struct SideEffectTests {
         #expect(try await storage.pendingSideEffects() == 3, "without the app's key, each write asks for its own")
         let mailbox = Mailbox()
         #expect(await Self.worker(storage, mailbox).deliverDue() == 3)
-        #expect(mailbox.keys.map(Self.named).sorted() == ["app/webhook.note/r-1", "carol/phone/2/0", "carol/phone/3/0"])
+        #expect(mailbox.keys.map(Self.named).sorted() == ["app/12:webhook.note/r-1", "carol/phone/2/0", "carol/phone/3/0"])
         try await push("carol", "phone-restored", [note(2, "n1", request: "r-1")])
         #expect(try await storage.pendingSideEffects() == 0, "delivered already: not asked again")
+        // A key no service would take refuses that write alone, the same on both engines.
+        let bad = try await storage.push(
+            caller: Caller(userID: "carol"),
+            clientID: "phone",
+            mutations: [note(4, "n4", request: ""), note(5, "n5", request: String(repeating: "k", count: 201)), note(6, "n6", request: "r-6")]
+                .map { IncomingMutation($0) },
+            rules: rules
+        )
+        #expect(bad.results.map(\.status) == [.rejected, .rejected, .applied])
+        #expect(bad.results.prefix(2).allSatisfy { $0.code == ErrorCode.ruleFailed.rawValue })
         try await storage.close()
     }
 

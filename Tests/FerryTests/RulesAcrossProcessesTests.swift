@@ -39,7 +39,11 @@ struct RulesAcrossProcessesTests {
         -> [FerryProcess]
     {
         let arguments = ["--database", database.url.description, "--mail-log", mailLog.path, "--port", "0"]
-        let environment = ["FERRY_JWT_SECRET": TestServer.secret, "FIELD_SERVICE_MAIL_DOWN": mailDown ? "1" : "0"]
+        let environment = [
+            "FERRY_JWT_SECRET": TestServer.secret, "FIELD_SERVICE_MAIL_DOWN": mailDown ? "1" : "0",
+            // Killed while holding an email, a process gives it to the next within seconds.
+            "FIELD_SERVICE_EFFECT_LEASE_SECONDS": "2",
+        ]
         return try (0..<count).map { _ in
             try FerryProcess(arguments, in: directory, executable: "FieldServiceServer", environment: environment)
         }

@@ -40,13 +40,13 @@ public struct JobRules: WriteRule {
     /// One email to the customer when a job becomes done.
     public func effects(of write: ProposedWrite) -> [SideEffect] {
         guard write.data?["status"] == .string("done"), write.current?.data?["status"] != .string("done") else { return [] }
-        // Named by the job: one email per job, whichever write (a restored phone's resend,
-        // a second dispatcher) asks for it.
+        // Named by the team's job (ids are a team's own): one email per job, whichever write (a
+        // restored phone's resend, a second dispatcher) asks for it.
         return [
             SideEffect(
                 kind: "email.job_done",
                 payload: ["job": .string(write.entityID), "title": write.data?["title"] ?? .null],
-                key: write.entityID
+                key: "\(write.space ?? write.user)/\(write.entityID)"
             )
         ]
     }

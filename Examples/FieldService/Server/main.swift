@@ -7,7 +7,8 @@
 // `--database` is a SQLite file's path or a URL as `ferry serve` takes it (sqlite:PATH,
 // postgres://…): several processes on one database deliver each email once between them.
 // FIELD_SERVICE_MAIL_DOWN=1 stands for a mail service that is down: every delivery fails and is
-// tried again later (what a test kills the process in the middle of).
+// tried again later (what a test kills the process in the middle of);
+// FIELD_SERVICE_EFFECT_LEASE_SECONDS shortens how long a process holds an email it took.
 import FerryServer
 import FieldServiceRules
 import Foundation
@@ -30,9 +31,10 @@ actor MailLog: SideEffectHandler {
         if ProcessInfo.processInfo.environment["FIELD_SERVICE_MAIL_DOWN"] == "1" { throw MailServiceDown() }
         guard !sent.contains(effect.key) else { return }  // delivered before a crash kept it from being marked
         let line = "\(effect.key) \(effect.kind) \(effect.payload["job"]?.stringValue ?? "?")\n"
-        if !FileManager.default.fileExists(atPath: path) { _ = FileManager.default.createFile(atPath: path, contents: nil) }
-        guard let handle = FileHandle(forWritingAtPath: path) else { throw CocoaError(.fileWriteNoPermission) }
-        try handle.seekToEnd()
+        // Appended in one write: lines of several processes on one log never overwrite each other.
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT, 0o644)
+        guard descriptor >= 0 else { throw CocoaError(.fileWriteNoPermission) }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         try handle.write(contentsOf: Data(line.utf8))
         try handle.close()
         sent.insert(effect.key)
@@ -56,12 +58,13 @@ else {
 }
 let storage: any SyncStorage
 do {
-    switch try DatabaseURL(parsing: database.contains(":") ? database : "sqlite:\(database)") {
+    let isURL = ["sqlite:", "postgres://", "postgresql://"].contains { database.hasPrefix($0) }
+    switch try DatabaseURL(parsing: isURL ? database : "sqlite:\(database)") {
     case .sqlite(let path): storage = try SQLiteSyncStorage(path: path)
     case .postgres(let location): storage = try await PostgresSyncStorage.connect(to: location, poolSize: 4)
     }
 } catch {
-    FileHandle.standardError.write(Data("FieldServiceServer: cannot open the database \(DatabaseURLError.masked(database)): \(error)\n".utf8))
+    FileHandle.standardError.write(Data("FieldServiceServer: \(error)\n".utf8))
     exit(1)
 }
 var logger = Logger(label: "field-service")
@@ -69,6 +72,10 @@ logger.logLevel = .warning
 var configuration = ServerConfiguration(port: Int(option("--port") ?? "8080") ?? 8080, jwtSecret: secret)
 configuration.rules = ServerRules([JobRules()])
 configuration.sideEffects = MailLog(path: mailLog)
+// A test's short lease: an email a killed process held goes to another within seconds.
+if let lease = ProcessInfo.processInfo.environment["FIELD_SERVICE_EFFECT_LEASE_SECONDS"].flatMap(Int.init) {
+    configuration.sideEffectLease = .seconds(lease)
+}
 let app = try await FerryServerApplication.make(
     configuration: configuration,
     storage: storage,

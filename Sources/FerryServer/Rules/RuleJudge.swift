@@ -87,6 +87,11 @@ struct RuleJudge: Sendable {
         var effects: [PendingEffect] = []
         for rule in judging {
             for effect in rule.effects(of: write) {
+                if let key = effect.key, !Self.isEffectKey(key) {
+                    return .refuse(
+                        failure(of: rule, write, "named an effect with a key that is empty, longer than 200 bytes or holds a control character")
+                    )
+                }
                 guard let pending = PendingEffect(key: effectKey(write, effect, effects.count), effect: effect) else {
                     return .refuse(failure(of: rule, write, "asked for an effect whose payload JSON cannot hold"))
                 }
@@ -108,7 +113,8 @@ struct RuleJudge: Sendable {
     /// when it was asked (a store restored from an old backup may send a mutation id again once
     /// the server has forgotten its client).
     private func effectKey(_ write: ProposedWrite, _ effect: SideEffect, _ index: Int) -> String {
-        if let key = effect.key { return "app/\(effect.kind)/\(key)" }
+        // The kind's length first: no kind and key can spell another's.
+        if let key = effect.key { return "app/\(effect.kind.utf8.count):\(effect.kind)/\(key)" }
         return "\(caller.userID)/\(clientID)/\(write.mutationID)/\(index)@\(serverMilliseconds())"
     }
 
@@ -119,6 +125,12 @@ struct RuleJudge: Sendable {
             metadata: ["rule": "\(type(of: rule))", "entity": "\(write.entity)", "entityID": "\(write.entityID)"]
         )
         return refusal(write, "the server's rule for \(write.entity) failed on this change", code: ErrorCode.ruleFailed.rawValue)
+    }
+
+    /// Whether the app's key for an effect is one every service takes as an idempotency key:
+    /// 1 to 200 bytes of UTF-8, no control characters.
+    private static func isEffectKey(_ key: String) -> Bool {
+        (1...200).contains(key.utf8.count) && !key.unicodeScalars.contains { $0.properties.generalCategory == .control }
     }
 
     /// Whether every number in `object` is one JSON can hold.

@@ -82,6 +82,7 @@ extension PostgresSyncStorage {
             SELECT e.key, e.kind, e.payload, \(now), \(now)
             FROM unnest(\(effects.map(\.key))::text[], \(effects.map(\.kind))::text[], \(effects.map { ByteBuffer(data: $0.payload) })::bytea[])
                 AS e (key, kind, payload)
+            ORDER BY e.key  -- two pushes naming the same keys take their locks in one order
             ON CONFLICT (key) DO NOTHING
             """,
             logger: logger

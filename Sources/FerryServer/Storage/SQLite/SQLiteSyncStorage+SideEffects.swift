@@ -2,8 +2,8 @@ import FerryProtocol
 import Foundation
 import GRDB
 
-/// The side effects the app's rules asked for (`side_effects`), on SQLite: one process owns
-/// the file, so its single writer alone hands them out.
+/// The side effects the app's rules asked for (`side_effects`), on SQLite: each claim is a
+/// write transaction, which SQLite runs one at a time across every process on the file.
 extension SQLiteSyncStorage {
     /// Hands out what is due (``SyncStorage/claimSideEffects(limit:now:lease:)``).
     public func claimSideEffects(limit: Int, now: Int64, lease: Int64) async throws -> [DeliverableEffect] {
