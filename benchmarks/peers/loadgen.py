@@ -113,7 +113,8 @@ class Kinto:
     def download(self, page, since=None):
         """Reads the collection's records in pages of `page` (`_since` for a delta), following
         `Next-Page`; returns (records, the collection's timestamp for the next delta)."""
-        query = {"_limit": page, "_sort": "last_modified"}
+        # Kinto's own order (newest first), which its clients read in and it pages fastest.
+        query = {"_limit": page}
         if since is not None:
             query["_since"] = since
         path = f"{self.collection}?" + urllib.parse.urlencode(query)
