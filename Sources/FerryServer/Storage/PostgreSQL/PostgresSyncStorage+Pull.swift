@@ -160,20 +160,27 @@ extension PostgresSyncStorage {
     static func spacesRows(of query: PostgresQuery, on db: PostgresConnection, logger: Logger) async throws -> [(key: Int64, row: PulledRow)] {
         var rows: [(key: Int64, row: PulledRow)] = []
         for try await row in try await db.query(query, logger: logger) {
-            let (key, entity, entityID, version, deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits) =
-                try row.decode((Int64, String, String, Int64, Bool, String?, ByteBuffer?, Int64, Int64?, String?, Int64?, Int64?, Int, Bool).self)
+            var columns = ColumnReader(row)  // in the statement's order
+            let key = try columns.next(Int64.self)
+            let entity = try columns.next(String.self)
+            let entityID = try columns.next(String.self)
+            let version = try columns.next(Int64.self)
+            let deleted = try columns.next(Bool.self)
+            let naturalKey = try columns.next(String?.self)
+            let data = try columns.next(ByteBuffer?.self)
+            let seq = try columns.next(Int64.self)
             let record = StoredRecord(
                 entity: entity,
                 entityID: entityID,
                 version: version,
                 deleted: deleted,
                 naturalKey: naturalKey,
-                changedAt: changedAt,
-                writtenBy: writtenBy,
-                writtenMutation: writtenMutation,
-                writtenSeq: writtenSeq
+                changedAt: try columns.next(Int64?.self),
+                writtenBy: try columns.next(String?.self),
+                writtenMutation: try columns.next(Int64?.self),
+                writtenSeq: try columns.next(Int64?.self)
             )
-            rows.append((key, (record, seq, size, fits, data)))
+            rows.append((key, (record, seq, try columns.next(Int.self), try columns.next(Bool.self), data)))
         }
         return rows
     }
@@ -249,24 +256,33 @@ extension PostgresSyncStorage {
     static func rows(of query: PostgresQuery, on db: PostgresConnection, logger: Logger) async throws -> PulledHistory {
         var pulled = PulledHistory()
         for try await row in try await db.query(query, logger: logger) {
-            let (
-                position, epoch, epochBase, purgedThrough, lastMutationID, memberships, spaceCount, moved, member, entity, entityID, version,
-                deleted, naturalKey, data, seq, changedAt, writtenBy, writtenMutation, writtenSeq, size, fits
-            ) = try row.decode(
-                (
-                    Int64, Int64, Int64, Int64, Int64?, Int64?, Int, Int, String?, String?, String?, Int64?, Bool?, String?, ByteBuffer?, Int64?,
-                    Int64?, String?, Int64?, Int64?, Int?, Bool?
-                ).self
+            // Column by column, in the statement's order (see ColumnReader).
+            var columns = ColumnReader(row)
+            let head = ChangeHead(
+                position: try columns.next(Int64.self),
+                epoch: try columns.next(Int64.self),
+                epochBase: try columns.next(Int64.self),
+                purgedThrough: try columns.next(Int64.self),
+                lastMutationID: try columns.next(Int64?.self) ?? 0
             )
-            pulled.member = member
-            pulled.head = ChangeHead(
-                position: position,
-                epoch: epoch,
-                epochBase: epochBase,
-                purgedThrough: purgedThrough,
-                lastMutationID: lastMutationID ?? 0
-            )
-            (pulled.version, pulled.spaces, pulled.moved) = (memberships ?? 0, spaceCount, moved)
+            pulled.head = head
+            pulled.version = try columns.next(Int64?.self) ?? 0
+            pulled.spaces = try columns.next(Int.self)
+            pulled.moved = try columns.next(Int.self)
+            pulled.member = try columns.next(String?.self)
+            let entity = try columns.next(String?.self)
+            let entityID = try columns.next(String?.self)
+            let version = try columns.next(Int64?.self)
+            let deleted = try columns.next(Bool?.self)
+            let naturalKey = try columns.next(String?.self)
+            let data = try columns.next(ByteBuffer?.self)
+            let seq = try columns.next(Int64?.self)
+            let changedAt = try columns.next(Int64?.self)
+            let writtenBy = try columns.next(String?.self)
+            let writtenMutation = try columns.next(Int64?.self)
+            let writtenSeq = try columns.next(Int64?.self)
+            let size = try columns.next(Int?.self)
+            let fits = try columns.next(Bool?.self)
             // The head alone: no change after the cursor.
             guard let entity, let entityID, let version, let deleted, let seq, let size, let fits else { break }
             let record = StoredRecord(

@@ -388,18 +388,16 @@ extension PostgresSyncStorage {
         let keys = Array(lookups.keys)
         let naturalKeys = Array(lookups.naturalKeys)
         var found: [RecordRef: StoredRecord] = [:]
-        for try await (entity, entityID, version, deleted, naturalKey, data, changedAt) in try await db.query(
-            loadQuery(keys: keys, naturalKeys: naturalKeys, userID: userID),
-            logger: logger
-        ).decode((String, String, Int64, Bool, String?, ByteBuffer?, Int64?).self) {
+        for try await row in try await db.query(loadQuery(keys: keys, naturalKeys: naturalKeys, userID: userID), logger: logger) {
+            var columns = ColumnReader(row)  // in the statement's order
             let record = StoredRecord(
-                entity: entity,
-                entityID: entityID,
-                version: version,
-                deleted: deleted,
-                naturalKey: naturalKey,
-                data: data.map { Data($0.readableBytesView) },
-                changedAt: changedAt
+                entity: try columns.next(String.self),
+                entityID: try columns.next(String.self),
+                version: try columns.next(Int64.self),
+                deleted: try columns.next(Bool.self),
+                naturalKey: try columns.next(String?.self),
+                data: try columns.next(ByteBuffer?.self).map { Data($0.readableBytesView) },
+                changedAt: try columns.next(Int64?.self)
             )
             found[record.key] = record
         }
