@@ -123,7 +123,10 @@ class Kinto:
         while path:
             response, body = self.http.request("GET", path)
             received += len(body["data"])
-            timestamp = int(response.getheader("ETag", '"0"').strip('"'))
+            etag = response.getheader("ETag")
+            if etag is None:
+                raise SystemExit("Kinto answered a page without an ETag: no timestamp for a delta")
+            timestamp = int(etag.strip('"'))
             following = response.getheader("Next-Page")
             path = urllib.parse.urlsplit(following).path.removeprefix(self.http.prefix) + "?" + urllib.parse.urlsplit(following).query if following else None
         return received, timestamp
@@ -135,7 +138,10 @@ class Kinto:
                 data = record(index)
                 data["value"] = -index
                 requests.append({"method": "PUT", "path": f"{self.collection}/e-{index}", "body": {"data": data}})
-            self.http.request("POST", "/batch", {"requests": requests})
+            _, body = self.http.request("POST", "/batch", {"requests": requests})
+            failed = [answer for answer in body["responses"] if answer["status"] >= 300]
+            if failed:
+                raise SystemExit(f"Kinto refused a change: {failed[0]}")
 
 
 def seed_kinto(database, start, end):
@@ -157,6 +163,15 @@ def seed_kinto(database, start, end):
     connection.close()
 
 
+def analyze(database):
+    import psycopg2
+
+    connection = psycopg2.connect(database.replace("postgres://", "postgresql://", 1))
+    connection.autocommit = True
+    connection.cursor().execute("VACUUM ANALYZE")
+    connection.close()
+
+
 def timed(work):
     start = time.perf_counter()
     result = work()
@@ -172,6 +187,7 @@ def main():
     parser.add_argument("--upload-records", type=int, default=2_000, help="records each server's upload is timed on (Kinto takes minutes for 100,000)")
     parser.add_argument("--kinto-seed", help="Kinto's PostgreSQL database: the records past the timed upload go in by SQL (its API takes minutes for 100,000)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--analyze", nargs="*", default=[], help="databases to VACUUM ANALYZE once seeded (both servers'), so neither reads unsettled tables")
     arguments = parser.parse_args()
 
     ferry = Ferry(arguments.ferry, arguments.ferry_token)
@@ -194,6 +210,9 @@ def main():
     else:
         kinto.upload(arguments.upload_records, arguments.records - arguments.upload_records)
 
+    for database in arguments.analyze:
+        analyze(database)
+
     for _ in range(arguments.rounds):
         for page in (1000, 10000):
             for server in (ferry, kinto):
@@ -208,6 +227,8 @@ def main():
             changed = list(range(0, arguments.records, max(1, arguments.records // 100)))[:100]
             server.change(changed)
             seconds, (count, _) = timed(lambda: server.download(1000, position))
+            if count != len(changed):
+                raise SystemExit(f"{server.name}'s delta brought {count} records, not the {len(changed)} changed")
             report("delta of 100 changes", server.name, seconds, count)
 
     print("\n| measure | Ferry | Kinto | Ferry's speed / Kinto's |")
