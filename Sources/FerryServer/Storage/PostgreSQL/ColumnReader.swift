@@ -12,9 +12,9 @@ struct ColumnReader {
     }
 
     /// The next column as `T` (an optional for a column that may be `NULL`).
-    mutating func next<T: PostgresDecodable>(_: T.Type = T.self) throws -> T {
+    mutating func next<T: PostgresDecodable>(_: T.Type = T.self, file: String = #fileID, line: Int = #line) throws -> T {
         guard let cell = cells.next() else { throw MissingColumn() }
-        return try cell.decode(T.self, context: .default)
+        return try cell.decode(T.self, context: .default, file: file, line: line)  // an error names the reader's caller
     }
 
     /// A statement gave fewer columns than its reader reads: a mistake in Ferry, never the data's.

@@ -314,7 +314,7 @@ extension PostgresSyncStorage {
     /// The spaces `userID` reads, in order of key, with the heads of their histories.
     static func readableSpaces(of userID: String, on db: PostgresConnection, logger: Logger) async throws -> [ReadableSpace] {
         var spaces: [ReadableSpace] = []
-        for try await (key, id, role, position, epoch, epochBase, purgedThrough) in try await db.query(
+        for try await row in try await db.query(
             """
             SELECT m.space_key, s.id, m.role, coalesce(h.position, 0), coalesce(h.epoch, 0), coalesce(h.epoch_base, 0),
                 coalesce(h.purged_through, 0)
@@ -323,9 +323,18 @@ extension PostgresSyncStorage {
             WHERE m.user_id = \(userID) ORDER BY m.space_key
             """,
             logger: logger
-        ).decode((Int64, String, String, Int64, Int64, Int64, Int64).self) {
-            let head = ChangeHead(position: position, epoch: epoch, epochBase: epochBase, purgedThrough: purgedThrough)
-            spaces.append(ReadableSpace(key: key, id: id, role: SpaceRole(rawValue: role) ?? .read, head: head, last: position))
+        ) {
+            var columns = ColumnReader(row)  // in the statement's order; a row per membership of each pull
+            let key = try columns.next(Int64.self)
+            let id = try columns.next(String.self)
+            let role = try columns.next(String.self)
+            let head = ChangeHead(
+                position: try columns.next(Int64.self),
+                epoch: try columns.next(Int64.self),
+                epochBase: try columns.next(Int64.self),
+                purgedThrough: try columns.next(Int64.self)
+            )
+            spaces.append(ReadableSpace(key: key, id: id, role: SpaceRole(rawValue: role) ?? .read, head: head, last: head.position))
         }
         return spaces
     }
