@@ -179,8 +179,9 @@ public actor SyncScheduler {
     /// A client's `sync()`: joins the run in progress if it is of `kind` at least, else asks
     /// for the next (a `manual` trigger, which starts at once when nothing stands in the way),
     /// and returns the report of the run that served it. Cancelling the caller cancels the
-    /// run its trigger started (its batch goes back to the queue) and returns once that run
-    /// has ended; a caller that joined a run stops only its own wait.
+    /// run its trigger started when nothing else asked for it (its batch goes back to the
+    /// queue) and returns once that run has ended; a caller that joined or shares a run stops
+    /// only its own wait, and one whose run has not started takes back what only it asked for.
     func sync(_ kind: SyncKind) async throws -> SyncReport {
         try await wait(for: .manual, kind: kind, joiningRun: true, ownsRun: true).report
     }
