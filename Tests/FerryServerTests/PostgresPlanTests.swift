@@ -42,7 +42,11 @@ struct PostgresPlanTests {
             """
         )
 
-        let pull = PostgresSyncStorage.pullQuery(userID: "alice", cursor: PullCursor(position: 100_000), scan: 501)
+        let pull = PostgresSyncStorage.pullQuery(
+            userID: "alice",
+            cursor: PullCursor(position: 100_000),
+            for: PullPage.Builder(after: 100_000, limit: 500, leavingOut: nil)
+        )
         let keys = (0..<1000).map { RecordRef(entity: "docs", entityID: "d-\($0 * 97)") }
         let naturalKeys = (0..<1000).map { NaturalKeyRef(entity: "docs", naturalKey: "k-\($0 * 89)") }
         let load = PostgresSyncStorage.loadQuery(keys: keys, naturalKeys: naturalKeys, userID: "alice")

@@ -4,9 +4,10 @@ import NIOCore
 
 /// One page of a pull as storage returns it: the records with their data still encoded as
 /// stored, so that the response carries it as is instead of decoding and re-encoding every
-/// record (which cost more than reading the page from SQLite).
+/// record (which cost more than reading the page from SQLite), or the changes as the database
+/// wrote them (`EncodedChanges`).
 public struct PullPage: Sendable {
-    var records: [StoredRecord]
+    var changes: PageChanges
     /// Opaque; the client passes it to the next pull.
     public var cursor: String
     /// Whether more changes follow this page; the client pulls again with ``PullPage/cursor`` while it is true.
@@ -17,13 +18,13 @@ public struct PullPage: Sendable {
     public var revoked: [String] = []
 
     /// How many changes the page holds.
-    public var count: Int { records.count }
+    public var count: Int { changes.count }
 
     /// Bytes of record data the page holds.
-    public var dataBytes: Int { records.reduce(0) { $0 + ($1.data?.count ?? 0) } }
+    public var dataBytes: Int { changes.dataBytes }
 
-    init(records: [StoredRecord], cursor: String, hasMore: Bool, spaces: [Membership]? = nil, revoked: [String] = []) {
-        self.records = records
+    init(changes: PageChanges, cursor: String, hasMore: Bool, spaces: [Membership]? = nil, revoked: [String] = []) {
+        self.changes = changes
         self.cursor = cursor
         self.hasMore = hasMore
         self.spaces = spaces
@@ -48,9 +49,8 @@ public struct PullPage: Sendable {
         let takesFirst: Bool
         /// The space the rows are of, set on each record taken.
         let space: String?
-        private(set) var records: [StoredRecord] = []
+        private(set) var changes = PageChanges()
         private(set) var position: Int64
-        private(set) var dataBytes = 0
         private var read = 0
         private var full = false
 
@@ -72,7 +72,10 @@ public struct PullPage: Sendable {
 
         /// Whether the read stopped before the end of the history: the page filled, or
         /// `scanLimit` rows were read.
-        var stopped: Bool { full || read >= PullPage.scanLimit(limit, leavingOut: ownWrites) }
+        var stopped: Bool { full || read >= scanLimit }
+
+        /// Most rows the read may offer (`PullPage.scanLimit`).
+        var scanLimit: Int { PullPage.scanLimit(limit, leavingOut: ownWrites) }
 
         /// Offers the next row, its data `size` in bytes (0 for a tombstone); `data` is read only
         /// if the page takes it, so a row past the budget is never copied. `fits: false` says
@@ -89,55 +92,40 @@ public struct PullPage: Sendable {
                 position = seq
                 return true
             }
-            guard records.count < limit, (takesFirst && records.isEmpty) || dataBytes + size <= budget else {
+            guard changes.count < limit, (takesFirst && changes.isEmpty) || changes.dataBytes + size <= budget else {
                 full = true
                 return false
             }
             var record = record
             record.data = try data()
             record.space = space
-            records.append(record)
-            dataBytes += size
+            changes.append(record)
             position = seq
             return true
+        }
+
+        /// Takes a read the database decided as `offer` would have, row by row (PostgreSQL's
+        /// `pullQuery`): the changes it took, the position it read up to, and whether it stopped
+        /// before the end of the history. Only for a builder nothing was offered to.
+        mutating func take(_ encoded: EncodedChanges, through position: Int64?, stopped: Bool) {
+            precondition(read == 0 && changes.isEmpty, "a builder takes a database's read before any row is offered")
+            changes.append(encoded)
+            if let position { self.position = position }
+            full = stopped
         }
 
         /// The page: more may follow if it filled, or if the read stopped at `scanLimit` rows.
         /// `encode` makes the cursor of the position read up to, knowing whether the pull is caught up.
         func page(encode: (_ position: Int64, _ caughtUp: Bool) -> String) -> PullPage {
-            PullPage(records: records, cursor: encode(position, !stopped), hasMore: stopped)
+            PullPage(changes: changes, cursor: encode(position, !stopped), hasMore: stopped)
         }
     }
 
     /// The `PullResponse` body of PROTOCOL.md, each record's stored data spliced in verbatim.
     public func responseBody() -> ByteBuffer {
-        var body = JSONTextWriter(
-            capacity: 64 + 96 * (spaces?.count ?? 0)
-                + records.reduce(0) { $0 + 96 + $1.entity.utf8.count + $1.entityID.utf8.count + ($1.data?.count ?? 0) }
-        )
+        var body = JSONTextWriter(capacity: 64 + 96 * (spaces?.count ?? 0) + changes.estimatedBytes)
         body.raw("{\"changes\":[")
-        for (index, record) in records.enumerated() {
-            if index > 0 { body.raw(",") }
-            body.raw("{\"entity\":")
-            body.string(record.entity)
-            body.raw(",\"entityID\":")
-            body.string(record.entityID)
-            if let space = record.space {
-                body.raw(",\"space\":")
-                body.string(space)
-            }
-            body.raw(record.deleted ? ",\"op\":\"delete\",\"version\":" : ",\"op\":\"upsert\",\"version\":")
-            body.integer(record.version)
-            if let naturalKey = record.naturalKey {
-                body.raw(",\"naturalKey\":")
-                body.string(naturalKey)
-            }
-            if !record.deleted, let data = record.data {
-                body.raw(",\"data\":")
-                body.fragment(data)
-            }
-            body.raw("}")
-        }
+        changes.write(to: &body)
         body.raw("],\"cursor\":")
         body.string(cursor)
         body.raw(hasMore ? ",\"hasMore\":true" : ",\"hasMore\":false")

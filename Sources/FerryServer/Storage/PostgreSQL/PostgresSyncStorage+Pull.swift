@@ -19,17 +19,16 @@ extension PostgresSyncStorage {
     /// Throws `ProtocolViolation` (`invalid_cursor`) for a cursor this database did not issue for `userID`.
     public func pull(userID: String, cursor: String?, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage {
         let from = try cursor.map { cursor throws(ProtocolViolation) in try cursors.decodePosition(cursor, userID: userID) }
-        let scan = PullPage.scanLimit(limit, leavingOut: ownWrites)
         if let from, let page = try await continuing(from, userID: userID, limit: limit, ownWrites: ownWrites) { return page }
         return try await withDatabase { [self] db in
             try await Self.snapshot(db, logger: logger) { db in
-                let first = try await Self.rows(
-                    of: Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, scan: scan, entries: from?.spaces ?? [:]),
+                var personal = PullPage.Builder(after: from?.personal.position ?? 0, limit: limit, leavingOut: ownWrites)
+                let first = try await Self.read(
+                    Self.pullQuery(userID: userID, cursor: from?.personal, naming: ownWrites, for: personal, entries: from?.spaces ?? [:]),
+                    into: &personal,
                     on: db,
                     logger: logger
                 )
-                var personal = PullPage.Builder(after: from?.personal.position ?? 0, limit: limit, leavingOut: ownWrites)
-                Self.offer(first.rows, to: &personal)
                 // The head was read in the statement's snapshot, with the rows: a cursor it refuses
                 // is refused before any of them is sent.
                 let start = try first.head.start(from: from?.personal, naming: ownWrites)
@@ -96,19 +95,12 @@ extension PostgresSyncStorage {
                 page.add(builder, of: space, from: start)
                 continue
             }
-            let readHistory = try await Self.rows(
-                of: Self.pullQuery(
-                    userID: userID,
-                    partition: SpacePartition.name(space.key),
-                    cursor: start,
-                    scan: PullPage.scanLimit(builder.limit, leavingOut: ownWrites),
-                    budget: builder.budget,
-                    takesFirst: builder.takesFirst
-                ),
+            let readHistory = try await Self.read(
+                Self.pullQuery(userID: userID, space: space.key, cursor: start, for: builder),
+                into: &builder,
                 on: db,
                 logger: logger
             )
-            Self.offer(readHistory.rows, to: &builder)
             var read = space
             read.head = readHistory.head
             page.add(builder, of: read, from: start)
@@ -212,27 +204,19 @@ extension PostgresSyncStorage {
     /// read reached its end: the page is then read as any other, the personal history first.
     func continuing(_ from: PullPosition, userID: String, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage? {
         guard let key = from.continuing, let entry = from.spaces[key] else { return nil }
-        let partition = SpacePartition.name(key)
-        let query = Self.pullQuery(
-            userID: userID,
-            partition: partition,
-            cursor: entry,
-            scan: PullPage.scanLimit(limit, leavingOut: ownWrites),
-            member: key
-        )
-        let read = try await withDatabase { [logger] db in
-            try await Self.snapshot(db, logger: logger) { db in try await Self.rows(of: query, on: db, logger: logger) }
+        // The statement writes the space's id into each change; the builder takes what it decided.
+        let planned = PullPage.Builder(after: entry.position, limit: limit, leavingOut: SpacedPage.leavesOut(ownWrites, joining: entry, userID: userID))
+        let query = Self.pullQuery(userID: userID, space: key, cursor: entry, for: planned, member: true)
+        let (read, builder) = try await withDatabase { [logger] db in
+            try await Self.snapshot(db, logger: logger) { db in
+                var builder = planned
+                let read = try await Self.read(query, into: &builder, on: db, logger: logger)
+                return (read, builder)
+            }
         }
         guard read.version == from.memberships, let id = read.member else { return nil }
         let space = ReadableSpace(key: key, id: id, role: .read, head: read.head, last: read.head.position)
         let start = try space.head.start(from: entry)
-        var builder = PullPage.Builder(
-            after: start.position,
-            limit: limit,
-            leavingOut: SpacedPage.leavesOut(ownWrites, joining: entry, userID: userID),
-            space: id
-        )
-        Self.offer(read.rows, to: &builder)
         guard builder.stopped else { return nil }
         return SpacedPage.continuing(from: from, in: space, read: builder, start: start, userID: userID, cursors: cursors)
     }
@@ -240,8 +224,8 @@ extension PostgresSyncStorage {
     /// A row of a pull statement: a record, its position and size, and whether it fits the page.
     typealias PulledRow = (record: StoredRecord, seq: Int64, size: Int, fits: Bool, data: ByteBuffer?)
 
-    /// What a `pullQuery` read: the head of the history, the user's memberships' version and
-    /// count, how many of the cursor's space entries moved, and the rows.
+    /// What a `pullQuery` read besides its page: the head of the history, the user's memberships'
+    /// version and count, how many of the cursor's space entries moved.
     struct PulledHistory: Sendable {
         var head = ChangeHead()
         var version: Int64 = 0
@@ -249,54 +233,37 @@ extension PostgresSyncStorage {
         var moved = 0
         /// With `pullQuery`'s `member`: the space's id if the user still reads it.
         var member: String?
-        var rows: [PulledRow] = []
     }
 
-    /// Runs a `pullQuery` on `db`.
-    static func rows(of query: PostgresQuery, on db: PostgresConnection, logger: Logger) async throws -> PulledHistory {
+    /// Runs `query`, a `pullQuery` made `for: builder`, on `db`, and gives `builder` the changes
+    /// it took: one row, the page's changes already JSON (`EncodedChanges`).
+    static func read(
+        _ query: PostgresQuery,
+        into builder: inout PullPage.Builder,
+        on db: PostgresConnection,
+        logger: Logger
+    ) async throws -> PulledHistory {
         var pulled = PulledHistory()
         for try await row in try await db.query(query, logger: logger) {
             // Column by column, in the statement's order (see ColumnReader).
             var columns = ColumnReader(row)
-            let head = ChangeHead(
+            pulled.head = ChangeHead(
                 position: try columns.next(Int64.self),
                 epoch: try columns.next(Int64.self),
                 epochBase: try columns.next(Int64.self),
                 purgedThrough: try columns.next(Int64.self),
                 lastMutationID: try columns.next(Int64?.self) ?? 0
             )
-            pulled.head = head
             pulled.version = try columns.next(Int64?.self) ?? 0
             pulled.spaces = try columns.next(Int.self)
             pulled.moved = try columns.next(Int.self)
             pulled.member = try columns.next(String?.self)
-            let entity = try columns.next(String?.self)
-            let entityID = try columns.next(String?.self)
-            let version = try columns.next(Int64?.self)
-            let deleted = try columns.next(Bool?.self)
-            let naturalKey = try columns.next(String?.self)
-            let data = try columns.next(ByteBuffer?.self)
-            let seq = try columns.next(Int64?.self)
-            let changedAt = try columns.next(Int64?.self)
-            let writtenBy = try columns.next(String?.self)
-            let writtenMutation = try columns.next(Int64?.self)
-            let writtenSeq = try columns.next(Int64?.self)
-            let size = try columns.next(Int?.self)
-            let fits = try columns.next(Bool?.self)
-            // The head alone: no change after the cursor.
-            guard let entity, let entityID, let version, let deleted, let seq, let size, let fits else { break }
-            let record = StoredRecord(
-                entity: entity,
-                entityID: entityID,
-                version: version,
-                deleted: deleted,
-                naturalKey: naturalKey,
-                changedAt: changedAt,
-                writtenBy: writtenBy,
-                writtenMutation: writtenMutation,
-                writtenSeq: writtenSeq
-            )
-            pulled.rows.append((record, seq, size, fits, data))
+            let json = try columns.next(ByteBuffer?.self) ?? ByteBuffer()
+            let count = try columns.next(Int.self)
+            let dataBytes = try columns.next(Int.self)
+            let through = try columns.next(Int64?.self)
+            let stopped = try columns.next(Bool.self)
+            builder.take(EncodedChanges(json: json, count: count, dataBytes: dataBytes), through: through, stopped: stopped)
         }
         return pulled
     }
@@ -339,36 +306,48 @@ extension PostgresSyncStorage {
         return spaces
     }
 
-    /// A pull page's statement over one history (the user's, or a space's `partition`), one
-    /// snapshot: its `ChangeHead` and how many spaces the user is in, then the rows after the
-    /// cursor in change order (tombstones up to its horizon left out; a pull from scratch naming
-    /// no writes of its own has the head as its horizon), walking `records_pull` and stopping at
-    /// `scan` rows, and of those only up to the first whose data passes `budget` (sent without its
-    /// data, `fits` false; with `takesFirst`, the first row fits whatever its size). The running
-    /// total reads each row's size from its header, not its data, so rows past the budget cost an
-    /// index entry and a heap tuple. A history with no change after the cursor has the head
-    /// alone (zeros for one never written). Rows come in the order the index walk reads them;
-    /// the caller sorts them by `seq` all the same.
+    /// A pull page's statement over one history (the user's, or `space`'s), one snapshot, one
+    /// row: its `ChangeHead` and how many spaces the user is in, then the page `builder` would
+    /// make of the rows after the cursor, decided by the database and written as JSON by it
+    /// (PROTOCOL.md's changes, each record's data spliced in as stored), so that the server moves
+    /// the page's bytes instead of decoding and writing again every column of every row.
+    ///
+    /// It reads the rows after the cursor in change order (tombstones up to its horizon left
+    /// out; a pull from scratch naming no writes of its own has the head as its horizon),
+    /// walking `records_pull` and stopping at `builder`'s scan limit, and of those only up to
+    /// the first whose data passes its budget: the running total reads each row's size from its
+    /// header, not its data, so rows past the budget cost an index entry and a heap tuple. Then
+    /// it takes them as `PullPage.Builder.offer` would, row by row: a row the client's own
+    /// answered writes hold (`OwnWrites.leavesOut`) is passed; the first other that the page has
+    /// no room for (its limit of changes, its budget: the first always fits with `takesFirst`),
+    /// or that passes the scanned budget, stops it. It gives the changes taken, their data's
+    /// bytes, the position read through (the last row taken or passed; `NULL` for none) and
+    /// whether it stopped before the end of the history. A history never written has zeros.
     ///
     /// With the history it gives the version and count of the user's memberships, and how many of
     /// the cursor's space `entries` moved (their space's position, epoch or purge horizon is not
     /// what the entry saw): when none did and the memberships are the cursor's, no space needs a
-    /// look, and an empty pull is this one statement however many spaces the user is in.
+    /// look, and an empty pull is this one statement however many spaces the user is in. With
+    /// `member`, the space's id if the user still reads it.
     static func pullQuery(
         userID: String,
-        partition: String? = nil,
+        space: Int64? = nil,
         cursor: PullCursor?,
         naming ownWrites: OwnWrites? = nil,
-        scan: Int,
-        budget: Int = ProtocolLimits.maxPullPageDataBytes,
-        takesFirst: Bool = true,
+        for builder: PullPage.Builder,
         entries: [Int64: PullCursor] = [:],
-        member space: Int64? = nil
+        member: Bool = false
     ) -> PostgresQuery {
-        let partition = partition ?? userID
+        let partition = space.map(SpacePartition.name) ?? userID
         let after = cursor?.position ?? 0
         // `nil`: the head (`ChangeHead.start(from:naming:)`).
         let horizon = cursor?.horizon ?? (ownWrites == nil ? nil : 0)
+        let spaceKey = space.map(String.init) ?? "NULL"
+        // The space's id in each change (`"null"` only for a space gone, whose read `member` discards).
+        let spaceField = space == nil ? "" : #" || ',"space":' || coalesce(to_json((SELECT id FROM spaces WHERE key = \#(spaceKey)))::text, 'null')"#
+        // The client's own answered writes (`OwnWrites.leavesOut`); none when the writer is NULL.
+        let writer = builder.ownWrites?.clientID
+        let answered = "{" + (builder.ownWrites?.answered ?? []).map { "[\($0.lowerBound),\($0.upperBound)]" }.joined(separator: ",") + "}"
         return """
             SELECT coalesce(u.position, 0), coalesce(u.epoch, 0), coalesce(u.epoch_base, 0), coalesce(u.purged_through, 0),
                 (SELECT last_mutation_id FROM clients WHERE user_id = \(userID) AND client_id = \(ownWrites?.clientID)),
@@ -376,21 +355,48 @@ extension PostgresSyncStorage {
                 (SELECT count(*)::int8 FROM space_members WHERE user_id = \(userID)),
                 \(unescaped: Self.movedEntries(entries)),
                 (SELECT s.id FROM spaces s JOIN space_members m ON m.space_key = s.key AND m.user_id = \(userID)
-                    WHERE s.key = \(unescaped: space.map(String.init) ?? "NULL") AND NOT s.deleted),
-                p.entity, p.entity_id, p.version, p.deleted, p.natural_key, CASE WHEN p.fits THEN p.data END, p.seq, p.changed_at,
-                p.written_by, p.written_mutation, p.written_seq, p.size, p.fits
+                    WHERE s.key = \(unescaped: member ? spaceKey : "NULL") AND NOT s.deleted),
+                p.changes, coalesce(p.taken, 0), coalesce(p.data_bytes, 0), p.through, coalesce(p.stopped, false)
             FROM (SELECT 1) one
             LEFT JOIN user_changes u ON u.user_id = \(partition)
             LEFT JOIN LATERAL (
-                SELECT *, running <= \(budget) OR (\(takesFirst) AND running = size) AS fits FROM (
-                    SELECT entity, entity_id, version, deleted, natural_key, data, seq, changed_at, written_by, written_mutation,
-                        written_seq, coalesce(octet_length(data), 0) AS size,
-                        sum(coalesce(octet_length(data), 0)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running
-                    FROM records
-                    WHERE user_id = \(partition) AND seq > \(after) AND NOT (deleted AND seq <= coalesce(\(horizon), u.position))
-                    ORDER BY seq LIMIT \(scan)
-                ) scanned
-                WHERE running - size <= \(budget)
+                SELECT
+                    string_agg(
+                        CASE WHEN NOT halted AND NOT leaves_out THEN
+                            convert_to(
+                                '{"entity":' || to_json(entity)::text || ',"entityID":' || to_json(entity_id)::text\(unescaped: spaceField)
+                                    || CASE WHEN deleted THEN ',"op":"delete","version":' ELSE ',"op":"upsert","version":' END || version::text
+                                    || coalesce(',"naturalKey":' || to_json(natural_key)::text, '')
+                                    || CASE WHEN deleted OR data IS NULL THEN '}' ELSE ',"data":' END,
+                                'UTF8'
+                            ) || CASE WHEN deleted OR data IS NULL THEN ''::bytea ELSE data || '\\x7d'::bytea END
+                        END,
+                        '\\x2c'::bytea ORDER BY seq
+                    ) AS changes,
+                    count(*) FILTER (WHERE NOT halted AND NOT leaves_out)::int8 AS taken,
+                    coalesce(sum(size) FILTER (WHERE NOT halted AND NOT leaves_out), 0)::int8 AS data_bytes,
+                    max(seq) FILTER (WHERE NOT halted) AS through,
+                    bool_or(halted) OR count(*) >= \(builder.scanLimit) AS stopped
+                FROM (
+                    SELECT *, bool_or(
+                            NOT fits OR NOT leaves_out AND NOT (taken <= \(builder.limit) AND ((\(builder.takesFirst) AND taken = 1) OR taken_bytes <= \(builder.budget)))
+                        ) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS halted
+                    FROM (
+                        SELECT *, running <= \(builder.budget) OR (\(builder.takesFirst) AND running = size) AS fits,
+                            count(*) FILTER (WHERE NOT leaves_out) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS taken,
+                            sum(size) FILTER (WHERE NOT leaves_out) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS taken_bytes
+                        FROM (
+                            SELECT entity, entity_id, version, deleted, natural_key, data, seq, coalesce(octet_length(data), 0) AS size,
+                                sum(coalesce(octet_length(data), 0)) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS running,
+                                coalesce(written_by = \(writer) AND written_seq = seq AND \(answered)::int8multirange @> written_mutation, false)
+                                    AS leaves_out
+                            FROM records
+                            WHERE user_id = \(partition) AND seq > \(after) AND NOT (deleted AND seq <= coalesce(\(horizon), u.position))
+                            ORDER BY seq LIMIT \(builder.scanLimit)
+                        ) scanned
+                        WHERE running - size <= \(builder.budget)
+                    ) judged
+                ) decided
             ) p ON u.position IS NOT NULL
             """
     }

@@ -22,13 +22,12 @@ struct SpacedPage {
     let ownWrites: OwnWrites?
     let userID: String
     let from: PullPosition?
-    private(set) var records: [StoredRecord] = []
+    private(set) var changes = PageChanges()
     private(set) var next: PullPosition
     /// A history stopped before its end: more follows.
     private(set) var stopped = false
     /// The personal read found nothing after the cursor, and left nothing out.
     private let personalUntouched: Bool
-    private var dataBytes = 0
 
     /// A page after `from`, whose personal part `personal` read (the builder the engine fed, from `start`).
     init(
@@ -44,10 +43,9 @@ struct SpacedPage {
         self.limit = limit
         self.ownWrites = ownWrites
         self.userID = userID
-        records = personal.records
-        dataBytes = personal.dataBytes
+        changes = personal.changes
         stopped = personal.stopped
-        personalUntouched = personal.records.isEmpty && !personal.stopped && personal.position == start.position
+        personalUntouched = personal.changes.isEmpty && !personal.stopped && personal.position == start.position
         next = PullPosition(personal: head.cursor(after: personal.position, from: start, caughtUp: !personal.stopped))
     }
 
@@ -83,10 +81,10 @@ struct SpacedPage {
     func builder(for space: ReadableSpace, from start: PullCursor) -> PullPage.Builder {
         PullPage.Builder(
             after: start.position,
-            limit: limit - records.count,
+            limit: limit - changes.count,
             leavingOut: Self.leavesOut(ownWrites, joining: from?.spaces[space.key], userID: userID),
-            budget: ProtocolLimits.maxPullPageDataBytes - dataBytes,
-            takesFirst: records.isEmpty,
+            budget: ProtocolLimits.maxPullPageDataBytes - changes.dataBytes,
+            takesFirst: changes.isEmpty,
             space: space.id
         )
     }
@@ -102,8 +100,7 @@ struct SpacedPage {
 
     /// Takes what `builder` read of `space`.
     mutating func add(_ builder: PullPage.Builder, of space: ReadableSpace, from start: PullCursor) {
-        records += builder.records
-        dataBytes += builder.dataBytes
+        changes.append(contentsOf: builder.changes)
         stopped = builder.stopped
         next.spaces[space.key] = space.head.cursor(after: builder.position, from: start, caughtUp: !builder.stopped)
         if builder.stopped { next.continuing = space.key }
@@ -115,7 +112,7 @@ struct SpacedPage {
         var next = next
         next.memberships = version
         return PullPage(
-            records: records,
+            changes: changes,
             cursor: cursors.encode(next, userID: userID),
             hasMore: stopped,
             spaces: from.map { $0.memberships == version } == true
@@ -140,7 +137,7 @@ struct SpacedPage {
     ) -> PullPage {
         var next = from
         next.spaces[space.key] = space.head.cursor(after: builder.position, from: start, caughtUp: false)
-        return PullPage(records: builder.records, cursor: cursors.encode(next, userID: userID), hasMore: true)
+        return PullPage(changes: builder.changes, cursor: cursors.encode(next, userID: userID), hasMore: true)
     }
 
     /// The page when nothing changed in any space (`PullPosition.spacesUnchanged`): the spaces
@@ -149,10 +146,10 @@ struct SpacedPage {
     /// it is still where nothing of the user's follows, and an empty pull of a user in 1,000
     /// spaces then neither encodes nor signs 8 KB again.
     func pageWithSpacesUnchanged(cursors: CursorCodec, cursor: String?) -> PullPage {
-        if let cursor, from != nil, personalUntouched { return PullPage(records: [], cursor: cursor, hasMore: false) }
+        if let cursor, from != nil, personalUntouched { return PullPage(changes: PageChanges(), cursor: cursor, hasMore: false) }
         var next = next
         next.spaces = from?.spaces ?? [:]
         next.memberships = from?.memberships ?? 0
-        return PullPage(records: records, cursor: cursors.encode(next, userID: userID), hasMore: stopped, spaces: from == nil ? [] : nil)
+        return PullPage(changes: changes, cursor: cursors.encode(next, userID: userID), hasMore: stopped, spaces: from == nil ? [] : nil)
     }
 }
