@@ -16,8 +16,12 @@ public enum ProtocolLimits {
     public static let maxAttachmentsPerRecord = 64
     /// Largest push body in bytes (4 MiB); a larger body is refused with `batch_too_large` (413).
     public static let maxPushBodyBytes = 4 * 1024 * 1024
-    /// The values a pull's `limit` query parameter may take; any other is a `bad_request`.
-    public static let pullLimitRange = 1...1000
+    /// The values a pull's `limit` query parameter may take on a server that lists
+    /// `large_pages` among its features (`GET /v1/health`); any other is a `bad_request`. A page
+    /// is bounded by bytes all the same (``maxPullPageDataBytes``).
+    public static let pullLimitRange = 1...10_000
+    /// The largest `limit` every server takes: one without `large_pages` takes 1 to 1000.
+    public static let pullLimitEveryServerTakes = 1000
     /// Most client ids a server keeps for one user; a push under one more is refused with
     /// `too_many_clients` (403) until idle ones are forgotten after the server's retention.
     public static let maxClientsPerUser = 1000

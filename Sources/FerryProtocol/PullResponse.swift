@@ -107,6 +107,8 @@ public struct HealthResponse: Sendable, Codable, Hashable {
         public static let updateRequired = "update_required"
         /// The app's rules judge writes: a refusal carries the app's code (`app.…`) and `details`.
         public static let rules = "rules"
+        /// A pull's `limit` may be up to 10,000 (``ProtocolLimits/pullLimitRange``); without it, up to 1,000.
+        public static let largePages = "large_pages"
     }
 
     /// A health response with `status` and what the server can do.

@@ -231,12 +231,34 @@ struct PullTests {
                 #expect(reply.status == 400)
                 #expect(reply.errorCode == "invalid_cursor")
             }
-            for limit in ["0", "1001", "abc", "-1", "2.5"] {
+            for limit in ["0", "10001", "abc", "-1", "2.5"] {
                 let reply = try await server.send(.GET, "/v1/pull?limit=\(limit)", token: token)
                 #expect(reply.status == 400)
                 #expect(reply.errorCode == "bad_request")
                 #expect(reply.errorMessage?.contains("limit") == true)
             }
+        }
+    }
+
+    @Test("large pages: a limit of 10,000 brings 10,000 small changes a page, the client's own writes left out", arguments: StorageBackend.allCases)
+    func largePages(backend: StorageBackend) async throws {
+        try await TestServer.run(backend: backend) { server in
+            let token = try await TestServer.token(for: "alice")
+            for batch in 0..<12 {
+                let mutations = (1...1000).map { index in
+                    let id = Int64(batch * 1000 + index)
+                    return Mutation.upsert(id: id, entity: "events", entityID: "e-\(id)", data: .value(id))
+                }
+                _ = try await server.pushOK(PushRequest(clientID: batch == 11 ? "phone" : "importer", mutations: mutations), token: token)
+            }
+            let first = try await server.pull(token: token, limit: 10_000)
+            let page = try first.decode(PullResponse.self)
+            #expect(page.changes.count == 10_000 && page.hasMore)
+            // The phone's own 1,000 answered writes (ids 11,001 to 12,000) are left out of the rest.
+            let rest = try await server.pull(token: token, cursor: page.cursor, limit: 10_000, ownWrites: ("phone", "11001-12000"))
+            let last = try rest.decode(PullResponse.self)
+            #expect(last.changes.map(\.entityID) == (10_001...11_000).map { "e-\($0)" })
+            #expect(!last.hasMore)
         }
     }
 

@@ -8,8 +8,10 @@ public struct SyncConfiguration: Sendable {
     /// push's size, the server syncs its commit to disk once, and that sync is most of the
     /// cost of a small push, so full batches drain a queue nearly twice as fast as half ones.
     public var batchSize = ProtocolLimits.maxMutationsPerPush
-    /// Changes per pull page, 1 to 1,000: the protocol's most by default, for the same reason.
-    public var pullPageSize = ProtocolLimits.pullLimitRange.upperBound
+    /// Changes per pull page: 1,000 by default, the most every server takes, for the same reason.
+    /// Up to 10,000 for a server that lists `large_pages` in its health features (a page is
+    /// bounded by bytes as well); a server without it refuses a larger one, so every pull would fail.
+    public var pullPageSize = ProtocolLimits.pullLimitEveryServerTakes
     /// Backoff for transient failures (resets, timeouts, 5xx).
     public var retry = RetryPolicy()
     /// Decides the conflicts of tables that detect them; the server wins by default.

@@ -15,9 +15,11 @@ struct HTTPClientTransport: SyncTransport {
     var client: HTTPClient = .shared
     /// The most one request may take, answer included.
     var timeout: TimeAmount = .seconds(120)
-    /// Larger than any answer the protocol allows: a pull page of its most records, each with
-    /// its largest data (measured encoded, as it is sent) and room for its id, key and envelope.
-    static let maxResponseBytes = ProtocolLimits.pullLimitRange.upperBound * (ProtocolLimits.maxDataBytes + 4096)
+    /// Larger than any answer the protocol allows: a push's results, each with a current record
+    /// of the largest data (measured encoded, as it is sent) and room for its id, key and
+    /// envelope. A pull page is smaller: 4 MiB of data past its first record, and an envelope for
+    /// each of at most 10,000 changes.
+    static let maxResponseBytes = ProtocolLimits.maxMutationsPerPush * (ProtocolLimits.maxDataBytes + 4096)
 
     func send(_ request: TransportRequest) async throws -> TransportResponse {
         let response = try await client.execute(try outgoing(request), timeout: timeout)

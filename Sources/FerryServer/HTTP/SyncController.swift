@@ -30,7 +30,7 @@ struct SyncController: Sendable {
             HealthResponse(
                 status: "ok",
                 protocol: .init(min: ProtocolVersion.first.description, max: ProtocolVersion.current.description),
-                features: [Feature.spaces, Feature.live] + (attachments ? [Feature.attachments] : []) + [Feature.updateRequired]
+                features: [Feature.spaces, Feature.live] + (attachments ? [Feature.attachments] : []) + [Feature.updateRequired, Feature.largePages]
                     + (rules.isEmpty ? [] : [Feature.rules]),
                 minimum: updatePolicy.published
             )
@@ -82,7 +82,7 @@ struct SyncController: Sendable {
         var limit = ProtocolLimits.defaultPullLimit
         if let text = query.get("limit") {
             guard let value = Int(text), ProtocolLimits.pullLimitRange.contains(value) else {
-                throw ProtocolViolation.badRequest("limit must be a whole number from 1 to 1000, got '\(text.prefix(40))'")
+                throw ProtocolViolation.badRequest("limit must be a whole number from 1 to \(ProtocolLimits.pullLimitRange.upperBound), got '\(text.prefix(40))'")
             }
             limit = value
         }
