@@ -12,6 +12,8 @@ public enum ProtocolLimits {
     public static let maxDataBytes = 256 * 1024
     /// Most mutations one push may carry; a larger batch is refused whole with `batch_too_large` (413).
     public static let maxMutationsPerPush = 1000
+    /// The most digests one `POST /v1/attachments` asks about (``HeldAttachmentsRequest``).
+    public static let maxDigestsPerLookup = 1000
     /// The most attachments one record may reference (`Mutation/attachments`).
     public static let maxAttachmentsPerRecord = 64
     /// Largest push body in bytes (4 MiB); a larger body is refused with `batch_too_large` (413).

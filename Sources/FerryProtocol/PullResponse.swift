@@ -109,6 +109,8 @@ public struct HealthResponse: Sendable, Codable, Hashable {
         public static let rules = "rules"
         /// A pull's `limit` may be up to 10,000 (``ProtocolLimits/pullLimitRange``); without it, up to 1,000.
         public static let largePages = "large_pages"
+        /// `POST /v1/attachments` says which of many digests the server holds for the caller.
+        public static let heldAttachments = "held_attachments"
     }
 
     /// A health response with `status` and what the server can do.

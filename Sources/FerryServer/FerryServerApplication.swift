@@ -96,7 +96,7 @@ public enum FerryServerApplication {
     static let routes: [String: [HTTPRequest.Method]] = [
         Endpoint.health: [.get], Endpoint.push: [.post], Endpoint.pull: [.get], Endpoint.events: [.get], "/metrics": [.get], Endpoint.spaces: [.get],
         Endpoint.spaces + "/{space}": [.put, .delete], Endpoint.spaces + "/{space}/members": [.get],
-        Endpoint.spaces + "/{space}/members/{user}": [.put, .delete], Endpoint.attachments + "/{digest}": [.head, .get, .post],
+        Endpoint.spaces + "/{space}/members/{user}": [.put, .delete], Endpoint.attachments: [.post], Endpoint.attachments + "/{digest}": [.head, .get, .post],
         Endpoint.attachments + "/{digest}/upload": [.head, .patch, .delete],
     ]
 
@@ -142,6 +142,7 @@ public enum FerryServerApplication {
         let off: @Sendable (Request, FerryRequestContext) async throws -> Response = { _, _ in
             throw FerryHTTPError(.notFound, "this server keeps no attachments (ferry serve --attachments)")
         }
+        authenticated.post("\(Endpoint.attachments)", use: attachments?.held ?? off)
         authenticated.head("\(Endpoint.attachments)/{digest}", use: attachments?.head ?? off)
         authenticated.get("\(Endpoint.attachments)/{digest}", use: attachments?.get ?? off)
         authenticated.post("\(Endpoint.attachments)/{digest}", use: attachments?.create ?? off)

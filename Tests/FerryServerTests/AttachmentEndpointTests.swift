@@ -28,6 +28,52 @@ struct AttachmentEndpointTests {
     }
 
     @Test(
+        "POST /v1/attachments says which of many digests the caller may read, as HEAD would each; another user's bytes stay unknown",
+        arguments: StorageBackend.allCases,
+        BlobBackend.allCases
+    )
+    func heldLookup(backend: StorageBackend, blobs: BlobBackend) async throws {
+        try await TestServer.run(backend: backend, blobs: blobs) { server in
+            let (alice, bob) = (try await TestServer.token(for: "alice"), try await TestServer.token(for: "bob"))
+            let photos = (1...3).map { Self.photo(1000, seed: $0) }
+            for photo in photos.prefix(2) {
+                #expect(try await Self.upload(server, .POST, "/v1/attachments/\(Self.digest(photo))", token: alice, body: photo).status == 201)
+            }
+            // Half of a third: an upload in progress is not held.
+            let partial = try await Self.upload(
+                server,
+                .POST,
+                "/v1/attachments/\(Self.digest(photos[2]))",
+                token: alice,
+                headers: [("Upload-Draft-Interop-Version", "6"), ("Upload-Complete", "?0")],
+                body: Array(photos[2].prefix(500))
+            )
+            #expect(partial.status == 204)
+            let never = Self.digest(Self.photo(10, seed: 9))
+            let asked = [Self.digest(photos[1]), never, Self.digest(photos[2]), Self.digest(photos[0]), Self.digest(photos[1])]
+            func lookup(_ token: String, _ body: Data) async throws -> Reply {
+                try await server.perform(.POST, "/v1/attachments", headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")], body: body)
+            }
+            let answer = try await lookup(alice, try JSONEncoder().encode(HeldAttachmentsRequest(digests: asked)))
+            #expect(answer.status == 200)
+            #expect(try answer.decode(HeldAttachments.self).held == [Self.digest(photos[1]), Self.digest(photos[0])], "in the order asked, once each")
+            // Bob holds none of Alice's bytes, whoever holds them.
+            #expect(try await lookup(bob, try JSONEncoder().encode(HeldAttachmentsRequest(digests: asked))).decode(HeldAttachments.self).held == [])
+            // Bad questions are refused, saying what was wrong.
+            let tooMany = HeldAttachmentsRequest(digests: Array(repeating: never, count: ProtocolLimits.maxDigestsPerLookup + 1))
+            for (body, says) in [
+                (Data("{\"digests\": []}".utf8), "1 to 1000"), (try JSONEncoder().encode(tooMany), "1 to 1000"),
+                (Data("{\"digests\": [\"sha256:00\"]}".utf8), "digests[0]"), (Data("[1]".utf8), "JSON object"), (Data("{}".utf8), "JSON object"),
+            ] {
+                let refused = try await lookup(alice, body)
+                #expect(refused.status == 400 && refused.errorCode == "bad_request", "\(String(decoding: body.prefix(40), as: UTF8.self))")
+                #expect(refused.errorMessage?.contains(says) == true, "\(refused.errorMessage ?? "")")
+            }
+            #expect(try await server.perform(.POST, "/v1/attachments", headers: [], body: Data("{}".utf8)).status == 401)
+        }
+    }
+
+    @Test(
         "an upload in one request is readable by its uploader, whole and by range, and by nobody else",
         arguments: StorageBackend.allCases,
         BlobBackend.allCases

@@ -32,7 +32,7 @@ struct OpenAPITests {
     @Test("every route the server's router answers is described with its method, and the error middleware knows it")
     func routes() async throws {
         let routes = try await Self.routerRoutes()
-        #expect(routes.count == 17, "\(routes)")
+        #expect(routes.count == 18, "\(routes)")
         let lines = Self.specification.components(separatedBy: "\n")
         for route in routes {
             let (method, path) = (String(route.prefix { $0 != " " }), String(route.drop { $0 != " " }.dropFirst()))

@@ -34,7 +34,7 @@ struct VersionTests {
             #expect(reply.status == 200)
             let health = try reply.decode(HealthResponse.self)
             #expect(health.protocol == .init(min: "1.0", max: ProtocolVersion.current.description))
-            #expect(Set(health.features ?? []) == ["spaces", "live", "attachments", "update_required", "large_pages"])
+            #expect(Set(health.features ?? []) == ["spaces", "live", "attachments", "update_required", "large_pages", "held_attachments"])
             #expect(health.minimum == UpdateRequirement(protocol: "1.1", appVersion: "2.0", schemaVersion: 4, appVersionByPlatform: ["ios": "2.3.0"]))
         }
         try await TestServer.run { server in

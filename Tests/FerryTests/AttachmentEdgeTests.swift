@@ -13,10 +13,10 @@ import Testing
 struct AttachmentEdgeTests {
     typealias Sync = AttachmentSyncTests
 
-    /// The body bytes of every upload request in `events`.
+    /// The body bytes of every upload request in `events` (not the lookup of which are held, `POST /v1/attachments`).
     static func attachmentBodies(_ events: [JournalEvent]) -> Int {
         var total = 0
-        for event in events where (event[.path] ?? "").hasPrefix("/v1/attachments") && ["POST", "PATCH"].contains(event[.method] ?? "") {
+        for event in events where (event[.path] ?? "").hasPrefix("/v1/attachments/") && ["POST", "PATCH"].contains(event[.method] ?? "") {
             total += event[.bytes].flatMap { Int($0) } ?? 0
         }
         return total
@@ -46,6 +46,55 @@ struct AttachmentEdgeTests {
             #expect(Self.attachmentBodies(try await client.journal.events()) <= size, "no byte sent twice")
             #expect(try await client.deadLetters().isEmpty, "found done, never a dead letter")
             #expect(try await Sync.head(digest, server: server) == 200)
+        }
+    }
+
+    @Test(
+        "20 photos go up in one lookup and a request each; a second device holding them sends none; a server without the lookup is asked a HEAD each",
+        arguments: [true, false]
+    )
+    func photosInFewRequests(serverHasLookup: Bool) async throws {
+        try await TestServer.run { server in
+            // A server from before the lookup: its router knows no POST /v1/attachments.
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                guard serverHasLookup || request.method != "POST" || request.path != "/v1/attachments" else {
+                    return TransportResponse(status: 404, headers: [:], body: Data(#"{"error":{"code":"not_found","message":"no route"}}"#.utf8))
+                }
+                return try await next(request)
+            }
+            func requests(_ client: FerryClient) async throws -> (lookups: Int, heads: Int, uploads: Int) {
+                let events = try await client.journal.events().filter { $0.kind == .request && ($0[.path] ?? "").hasPrefix("/v1/attachments") }
+                return (
+                    events.filter { $0[.method] == "POST" && $0[.path] == "/v1/attachments" }.count,
+                    events.filter { $0[.method] == "HEAD" }.count,
+                    events.filter { ["POST", "PATCH"].contains($0[.method]) && $0[.path] != "/v1/attachments" }.count
+                )
+            }
+            let photos = try (1...20).map { try Sync.photo(10_000, seed: UInt8($0)) }
+            var digests: [String] = []
+            let phone = try Sync.openStore()
+            let first = ClientFixture.client(store: phone, server: server, transport: transport, configuration: Sync.configuration())
+            for (index, photo) in photos.enumerated() {
+                let digest = try await phone.attach(fileAt: photo.url)
+                digests.append(digest)
+                try await Sync.insertJob("j\(index)", photo: digest, in: phone)
+            }
+            let report = try await first.sync()
+            #expect(report.upload.attachmentsUploaded == 20 && report.upload.acknowledged == 20)
+            let sent = try await requests(first)
+            #expect(sent.uploads == 20, "one POST each, whole")
+            #expect(serverHasLookup ? sent.lookups == 1 && sent.heads == 0 : sent.heads == 20, "\(sent)")
+            for digest in digests { #expect(try await Sync.head(digest, server: server) == 200) }
+
+            // Another device of the same user attaches the same bytes: the lookup finds them all.
+            let tablet = try Sync.openStore()
+            let second = ClientFixture.client(store: tablet, server: server, transport: transport, configuration: Sync.configuration())
+            for (index, photo) in photos.enumerated() { try await Sync.insertJob("t\(index)", photo: try await tablet.attach(fileAt: photo.url), in: tablet) }
+            _ = try await second.sync()
+            let again = try await requests(second)
+            #expect(again.uploads == 0, "\(again)")
+            #expect(serverHasLookup ? again.lookups == 1 && again.heads == 0 : again.heads == 20, "\(again)")
+            #expect(try await second.deadLetters().isEmpty)
         }
     }
 

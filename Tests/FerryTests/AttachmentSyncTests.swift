@@ -92,7 +92,7 @@ struct AttachmentSyncTests {
             // The same bytes attached again are the same attachment, and nothing is sent again.
             let uploads = {
                 try await worker.journal.events().filter {
-                    ["POST", "PATCH"].contains($0[.method]) && $0[.path]?.hasPrefix("/v1/attachments") == true
+                    ["POST", "PATCH"].contains($0[.method]) && $0[.path]?.hasPrefix("/v1/attachments/") == true
                 }.count
             }
             let before = try await uploads()

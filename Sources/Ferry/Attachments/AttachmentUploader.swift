@@ -3,10 +3,13 @@ import Foundation
 import GRDB
 
 /// Sends attachments' bytes to the server (PROTOCOL.md, "Attachments"), a chunk per request, so
-/// memory holds one chunk and never a whole file. It asks first whether the server holds the
-/// bytes for this user already (`HEAD`), then sends them from the offset the server holds (the
-/// resumable-upload draft, interop version 6); a try after a failure asks that offset again, so
-/// a cut connection costs only the bytes it lost, and a relaunch goes on from there.
+/// memory holds one chunk and never a whole file. It asks first which of the waiting attachments
+/// the server holds for this user already (one `POST /v1/attachments` for up to 1,000; a `HEAD`
+/// each on a server that cannot say), then sends each of the others from the offset the server
+/// holds (the resumable-upload draft, interop version 6); a try after a failure asks that offset
+/// again, so a cut connection costs only the bytes it lost, and a relaunch goes on from there. A
+/// file that fits one request is sent whole at once, without asking its offset: it would be sent
+/// from its first byte all the same.
 struct AttachmentUploader: Sendable {
     let store: FerryStore
     let connection: SyncConnection
@@ -49,6 +52,7 @@ struct AttachmentUploader: Sendable {
             $0.attachments.uploadBytes = waiting.reduce(0) { $0 + $1.size }
             $0.attachments.bytesUploaded = 0
         }
+        let held = try await held(waiting.map(\.digest))
         var uploaded = 0
         for row in waiting {
             try Task.checkCancellation()
@@ -59,6 +63,7 @@ struct AttachmentUploader: Sendable {
                 guard folder.holds(row.digest) else { throw Refused(description: "its file is gone from the store's folder") }
                 try await upload(
                     row,
+                    held: held.map { $0.contains(row.digest) },
                     resumed: { held in
                         // Bytes an earlier run sent: done, but not moved in this run.
                         meter = TransferMeter(AttachmentTransfer(digest: transfer.digest, direction: .upload, bytesDone: held, totalBytes: row.size))
@@ -108,12 +113,19 @@ struct AttachmentUploader: Sendable {
         return uploaded
     }
 
-    /// Sends the attachment's bytes from where the server's upload of them stands.
-    private func upload(_ row: AttachmentTable.Row, resumed: (Int64) async -> Void, sent: (Int64) async -> Void) async throws {
+    /// Sends the attachment's bytes from where the server's upload of them stands; `held` says
+    /// whether the server holds them already (`nil`: ask it).
+    private func upload(
+        _ row: AttachmentTable.Row,
+        held: Bool?,
+        resumed: (Int64) async -> Void,
+        sent: (Int64) async -> Void
+    ) async throws {
         let path = Endpoint.attachments + "/" + row.digest.description
         // Another device of the user's may have uploaded the same bytes: nothing to send.
-        if try await isOnServer(path) { return }
-        var offset = try await heldOffset(path)
+        if let held { if held { return } } else if try await isOnServer(path) { return }
+        // A file that fits one request goes whole from its first byte, whatever an earlier try left.
+        var offset = row.size <= Int64(chunkBytes) ? nil : try await heldOffset(path)
         var acknowledged = offset ?? 0
         if acknowledged > 0 { await resumed(acknowledged) }
         var (stalls, refusedCreations) = (0, 0)
@@ -170,6 +182,21 @@ struct AttachmentUploader: Sendable {
                 throw FerryError.unreachable("the upload of \(row.digest) made no progress in 5 requests; it goes on at the next run")
             }
         }
+    }
+
+    /// Which of `digests` the server holds for this user (`POST /v1/attachments`, up to 1,000 a
+    /// request); `nil` from a server that cannot say (one from before the lookup).
+    private func held(_ digests: [AttachmentDigest]) async throws -> Set<AttachmentDigest>? {
+        var held = Set<AttachmentDigest>()
+        for start in stride(from: 0, to: digests.count, by: ProtocolLimits.maxDigestsPerLookup) {
+            let asked = HeldAttachmentsRequest(digests: Array(digests[start..<min(start + ProtocolLimits.maxDigestsPerLookup, digests.count)]))
+            let response = try await connection.send(
+                TransportRequest(method: "POST", path: Endpoint.attachments, body: try JSONEncoder().encode(asked))
+            )
+            guard response.status == 200, let answer = try? JSONDecoder().decode(HeldAttachments.self, from: response.body) else { return nil }
+            held.formUnion(answer.held)
+        }
+        return held
     }
 
     private func isOnServer(_ path: String) async throws -> Bool {

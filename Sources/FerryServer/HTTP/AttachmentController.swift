@@ -147,6 +147,29 @@ struct AttachmentController: Sendable {
 
     /// The digest in the path and its size, when the caller may read it; `404` otherwise,
     /// whether or not another user holds the same bytes.
+    /// `POST /v1/attachments`: which of the body's digests (``HeldAttachmentsRequest``) the caller
+    /// may read now, each as `HEAD` answers it: one request for a client's many photos, where a
+    /// `HEAD` each cost a round trip each.
+    func held(_ request: Request, context: FerryRequestContext) async throws -> Response {
+        let caller = try Self.caller(context)
+        let body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: 128 * 1024)
+        } catch {
+            throw ProtocolViolation.badRequest(
+                "body must be a JSON object {\"digests\": […]} of at most 128 KiB (\(ProtocolLimits.maxDigestsPerLookup) digests)"
+            )
+        }
+        let asked = try HeldAttachmentsRequest.decode(from: Data(body.readableBytesView)).digests
+        let readable = try await storage.readableAttachments(asked, by: caller)
+        var held: [AttachmentDigest] = []
+        var answered = Set<AttachmentDigest>()
+        for digest in asked where readable.contains(digest) && answered.insert(digest).inserted {
+            if try await blobs.size(of: digest) != nil { held.append(digest) }
+        }
+        return try JSONResponse.make(HeldAttachments(held: held))
+    }
+
     private func readable(_ context: FerryRequestContext) async throws -> (AttachmentDigest, Int64) {
         let digest = try Self.digest(context)
         guard try await storage.readableAttachments([digest], by: try Self.caller(context)).contains(digest),

@@ -30,8 +30,8 @@ struct SyncController: Sendable {
             HealthResponse(
                 status: "ok",
                 protocol: .init(min: ProtocolVersion.first.description, max: ProtocolVersion.current.description),
-                features: [Feature.spaces, Feature.live] + (attachments ? [Feature.attachments] : []) + [Feature.updateRequired, Feature.largePages]
-                    + (rules.isEmpty ? [] : [Feature.rules]),
+                features: [Feature.spaces, Feature.live] + (attachments ? [Feature.attachments, Feature.heldAttachments] : [])
+                    + [Feature.updateRequired, Feature.largePages] + (rules.isEmpty ? [] : [Feature.rules]),
                 minimum: updatePolicy.published
             )
         )
