@@ -20,6 +20,10 @@ struct AttachmentUploader: Sendable {
 
     private var folder: AttachmentFolder { store.attachmentFolder }
 
+    /// The attachment bytes uploaded before the changes they held back are pushed: a large photo's
+    /// record goes right after it, small photos' records a push for a few, not a push each.
+    static let bytesBetweenPushes: Int64 = 8 * 1024 * 1024
+
     /// A refusal that no retry changes (the server keeps no attachments, or takes none this
     /// large): the changes referencing the attachment become dead letters saying why.
     private struct Refused: Error, CustomStringConvertible {
@@ -27,14 +31,15 @@ struct AttachmentUploader: Sendable {
     }
 
     /// Uploads the attachments waiting for it that a queued change references (its newest
-    /// state), oldest first, calling `afterEach` once one is on the server (the changes it held
-    /// back go then, not behind the others); returns how many reached the server. A refusal the
+    /// state), oldest first, calling `pushReleased` once ``bytesBetweenPushes`` of them are on the
+    /// server since the last call, and after the last (the changes they held back go then, not
+    /// behind the others); returns how many reached the server. A refusal the
     /// next run may not meet again (a lost connection, a full quota) is noted with its error and
     /// the attachment waits; one that no run changes, a file gone, or a file whose bytes changed,
     /// makes the changes referencing it dead letters naming their records.
-    func uploadWaiting(afterEach: () async throws -> Void = {}) async throws -> Int {
+    func uploadWaiting(pushReleased: () async throws -> Void = {}) async throws -> Int {
         do {
-            return try await uploadEach(afterEach: afterEach)
+            return try await uploadEach(pushReleased: pushReleased)
         } catch {
             // The run ends here: no upload is under way any more.
             await status.update { $0.attachments.transfers.removeAll { $0.direction == .upload } }
@@ -42,7 +47,7 @@ struct AttachmentUploader: Sendable {
         }
     }
 
-    private func uploadEach(afterEach: () async throws -> Void) async throws -> Int {
+    private func uploadEach(pushReleased: () async throws -> Void) async throws -> Int {
         let waiting = try await store.database.read { db in
             try AttachmentTable.waiting(db).filter { try OutboxTable.newestStateReferences($0.digest.description, db: db) }
         }
@@ -54,6 +59,7 @@ struct AttachmentUploader: Sendable {
         }
         let held = try await held(waiting.map(\.digest))
         var uploaded = 0
+        var unpushed: Int64 = 0
         for row in waiting {
             try Task.checkCancellation()
             let transfer = AttachmentTransfer(digest: row.digest.description, direction: .upload, totalBytes: row.size)
@@ -87,7 +93,11 @@ struct AttachmentUploader: Sendable {
                         details: [.digest: row.digest.description, .bytes: "\(row.size)"]
                     )
                 )
-                try await afterEach()
+                unpushed += max(row.size, 1)
+                if unpushed >= Self.bytesBetweenPushes {
+                    try await pushReleased()
+                    unpushed = 0
+                }
             } catch let refused as Refused {
                 try await setAside(row.digest, because: refused.description)
             } catch let error as FerryError where error.code == .updateRequired {
@@ -110,6 +120,7 @@ struct AttachmentUploader: Sendable {
                 $0.attachments.end(transfer.id)
             }
         }
+        if unpushed > 0 { try await pushReleased() }
         return uploaded
     }
 

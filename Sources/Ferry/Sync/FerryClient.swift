@@ -237,7 +237,8 @@ public actor FerryClient {
     }
 
     /// The changes first, holding back only those that wait for an attachment; then each
-    /// attachment, and at once the changes it held back (not behind the other uploads).
+    /// attachment, and the changes they held back after every few MiB of them (not behind all
+    /// the other uploads).
     private func upload() async throws -> UploadSummary {
         let uploader = Uploader(
             outbox: Outbox(store: store, lease: lease),
