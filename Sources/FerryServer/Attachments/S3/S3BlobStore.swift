@@ -105,7 +105,26 @@ public struct S3BlobStore: BlobStore {
 
     /// A new part's key: its offset, zero-padded so keys sort by it, and a nonce no other write shares.
     private func partKey(of upload: UploadID, at offset: Int64) -> String {
-        folder(of: upload) + String(format: "%020lld", offset) + "-" + UploadID().value.prefix(16)
+        partPrefix(of: upload, at: offset) + "-" + UploadID().value.prefix(16)
+    }
+
+    /// The keys of parts at `offset` begin so; every key of a later offset sorts after them.
+    private func partPrefix(of upload: UploadID, at offset: Int64) -> String {
+        folder(of: upload) + String(format: "%020lld", offset)
+    }
+
+    /// Where the upload stands when this process wrote its last part, `here`'s: its end, if the
+    /// store shows that part first at its offset and no part at its end (nobody went on). The
+    /// listing starts at that part's offset, so it reads a part or two however many the upload
+    /// has (a `LIST` of them all grew with every append). `nil`: the store shows otherwise, or
+    /// this process wrote no part of it; ask the whole listing.
+    private func end(after here: WrittenHere, of upload: UploadID) async throws -> Int64? {
+        guard let last = here.parts.last else { return nil }
+        let folder = folder(of: upload)
+        let objects = try await client.list(prefix: folder, startAfter: partPrefix(of: upload, at: last.offset))
+        let offsets = objects.map { Self.offset(ofPart: $0.key, in: folder) }
+        guard let first = offsets.firstIndex(of: last.offset), objects[first].key == last.key, !offsets.contains(here.end) else { return nil }
+        return here.end
     }
 
     /// What the upload's parts hold, end to end; `nil` when it has none.
@@ -122,7 +141,9 @@ public struct S3BlobStore: BlobStore {
         defer { _ = busy.withLockedValue { $0.remove(upload) } }
         // The store says where the upload stands (another process may have gone on with it); what
         // this process wrote before counts only if it ends there.
-        let held = try await self.offset(of: upload)
+        var held: Int64?
+        if let here = written.withLockedValue({ $0[upload] }), here.end == offset { held = try await end(after: here, of: upload) }
+        if held == nil { held = try await self.offset(of: upload) }
         guard held != nil || creating else { throw UploadNotFound() }
         guard (held ?? 0) == offset else {
             remember(nil, for: upload)

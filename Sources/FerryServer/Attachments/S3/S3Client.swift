@@ -139,12 +139,13 @@ struct S3Client: Sendable {
         _ = try await send(.PUT, key: key, headers: ["x-amz-copy-source": "/\(bucket)/\(SignatureV4.encoded(source, keepingSlashes: true))"])
     }
 
-    /// Every object whose key starts with `prefix`, in key order.
-    func list(prefix: String) async throws -> [Object] {
+    /// Every object whose key starts with `prefix` (and, with `startAfter`, sorts after it), in key order.
+    func list(prefix: String, startAfter: String? = nil) async throws -> [Object] {
         var objects: [Object] = []
         var token: String?
         repeat {
             var query = [("list-type", "2"), ("prefix", prefix)]
+            if let startAfter { query.append(("start-after", startAfter)) }
             if let token { query.append(("continuation-token", token)) }
             let text = String(buffer: try await send(.GET, query: query).body.collect(upTo: 16 * 1024 * 1024))
             guard let page = S3Answers.decode(S3Answers.Listing.self, from: text) else {
