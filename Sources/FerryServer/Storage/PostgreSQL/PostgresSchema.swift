@@ -271,6 +271,11 @@ enum PostgresSchema {
             where encoding != "UTF8" {
                 throw StorageError.corrupt("the database's encoding is \(encoding); Ferry needs UTF8 (CREATE DATABASE … ENCODING 'UTF8')")
             }
+            // A pull page names a client's answered writes as a multirange (PostgreSQL 14).
+            for try await version in try await db.query("SELECT current_setting('server_version_num')::int", logger: logger).decode(Int.self)
+            where version < 140000 {
+                throw StorageError.corrupt("the database is PostgreSQL \(version / 10000); Ferry needs PostgreSQL 14 or later")
+            }
             _ = try await db.query("SELECT pg_advisory_xact_lock(\(migrationLock))", logger: logger).collect()
             try await db.query(
                 """
