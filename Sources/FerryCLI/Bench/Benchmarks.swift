@@ -237,17 +237,27 @@ struct Benchmarks {
         }
         let times = rounds.map(\.seconds).sorted()
         var pull = BenchMeasurement.median(rounds)
+        // The work itself: the storage reads the pages, and the device writes the same rows and versions.
+        let device = try await floorDeviceWrite()
+        var work = floor
+        work.seconds += device.seconds
+        work.extra = ["storageMs": Int(floor.seconds * 1000), "deviceWriteMs": Int(device.seconds * 1000)]
         pull.extra = [
             "runs": rounds.count, "fastestMs": Int(times[0] * 1000), "slowestMs": Int(times[times.count - 1] * 1000),
             "slowestOverFastestPercent": Int(times[times.count - 1] / times[0] * 100),
         ]
         guard let fresh else { throw CommandFailure("no fresh device") }
-        let result = againstFloor(
+        let result = BenchResult(
             name: "pull",
             what: "a fresh device's first pull of \(records.formatted()) records (the median of five devices)",
             ferry: pull,
-            floorName: "storage floor: \(engineName).pull, \(Self.batchSize) a page",
-            floor: floor
+            baselineName: "floor: \(engineName).pull, \(Self.batchSize) a page, then the same rows and versions written uncaptured",
+            baseline: work,
+            comparison: String(
+                format: "%.2fx the floor's time (%.2fx the storage's pull alone)",
+                pull.seconds / work.seconds,
+                pull.seconds / floor.seconds
+            )
         )
         guard relaunch else { return [result] }
         // The app starts again on the store it filled: a launch's sync, nothing changed.
@@ -325,6 +335,33 @@ struct Benchmarks {
             } while true
             guard read == records else { throw CommandFailure("the storage floor read \(read) of \(records)") }
             return (pages, nil)
+        }
+    }
+
+    /// The device's side of a pull's floor: the pulled rows (the bench's events) and a version for
+    /// each, written to a store with nothing synced (no capture, no outbox, no journal), a page a
+    /// transaction as the client applies them.
+    private func floorDeviceWrite() async throws -> BenchMeasurement {
+        let database = try DatabasePool(path: try folder("pull-floor-\(UUID().uuidString.prefix(8))").appendingPathComponent("device.sqlite").path)
+        defer { try? database.close() }
+        try Self.schema().migrate(database)
+        try await database.write { db in
+            try db.execute(
+                sql: "CREATE TABLE versions (entity TEXT NOT NULL, entity_id TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (entity, entity_id)) WITHOUT ROWID"
+            )
+        }
+        return try await BenchMeasurement.measure(items: records) {
+            for start in stride(from: 0, to: records, by: Self.batchSize) {
+                try await database.write { db in
+                    let row = try db.cachedStatement(sql: "INSERT INTO events (id, kind, value, sample_id) VALUES (?, 'steps', ?, ?)")
+                    let version = try db.cachedStatement(sql: "INSERT INTO versions (entity, entity_id, version) VALUES ('events', ?, 1)")
+                    for index in start..<min(start + Self.batchSize, records) {
+                        try row.execute(arguments: ["e-\(index)", index, "hk:\(index)"])
+                        try version.execute(arguments: ["e-\(index)"])
+                    }
+                }
+            }
+            return ((records + Self.batchSize - 1) / Self.batchSize, nil)
         }
     }
 
