@@ -96,7 +96,8 @@ public enum FerryServerApplication {
     static let routes: [String: [HTTPRequest.Method]] = [
         Endpoint.health: [.get], Endpoint.push: [.post], Endpoint.pull: [.get], Endpoint.events: [.get], "/metrics": [.get], Endpoint.spaces: [.get],
         Endpoint.spaces + "/{space}": [.put, .delete], Endpoint.spaces + "/{space}/members": [.get],
-        Endpoint.spaces + "/{space}/members/{user}": [.put, .delete], Endpoint.attachments: [.post], Endpoint.attachments + "/{digest}": [.head, .get, .post],
+        Endpoint.spaces + "/{space}/members/{user}": [.put, .delete], Endpoint.attachments: [.post],
+        Endpoint.attachments + "/{digest}": [.head, .get, .post],
         Endpoint.attachments + "/{digest}/upload": [.head, .patch, .delete],
     ]
 

@@ -94,7 +94,9 @@ struct AssembledPageTests {
                 if Bool.random(using: &random) { answered.append(low...high) }
                 low = high + Int64.random(in: 2...5, using: &random)
             }
-            let ownWrites = Bool.random(using: &random) ? nil : OwnWrites(clientID: inSpace ? SpacePartition.writer(clientID: "phone", userID: "alice") : "phone", answered: answered)
+            let ownWrites =
+                Bool.random(using: &random)
+                ? nil : OwnWrites(clientID: inSpace ? SpacePartition.writer(clientID: "phone", userID: "alice") : "phone", answered: answered)
             let planned = PullPage.Builder(
                 after: after,
                 limit: Int.random(in: 1...25, using: &random),
@@ -112,7 +114,8 @@ struct AssembledPageTests {
                     return builder
                 }
             }
-            let context = "trial \(trial): after \(cursor), limit \(planned.limit), budget \(planned.budget), takesFirst \(planned.takesFirst), \(String(describing: ownWrites))"
+            let context =
+                "trial \(trial): after \(cursor), limit \(planned.limit), budget \(planned.budget), takesFirst \(planned.takesFirst), \(String(describing: ownWrites))"
             #expect(decided.changes.count == expected.changes.count, "\(context)")
             #expect(decided.changes.dataBytes == expected.changes.dataBytes, "\(context)")
             #expect(decided.position == expected.position, "\(context)")

@@ -52,11 +52,19 @@ struct AttachmentEndpointTests {
             let never = Self.digest(Self.photo(10, seed: 9))
             let asked = [Self.digest(photos[1]), never, Self.digest(photos[2]), Self.digest(photos[0]), Self.digest(photos[1])]
             func lookup(_ token: String, _ body: Data) async throws -> Reply {
-                try await server.perform(.POST, "/v1/attachments", headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")], body: body)
+                try await server.perform(
+                    .POST,
+                    "/v1/attachments",
+                    headers: [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")],
+                    body: body
+                )
             }
             let answer = try await lookup(alice, try JSONEncoder().encode(HeldAttachmentsRequest(digests: asked)))
             #expect(answer.status == 200)
-            #expect(try answer.decode(HeldAttachments.self).held == [Self.digest(photos[1]), Self.digest(photos[0])], "in the order asked, once each")
+            #expect(
+                try answer.decode(HeldAttachments.self).held == [Self.digest(photos[1]), Self.digest(photos[0])],
+                "in the order asked, once each"
+            )
             // Bob holds none of Alice's bytes, whoever holds them.
             #expect(try await lookup(bob, try JSONEncoder().encode(HeldAttachmentsRequest(digests: asked))).decode(HeldAttachments.self).held == [])
             // Bad questions are refused, saying what was wrong.

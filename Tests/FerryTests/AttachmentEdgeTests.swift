@@ -89,7 +89,9 @@ struct AttachmentEdgeTests {
             // Another device of the same user attaches the same bytes: the lookup finds them all.
             let tablet = try Sync.openStore()
             let second = ClientFixture.client(store: tablet, server: server, transport: transport, configuration: Sync.configuration())
-            for (index, photo) in photos.enumerated() { try await Sync.insertJob("t\(index)", photo: try await tablet.attach(fileAt: photo.url), in: tablet) }
+            for (index, photo) in photos.enumerated() {
+                try await Sync.insertJob("t\(index)", photo: try await tablet.attach(fileAt: photo.url), in: tablet)
+            }
             _ = try await second.sync()
             let again = try await requests(second)
             #expect(again.uploads == 0, "\(again)")

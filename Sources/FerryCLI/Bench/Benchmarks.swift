@@ -347,7 +347,8 @@ struct Benchmarks {
         try Self.schema().migrate(database)
         try await database.write { db in
             try db.execute(
-                sql: "CREATE TABLE versions (entity TEXT NOT NULL, entity_id TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (entity, entity_id)) WITHOUT ROWID"
+                sql:
+                    "CREATE TABLE versions (entity TEXT NOT NULL, entity_id TEXT NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (entity, entity_id)) WITHOUT ROWID"
             )
         }
         return try await BenchMeasurement.measure(items: records) {

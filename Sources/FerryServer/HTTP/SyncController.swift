@@ -82,7 +82,9 @@ struct SyncController: Sendable {
         var limit = ProtocolLimits.defaultPullLimit
         if let text = query.get("limit") {
             guard let value = Int(text), ProtocolLimits.pullLimitRange.contains(value) else {
-                throw ProtocolViolation.badRequest("limit must be a whole number from 1 to \(ProtocolLimits.pullLimitRange.upperBound), got '\(text.prefix(40))'")
+                throw ProtocolViolation.badRequest(
+                    "limit must be a whole number from 1 to \(ProtocolLimits.pullLimitRange.upperBound), got '\(text.prefix(40))'"
+                )
             }
             limit = value
         }

@@ -205,7 +205,11 @@ extension PostgresSyncStorage {
     func continuing(_ from: PullPosition, userID: String, limit: Int, ownWrites: OwnWrites?) async throws -> PullPage? {
         guard let key = from.continuing, let entry = from.spaces[key] else { return nil }
         // The statement writes the space's id into each change; the builder takes what it decided.
-        let planned = PullPage.Builder(after: entry.position, limit: limit, leavingOut: SpacedPage.leavesOut(ownWrites, joining: entry, userID: userID))
+        let planned = PullPage.Builder(
+            after: entry.position,
+            limit: limit,
+            leavingOut: SpacedPage.leavesOut(ownWrites, joining: entry, userID: userID)
+        )
         let query = Self.pullQuery(userID: userID, space: key, cursor: entry, for: planned, member: true)
         let (read, builder) = try await withDatabase { [logger] db in
             try await Self.snapshot(db, logger: logger) { db in
