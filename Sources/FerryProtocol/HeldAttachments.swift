@@ -3,7 +3,7 @@ import Foundation
 /// `POST /v1/attachments`: which of `digests` the server holds for the caller, asked at once for
 /// many (a client about to upload photos asks once, not once a photo).
 public struct HeldAttachmentsRequest: Sendable, Codable, Hashable {
-    /// The digests asked about: 1 to ``ProtocolLimits/maxDigestsPerLookup``, each once.
+    /// The digests asked about: 1 to ``ProtocolLimits/maxDigestsPerLookup`` (one asked twice is answered once).
     public var digests: [AttachmentDigest]
 
     /// A question about `digests`.

@@ -100,6 +100,30 @@ struct AttachmentEdgeTests {
         }
     }
 
+    @Test("photos' records go up with the photos already sent when a later upload cannot go on (review: they waited for the next run)")
+    func recordsOfSentPhotosWhenALaterUploadFails() async throws {
+        try await TestServer.run { server in
+            let photos = try (1...4).map { try Sync.photo(10_000, seed: UInt8(40 + $0)) }
+            let store = try Sync.openStore()
+            var digests: [String] = []
+            for (index, photo) in photos.enumerated() {
+                digests.append(try await store.attach(fileAt: photo.url))
+                try await Sync.insertJob("j\(index)", photo: digests[index], in: store)
+            }
+            // The fourth photo's upload never gets through; the server stays reachable.
+            let fourth = digests[3]
+            let transport = InterceptingTransport(URLSessionTransport(baseURL: URL(string: server.baseURL)!)) { request, next in
+                if request.path.hasPrefix("/v1/attachments/" + fourth) { throw URLError(.networkConnectionLost) }
+                return try await next(request)
+            }
+            let client = ClientFixture.client(store: store, server: server, transport: transport, configuration: Sync.configuration())
+            await #expect(throws: FerryError.self) { _ = try await client.sync() }
+            let token = try await TestServer.token(for: "alice")
+            let onServer = try await server.pullOK(token: token).changes.map(\.entityID).sorted()
+            #expect(onServer == ["j0", "j1", "j2"], "the records of the photos on the server, and not the fourth's")
+        }
+    }
+
     @Test("a record whose photo was replaced goes with its new photo; the old one is never sent; one the server refuses for good is a dead letter")
     func replacedAndRefused() async throws {
         try await TestServer.run { server in

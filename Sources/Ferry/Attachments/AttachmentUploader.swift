@@ -60,65 +60,80 @@ struct AttachmentUploader: Sendable {
         let held = try await held(waiting.map(\.digest))
         var uploaded = 0
         var unpushed: Int64 = 0
-        for row in waiting {
-            try Task.checkCancellation()
-            let transfer = AttachmentTransfer(digest: row.digest.description, direction: .upload, totalBytes: row.size)
-            var meter = TransferMeter(transfer)
-            await status.update { $0.attachments.record(transfer) }
-            do {
-                guard folder.holds(row.digest) else { throw Refused(description: "its file is gone from the store's folder") }
-                try await upload(
-                    row,
-                    held: held.map { $0.contains(row.digest) },
-                    resumed: { held in
-                        // Bytes an earlier run sent: done, but not moved in this run.
-                        meter = TransferMeter(AttachmentTransfer(digest: transfer.digest, direction: .upload, bytesDone: held, totalBytes: row.size))
-                        let now = meter.transfer
-                        await status.update { $0.attachments.record(now) }
-                    },
-                    sent: { bytes in
-                        guard let (moved, now) = meter.add(bytes) else { return }
-                        await status.update {
-                            $0.attachments.bytesUploaded += moved
-                            $0.attachments.record(now)
+        do {
+            for row in waiting {
+                try Task.checkCancellation()
+                let transfer = AttachmentTransfer(digest: row.digest.description, direction: .upload, totalBytes: row.size)
+                var meter = TransferMeter(transfer)
+                await status.update { $0.attachments.record(transfer) }
+                do {
+                    guard folder.holds(row.digest) else { throw Refused(description: "its file is gone from the store's folder") }
+                    try await upload(
+                        row,
+                        held: held.map { $0.contains(row.digest) },
+                        resumed: { held in
+                            // Bytes an earlier run sent: done, but not moved in this run.
+                            meter = TransferMeter(
+                                AttachmentTransfer(digest: transfer.digest, direction: .upload, bytesDone: held, totalBytes: row.size)
+                            )
+                            let now = meter.transfer
+                            await status.update { $0.attachments.record(now) }
+                        },
+                        sent: { bytes in
+                            guard let (moved, now) = meter.add(bytes) else { return }
+                            await status.update {
+                                $0.attachments.bytesUploaded += moved
+                                $0.attachments.record(now)
+                            }
                         }
-                    }
-                )
-                try await store.database.write { db in try AttachmentTable.uploaded(row.digest, db: db) }
-                uploaded += 1
-                await journal.record(
-                    JournalEvent(
-                        kind: .attachmentUploaded,
-                        message: "attachment \(row.digest) is on the server (\(row.size) bytes)",
-                        details: [.digest: row.digest.description, .bytes: "\(row.size)"]
                     )
-                )
-                unpushed += max(row.size, 1)
-                if unpushed >= Self.bytesBetweenPushes {
-                    try await pushReleased()
-                    unpushed = 0
+                    try await store.database.write { db in try AttachmentTable.uploaded(row.digest, db: db) }
+                    uploaded += 1
+                    await journal.record(
+                        JournalEvent(
+                            kind: .attachmentUploaded,
+                            message: "attachment \(row.digest) is on the server (\(row.size) bytes)",
+                            details: [.digest: row.digest.description, .bytes: "\(row.size)"]
+                        )
+                    )
+                    unpushed += max(row.size, 1)
+                } catch let refused as Refused {
+                    try await setAside(row.digest, because: refused.description)
+                } catch let error as FerryError where error.code == .updateRequired {
+                    throw error  // said once, by the answer that required it: not the upload's failure
+                } catch  where !(error is CancellationError) {
+                    // Noted for the queue snapshot; a lost connection ends this run, a refusal waits for the next.
+                    try await store.database.write { db in try AttachmentTable.failed(row.digest, error: "\(error)", db: db) }
+                    await journal.record(
+                        JournalEvent(
+                            kind: .attachmentFailed,
+                            message: "the upload of \(row.digest) failed: \(error)",
+                            details: [.digest: row.digest.description]
+                        )
+                    )
+                    guard let error = error as? FerryError, error.code == .attachment else { throw error }
                 }
-            } catch let refused as Refused {
-                try await setAside(row.digest, because: refused.description)
-            } catch let error as FerryError where error.code == .updateRequired {
-                throw error  // said once, by the answer that required it: not the upload's failure
-            } catch  where !(error is CancellationError) {
-                // Noted for the queue snapshot; a lost connection ends this run, a refusal waits for the next.
-                try await store.database.write { db in try AttachmentTable.failed(row.digest, error: "\(error)", db: db) }
-                await journal.record(
-                    JournalEvent(
-                        kind: .attachmentFailed,
-                        message: "the upload of \(row.digest) failed: \(error)",
-                        details: [.digest: row.digest.description]
-                    )
-                )
-                guard let error = error as? FerryError, error.code == .attachment else { throw error }
+                await status.update {
+                    $0.attachments.uploadsWaiting = max(0, $0.attachments.uploadsWaiting - 1)
+                    $0.attachments.uploadBytes = max(0, $0.attachments.uploadBytes - row.size)
+                    $0.attachments.end(transfer.id)
+                }
+                // Outside the row's own failures: a push that fails is not this photo's.
+                if unpushed >= Self.bytesBetweenPushes {
+                    unpushed = 0
+                    try await pushReleased()
+                }
             }
-            await status.update {
-                $0.attachments.uploadsWaiting = max(0, $0.attachments.uploadsWaiting - 1)
-                $0.attachments.uploadBytes = max(0, $0.attachments.uploadBytes - row.size)
-                $0.attachments.end(transfer.id)
+        } catch {
+            // The photos already on the server send their records now, not at the next run (an
+            // upload that stalled leaves the server reachable), unless the run was cancelled, must
+            // stop, or sends nothing more.
+            if unpushed > 0, !(error is CancellationError),
+                !((error as? FerryError).map { [.updateRequired, .leaseLost, .stopped].contains($0.code) } ?? false)
+            {
+                try? await pushReleased()
             }
+            throw error
         }
         if unpushed > 0 { try await pushReleased() }
         return uploaded

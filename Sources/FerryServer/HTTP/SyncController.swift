@@ -92,7 +92,7 @@ struct SyncController: Sendable {
         let ownWrites = try ownWrites(request)
         let body = try await pulls.run(for: userID) {
             let page = try await storage.pull(userID: userID, cursor: cursor, limit: limit, ownWrites: ownWrites)
-            return try await Self.offloaded(ifLarge: page.dataBytes) { page.responseBody() }
+            return try await Self.offloaded(ifLarge: page.estimatedBytes) { page.responseBody() }
         }
         return JSONResponse.make(body: body)
     }

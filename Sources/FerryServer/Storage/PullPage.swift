@@ -23,6 +23,9 @@ public struct PullPage: Sendable {
     /// Bytes of record data the page holds.
     public var dataBytes: Int { changes.dataBytes }
 
+    /// About how many bytes the page's body takes (10,000 tombstones of long ids weigh more than their data).
+    var estimatedBytes: Int { 64 + 96 * (spaces?.count ?? 0) + changes.estimatedBytes }
+
     init(changes: PageChanges, cursor: String, hasMore: Bool, spaces: [Membership]? = nil, revoked: [String] = []) {
         self.changes = changes
         self.cursor = cursor
@@ -123,7 +126,7 @@ public struct PullPage: Sendable {
 
     /// The `PullResponse` body of PROTOCOL.md, each record's stored data spliced in verbatim.
     public func responseBody() -> ByteBuffer {
-        var body = JSONTextWriter(capacity: 64 + 96 * (spaces?.count ?? 0) + changes.estimatedBytes)
+        var body = JSONTextWriter(capacity: estimatedBytes)
         body.raw("{\"changes\":[")
         changes.write(to: &body)
         body.raw("],\"cursor\":")

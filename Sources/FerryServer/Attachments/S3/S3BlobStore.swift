@@ -121,7 +121,10 @@ public struct S3BlobStore: BlobStore {
     private func end(after here: WrittenHere, of upload: UploadID) async throws -> Int64? {
         guard let last = here.parts.last else { return nil }
         let folder = folder(of: upload)
-        let objects = try await client.list(prefix: folder, startAfter: partPrefix(of: upload, at: last.offset))
+        // After every key of the offset before (`~` sorts after its `-nonce` keys), so that a key of
+        // the last part's offset named without a nonce, as parts were named before, is listed too.
+        let startAfter = last.offset > 0 ? partPrefix(of: upload, at: last.offset - 1) + "~" : nil
+        let objects = try await client.list(prefix: folder, startAfter: startAfter)
         let offsets = objects.map { Self.offset(ofPart: $0.key, in: folder) }
         guard let first = offsets.firstIndex(of: last.offset), objects[first].key == last.key, !offsets.contains(here.end) else { return nil }
         return here.end
