@@ -63,61 +63,9 @@ struct AttachmentUploader: Sendable {
         do {
             for row in waiting {
                 try Task.checkCancellation()
-                let transfer = AttachmentTransfer(digest: row.digest.description, direction: .upload, totalBytes: row.size)
-                var meter = TransferMeter(transfer)
-                await status.update { $0.attachments.record(transfer) }
-                do {
-                    guard folder.holds(row.digest) else { throw Refused(description: "its file is gone from the store's folder") }
-                    try await upload(
-                        row,
-                        held: held.map { $0.contains(row.digest) },
-                        resumed: { held in
-                            // Bytes an earlier run sent: done, but not moved in this run.
-                            meter = TransferMeter(
-                                AttachmentTransfer(digest: transfer.digest, direction: .upload, bytesDone: held, totalBytes: row.size)
-                            )
-                            let now = meter.transfer
-                            await status.update { $0.attachments.record(now) }
-                        },
-                        sent: { bytes in
-                            guard let (moved, now) = meter.add(bytes) else { return }
-                            await status.update {
-                                $0.attachments.bytesUploaded += moved
-                                $0.attachments.record(now)
-                            }
-                        }
-                    )
-                    try await store.database.write { db in try AttachmentTable.uploaded(row.digest, db: db) }
-                    uploaded += 1
-                    await journal.record(
-                        JournalEvent(
-                            kind: .attachmentUploaded,
-                            message: "attachment \(row.digest) is on the server (\(row.size) bytes)",
-                            details: [.digest: row.digest.description, .bytes: "\(row.size)"]
-                        )
-                    )
-                    unpushed += max(row.size, 1)
-                } catch let refused as Refused {
-                    try await setAside(row.digest, because: refused.description)
-                } catch let error as FerryError where error.code == .updateRequired {
-                    throw error  // said once, by the answer that required it: not the upload's failure
-                } catch  where !(error is CancellationError) {
-                    // Noted for the queue snapshot; a lost connection ends this run, a refusal waits for the next.
-                    try await store.database.write { db in try AttachmentTable.failed(row.digest, error: "\(error)", db: db) }
-                    await journal.record(
-                        JournalEvent(
-                            kind: .attachmentFailed,
-                            message: "the upload of \(row.digest) failed: \(error)",
-                            details: [.digest: row.digest.description]
-                        )
-                    )
-                    guard let error = error as? FerryError, error.code == .attachment else { throw error }
-                }
-                await status.update {
-                    $0.attachments.uploadsWaiting = max(0, $0.attachments.uploadsWaiting - 1)
-                    $0.attachments.uploadBytes = max(0, $0.attachments.uploadBytes - row.size)
-                    $0.attachments.end(transfer.id)
-                }
+                guard try await upload(row, held: held.map { $0.contains(row.digest) }) else { continue }
+                uploaded += 1
+                unpushed += max(row.size, 1)
                 // Outside the row's own failures: a push that fails is not this photo's.
                 if unpushed >= Self.bytesBetweenPushes {
                     unpushed = 0
@@ -139,9 +87,70 @@ struct AttachmentUploader: Sendable {
         return uploaded
     }
 
+    /// Uploads one attachment (`held`: whether the server holds it already, `nil` to ask), with its
+    /// transfer in the status; returns whether it reached the server. A refusal no retry changes
+    /// sets the changes referencing it aside; a failure that may pass is noted, and ends the run
+    /// unless it was the attachment's own.
+    private func upload(_ row: AttachmentTable.Row, held: Bool?) async throws -> Bool {
+        let transfer = AttachmentTransfer(digest: row.digest.description, direction: .upload, totalBytes: row.size)
+        var meter = TransferMeter(transfer)
+        await status.update { $0.attachments.record(transfer) }
+        var reached = false
+        do {
+            guard folder.holds(row.digest) else { throw Refused(description: "its file is gone from the store's folder") }
+            try await sendBytes(
+                row,
+                held: held,
+                resumed: { held in
+                    // Bytes an earlier run sent: done, but not moved in this run.
+                    meter = TransferMeter(AttachmentTransfer(digest: transfer.digest, direction: .upload, bytesDone: held, totalBytes: row.size))
+                    let now = meter.transfer
+                    await status.update { $0.attachments.record(now) }
+                },
+                sent: { bytes in
+                    guard let (moved, now) = meter.add(bytes) else { return }
+                    await status.update {
+                        $0.attachments.bytesUploaded += moved
+                        $0.attachments.record(now)
+                    }
+                }
+            )
+            try await store.database.write { db in try AttachmentTable.uploaded(row.digest, db: db) }
+            reached = true
+            await journal.record(
+                JournalEvent(
+                    kind: .attachmentUploaded,
+                    message: "attachment \(row.digest) is on the server (\(row.size) bytes)",
+                    details: [.digest: row.digest.description, .bytes: "\(row.size)"]
+                )
+            )
+        } catch let refused as Refused {
+            try await setAside(row.digest, because: refused.description)
+        } catch let error as FerryError where error.code == .updateRequired {
+            throw error  // said once, by the answer that required it: not the upload's failure
+        } catch  where !(error is CancellationError) {
+            // Noted for the queue snapshot; a lost connection ends this run, a refusal waits for the next.
+            try await store.database.write { db in try AttachmentTable.failed(row.digest, error: "\(error)", db: db) }
+            await journal.record(
+                JournalEvent(
+                    kind: .attachmentFailed,
+                    message: "the upload of \(row.digest) failed: \(error)",
+                    details: [.digest: row.digest.description]
+                )
+            )
+            guard let error = error as? FerryError, error.code == .attachment else { throw error }
+        }
+        await status.update {
+            $0.attachments.uploadsWaiting = max(0, $0.attachments.uploadsWaiting - 1)
+            $0.attachments.uploadBytes = max(0, $0.attachments.uploadBytes - row.size)
+            $0.attachments.end(transfer.id)
+        }
+        return reached
+    }
+
     /// Sends the attachment's bytes from where the server's upload of them stands; `held` says
     /// whether the server holds them already (`nil`: ask it).
-    private func upload(
+    private func sendBytes(
         _ row: AttachmentTable.Row,
         held: Bool?,
         resumed: (Int64) async -> Void,
