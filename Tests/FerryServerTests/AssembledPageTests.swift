@@ -16,19 +16,8 @@ import Testing
 struct AssembledPageTests {
     static let logger = Logger(label: "test")
 
-    /// One row of `records`, as the test wrote it.
-    struct Row {
-        var entity: String
-        var entityID: String
-        var version: Int64
-        var deleted: Bool
-        var naturalKey: String?
-        var data: String?
-        var seq: Int64
-        var writtenBy: String?
-        var writtenMutation: Int64?
-        var writtenSeq: Int64?
-    }
+    /// One row of `records`, as the test wrote it: the record and its position.
+    typealias Row = (record: StoredRecord, seq: Int64)
 
     @Test("500 random reads: the same changes, bytes of data, position and end as the builder fed row by row")
     func sameAsTheBuilder() async throws {
@@ -45,21 +34,19 @@ struct AssembledPageTests {
                 seq += Int64.random(in: 1...3, using: &random)
                 let deleted = Int.random(in: 0..<6, using: &random) == 0
                 let mine = Int.random(in: 0..<3, using: &random) == 0
-                rows[partition]!.append(
-                    Row(
-                        entity: ["docs", "notes"].randomElement(using: &random)!,
-                        entityID: "\(ids.randomElement(using: &random)!)-\(index)",
-                        version: Int64.random(in: 1...9, using: &random),
-                        deleted: deleted,
-                        naturalKey: Bool.random(using: &random) ? nil : "key \"\(index)\"",
-                        data: deleted ? nil : "{\"v\":\"\(String(repeating: "x", count: Int.random(in: 0...400, using: &random)))\"}",
-                        seq: seq,
-                        writtenBy: mine ? writer : (Bool.random(using: &random) ? "tablet" : nil),
-                        writtenMutation: Int64.random(in: 1...40, using: &random),
-                        // A row moved by a server that did not record writers: its write is not the client's.
-                        writtenSeq: Int.random(in: 0..<10, using: &random) == 0 ? seq - 1 : seq
-                    )
+                let record = StoredRecord(
+                    entity: ["docs", "notes"].randomElement(using: &random)!,
+                    entityID: "\(ids.randomElement(using: &random)!)-\(index)",
+                    version: Int64.random(in: 1...9, using: &random),
+                    deleted: deleted,
+                    naturalKey: Bool.random(using: &random) ? nil : "key \"\(index)\"",
+                    data: deleted ? nil : Data("{\"v\":\"\(String(repeating: "x", count: Int.random(in: 0...400, using: &random)))\"}".utf8),
+                    writtenBy: mine ? writer : (Bool.random(using: &random) ? "tablet" : nil),
+                    writtenMutation: Int64.random(in: 1...40, using: &random),
+                    // A row moved by a server that did not record writers: its write is not the client's.
+                    writtenSeq: Int.random(in: 0..<10, using: &random) == 0 ? seq - 1 : seq
                 )
+                rows[partition]!.append((record, seq))
             }
         }
         try await TestPostgres.withConnection(to: location) { connection in
@@ -69,12 +56,13 @@ struct AssembledPageTests {
                     "INSERT INTO user_changes (user_id, position) VALUES (\(partition), \(history.last!.seq))",
                     logger: Self.logger
                 )
-                for row in history {
+                for (record, seq) in history {
+                    let data = record.data.map { String(decoding: $0, as: UTF8.self) }
                     try await connection.query(
                         """
                         INSERT INTO records (user_id, entity, entity_id, version, deleted, natural_key, data, seq, written_by, written_mutation, written_seq)
-                        VALUES (\(partition), \(row.entity), \(row.entityID), \(row.version), \(row.deleted), \(row.naturalKey),
-                            convert_to(\(row.data)::text, 'UTF8'), \(row.seq), \(row.writtenBy), \(row.writtenMutation), \(row.writtenSeq))
+                        VALUES (\(partition), \(record.entity), \(record.entityID), \(record.version), \(record.deleted), \(record.naturalKey),
+                            convert_to(\(data)::text, 'UTF8'), \(seq), \(record.writtenBy), \(record.writtenMutation), \(record.writtenSeq))
                         """,
                         logger: Self.logger
                     )
@@ -130,22 +118,14 @@ struct AssembledPageTests {
     static func offered(_ history: [Row], after cursor: PullCursor, to builder: PullPage.Builder) -> PullPage.Builder {
         var builder = builder
         var running = 0
-        for row in history.filter({ $0.seq > cursor.position && !($0.deleted && $0.seq <= cursor.horizon) }).prefix(builder.scanLimit) {
-            let size = row.data?.utf8.count ?? 0
+        for (record, seq) in history.filter({ $0.seq > cursor.position && !($0.record.deleted && $0.seq <= cursor.horizon) }).prefix(
+            builder.scanLimit
+        ) {
+            let size = record.data?.count ?? 0
             running += size
             guard running - size <= builder.budget else { break }
-            let record = StoredRecord(
-                entity: row.entity,
-                entityID: row.entityID,
-                version: row.version,
-                deleted: row.deleted,
-                naturalKey: row.naturalKey,
-                writtenBy: row.writtenBy,
-                writtenMutation: row.writtenMutation,
-                writtenSeq: row.writtenSeq
-            )
             let fits = running <= builder.budget || (builder.takesFirst && running == size)
-            guard builder.offer(record, seq: row.seq, size: size, fits: fits, data: { row.data.map { Data($0.utf8) } }) else { break }
+            guard builder.offer(record, seq: seq, size: size, fits: fits, data: { record.data }) else { break }
         }
         return builder
     }

@@ -158,7 +158,9 @@ struct AttachmentUploader: Sendable {
     ) async throws {
         let path = Endpoint.attachments + "/" + row.digest.description
         // Another device of the user's may have uploaded the same bytes: nothing to send.
-        if let held { if held { return } } else if try await isOnServer(path) { return }
+        let onServer: Bool
+        if let held { onServer = held } else { onServer = try await isOnServer(path) }
+        if onServer { return }
         // A file that fits one request goes whole from its first byte, whatever an earlier try left.
         var offset = row.size <= Int64(chunkBytes) ? nil : try await heldOffset(path)
         var acknowledged = offset ?? 0

@@ -49,11 +49,17 @@ struct Benchmarks {
 
     /// Inserts `count` events, 1,000 per transaction, as an app writing in bursts would.
     /// `prefix` names the rows' ids: another device's copies of the same samples (same natural keys) take another.
-    static func writeEvents(_ count: Int, into database: DatabasePool, prefix: String = "e") async throws {
+    /// With `versions`, each row's version goes into a `versions` table too, as a pull writes it.
+    static func writeEvents(_ count: Int, into database: DatabasePool, prefix: String = "e", versions: Bool = false) async throws {
         for start in stride(from: 0, to: count, by: 1000) {
             try await database.write { db in
                 let insert = try db.cachedStatement(sql: "INSERT INTO events (id, kind, value, sample_id) VALUES (?, 'steps', ?, ?)")
-                for index in start..<min(start + 1000, count) { try insert.execute(arguments: ["\(prefix)-\(index)", index, "hk:\(index)"]) }
+                let version =
+                    try versions ? db.cachedStatement(sql: "INSERT INTO versions (entity, entity_id, version) VALUES ('events', ?, 1)") : nil
+                for index in start..<min(start + 1000, count) {
+                    try insert.execute(arguments: ["\(prefix)-\(index)", index, "hk:\(index)"])
+                    try version?.execute(arguments: ["\(prefix)-\(index)"])
+                }
             }
         }
     }
@@ -354,16 +360,7 @@ struct Benchmarks {
             )
         }
         return try await BenchMeasurement.measure(items: records) {
-            for start in stride(from: 0, to: records, by: Self.batchSize) {
-                try await database.write { db in
-                    let row = try db.cachedStatement(sql: "INSERT INTO events (id, kind, value, sample_id) VALUES (?, 'steps', ?, ?)")
-                    let version = try db.cachedStatement(sql: "INSERT INTO versions (entity, entity_id, version) VALUES ('events', ?, 1)")
-                    for index in start..<min(start + Self.batchSize, records) {
-                        try row.execute(arguments: ["e-\(index)", index, "hk:\(index)"])
-                        try version.execute(arguments: ["e-\(index)"])
-                    }
-                }
-            }
+            try await Self.writeEvents(records, into: database, versions: true)
             return ((records + Self.batchSize - 1) / Self.batchSize, nil)
         }
     }

@@ -23,15 +23,8 @@ extension AttachmentController {
         let readable = try await storage.readableAttachments(asked, by: caller)
         var seen = Set<AttachmentDigest>()
         let candidates = asked.filter { readable.contains($0) && seen.insert($0).inserted }
-        var stored = Set<AttachmentDigest>()
-        try await withThrowingTaskGroup(of: AttachmentDigest?.self) { group in
-            for (index, digest) in candidates.enumerated() {
-                if index >= Self.storeLooksAtOnce, let found = try await group.next() { found.map { _ = stored.insert($0) } }
-                group.addTask { [blobs] in try await blobs.size(of: digest) != nil ? digest : nil }
-            }
-            for try await found in group { found.map { _ = stored.insert($0) } }
-        }
-        return try JSONResponse.make(HeldAttachments(held: candidates.filter(stored.contains)))
+        let stored = try await candidates.concurrentMap(atOnce: Self.storeLooksAtOnce) { [blobs] in try await blobs.size(of: $0) != nil }
+        return try JSONResponse.make(HeldAttachments(held: zip(candidates, stored).filter(\.1).map(\.0)))
     }
 
     /// The store's answers `held` waits for at once.

@@ -245,13 +245,8 @@ public struct S3BlobStore: BlobStore {
         let id = try await client.createMultipart(target)
         do {
             // A few copies at once: each waits on the store's disk.
-            var etags = [String](repeating: "", count: parts.count)
-            try await withThrowingTaskGroup(of: (Int, String).self) { copies in
-                for (index, part) in parts.enumerated() {
-                    if index >= Self.copiesAtOnce, let (done, etag) = try await copies.next() { etags[done] = etag }
-                    copies.addTask { [client] in (index, try await client.uploadPartCopy(target, id: id, number: index + 1, from: part.key)) }
-                }
-                for try await (done, etag) in copies { etags[done] = etag }
+            let etags = try await Array(parts.enumerated()).concurrentMap(atOnce: Self.copiesAtOnce) { [client] index, part in
+                try await client.uploadPartCopy(target, id: id, number: index + 1, from: part.key)
             }
             try await client.completeMultipart(target, id: id, parts: etags)
         } catch {
